@@ -1,0 +1,61 @@
+// Command airlock runs untrusted code in a sandbox.
+//
+//	airlock run [flags] -- CMD [ARGS...]   one command in a fresh sandbox
+//	airlock doctor [--json]                what this host can run, and fixes
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of airlock itself, as Docker uses them.
+const (
+	exitAirlock       = 125 // airlock failed: bad flags, setup failure
+	exitNotExecutable = 126
+	exitNotFound      = 127
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries the exit code a command wants airlock to exit with.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := &cobra.Command{
+		Use:           "airlock",
+		Short:         "Run untrusted, agent-generated code in a sandbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newRunCmd(), newDoctorCmd())
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return exitAirlock
+	}
+}

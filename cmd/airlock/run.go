@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/native"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+type runFlags struct {
+	driver, memory, disk, tmp, outputLimit, workdir, root string
+	cpus                                                   float64
+	pids                                                   int
+	timeout, cpuTime                                       time.Duration
+	env, mounts, degraded                                  []string
+	json                                                   bool
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run one command in a fresh sandbox, then destroy it",
+		Long: `Run one command in a fresh sandbox, stream its output, destroy the sandbox,
+and exit with the command's exit code. 128+N when airlock killed it with
+signal N (the reason follows on stderr as one "airlock: ..." line); 125 when
+airlock itself failed; 126 when the command is not executable and 127 when
+it is not found inside the sandbox.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runOne(cmd.Context(), f, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false)
+	fl.StringVar(&f.driver, "driver", "native", "isolation driver")
+	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
+	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
+	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
+	fl.DurationVar(&f.timeout, "timeout", sandbox.DefaultTimeout, "wall-time limit of the command")
+	fl.DurationVar(&f.cpuTime, "cpu-time", 0, "user+system CPU-time limit of the command (0: none)")
+	fl.StringVar(&f.disk, "disk", "256M", "size of /workspace")
+	fl.StringVar(&f.tmp, "tmp", "64M", "size of /tmp")
+	fl.StringVar(&f.outputLimit, "output-limit", "1M", "limit of each output stream; past it the command is killed")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the command's environment, or copy KEY from yours (repeatable)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox (default /workspace)")
+	fl.StringArrayVar(&f.mounts, "mount", nil, "make a host path visible: HOST:PATH[:ro|:rw], read-only by default (repeatable)")
+	fl.StringVar(&f.root, "root", "", "host directory to use as the read-only root file system (default: the host's /usr and an /etc allowlist)")
+	fl.StringArrayVar(&f.degraded, "allow-degraded", nil, "run without this isolation layer if the host lacks it (repeatable): "+layerList())
+	fl.BoolVar(&f.json, "json", false, "print one JSON object with the outcome instead of streaming")
+	return cmd
+}
+
+func layerList() string {
+	var s []string
+	for _, l := range sandbox.DegradableLayers {
+		s = append(s, string(l))
+	}
+	return strings.Join(s, ", ")
+}
+
+// outcome is what --json prints.
+type outcome struct {
+	ExitCode        int             `json:"exit_code"`
+	Signal          *string         `json:"signal"`
+	Reason          sandbox.Reason  `json:"reason"`
+	LimitsHit       []sandbox.Limit `json:"limits_hit"`
+	Message         string          `json:"message"`
+	Stdout          string          `json:"stdout"`
+	Stderr          string          `json:"stderr"`
+	StdoutEncoding  string          `json:"stdout_encoding"`
+	StderrEncoding  string          `json:"stderr_encoding"`
+	StdoutTruncated bool            `json:"stdout_truncated"`
+	StderrTruncated bool            `json:"stderr_truncated"`
+	Layers          []sandbox.Layer `json:"layers"`
+	Usage           sandbox.Usage   `json:"usage"`
+}
+
+func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	out := outcome{LimitsHit: []sandbox.Limit{}, Layers: []sandbox.Layer{}}
+	fail := func(err error) error {
+		if !f.json {
+			return err
+		}
+		out.ExitCode, out.Reason, out.Message = exitAirlock, sandbox.ReasonError, err.Error()
+		out.StdoutEncoding, out.StderrEncoding = "utf-8", "utf-8"
+		_ = json.NewEncoder(stdout).Encode(out)
+		return &exitError{exitAirlock}
+	}
+	spec, err := f.spec()
+	if err != nil {
+		return fail(err)
+	}
+	env, err := f.environ()
+	if err != nil {
+		return fail(err)
+	}
+	if f.driver != "native" {
+		return fail(fmt.Errorf("driver %q is not available in this build; use --driver native", f.driver))
+	}
+	drv, err := native.New(native.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	sb, err := drv.Create(ctx, spec)
+	if err != nil {
+		return fail(err)
+	}
+	defer sb.Close(context.WithoutCancel(ctx))
+
+	req := sandbox.ExecRequest{Argv: argv, Env: env, Dir: f.workdir, Stdin: stdin}
+	var outBuf, errBuf bytes.Buffer
+	if f.json {
+		req.Stdout, req.Stderr = &outBuf, &errBuf
+	} else {
+		req.Stdout, req.Stderr = stdout, stderr
+	}
+	res, err := sb.Exec(ctx, req)
+	if err != nil {
+		return fail(err)
+	}
+	code := exitCode(res)
+	if !f.json {
+		if res.Reason != sandbox.ReasonExit || res.Signal != "" || (code >= 126 && res.Message != "") {
+			msg := res.Message
+			if msg == "" {
+				msg = string(res.Reason)
+			}
+			fmt.Fprintf(stderr, "airlock: %s\n", msg)
+		}
+		return exitWith(code)
+	}
+	out.ExitCode, out.Reason, out.LimitsHit, out.Message = code, res.Reason, res.LimitsHit, res.Message
+	if res.Signal != "" {
+		out.Signal = &res.Signal
+	}
+	out.Stdout, out.StdoutEncoding = encode(outBuf.Bytes())
+	out.Stderr, out.StderrEncoding = encode(errBuf.Bytes())
+	out.StdoutTruncated, out.StderrTruncated = res.StdoutTruncated, res.StderrTruncated
+	out.Layers, out.Usage = sb.Layers(), res.Usage
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		return err
+	}
+	return exitWith(code)
+}
+
+func exitWith(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code}
+}
+
+// exitCode is the exit code airlock exits with for res: the command's own,
+// or 128+N when a signal N ended it.
+func exitCode(res sandbox.Result) int {
+	if res.Signal != "" {
+		if n, ok := agent.SignalNumber(res.Signal); ok {
+			return 128 + int(n)
+		}
+		return 128 + 9
+	}
+	return res.ExitCode
+}
+
+func encode(b []byte) (string, string) {
+	if utf8.Valid(b) {
+		return string(b), "utf-8"
+	}
+	return base64.StdEncoding.EncodeToString(b), "base64"
+}
+
+func (f runFlags) spec() (sandbox.Spec, error) {
+	var s sandbox.Spec
+	var err error
+	l := &s.Limits
+	if l.MemoryBytes, err = parseSize("--memory", f.memory); err != nil {
+		return s, err
+	}
+	if l.DiskBytes, err = parseSize("--disk", f.disk); err != nil {
+		return s, err
+	}
+	if l.TmpBytes, err = parseSize("--tmp", f.tmp); err != nil {
+		return s, err
+	}
+	if l.OutputBytes, err = parseSize("--output-limit", f.outputLimit); err != nil {
+		return s, err
+	}
+	if f.cpus <= 0 || f.pids <= 0 || f.timeout <= 0 || f.cpuTime < 0 {
+		return s, fmt.Errorf("--cpus, --pids and --timeout must be positive, --cpu-time not negative")
+	}
+	l.CPUs, l.Pids, l.Timeout, l.CPUTime = f.cpus, f.pids, f.timeout, f.cpuTime
+	s.Root = f.root
+	for _, m := range f.mounts {
+		mt, err := parseMount(m)
+		if err != nil {
+			return s, err
+		}
+		s.Mounts = append(s.Mounts, mt)
+	}
+	for _, d := range f.degraded {
+		s.AllowDegraded = append(s.AllowDegraded, sandbox.Layer(d))
+	}
+	return s, s.Validate()
+}
+
+// environ turns --env flags into KEY=VALUE pairs; a bare KEY copies the
+// caller's value. Nothing else of the caller's environment is passed.
+func (f runFlags) environ() ([]string, error) {
+	var env []string
+	for _, e := range f.env {
+		if strings.Contains(e, "=") {
+			env = append(env, e)
+			continue
+		}
+		if e == "" {
+			return nil, errors.New("--env needs KEY=VALUE or KEY")
+		}
+		if v, ok := os.LookupEnv(e); ok {
+			env = append(env, e+"="+v)
+		}
+	}
+	return env, nil
+}
+
+// parseMount reads HOST:PATH[:ro|:rw].
+func parseMount(s string) (sandbox.Mount, error) {
+	parts := strings.Split(s, ":")
+	m := sandbox.Mount{}
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+		m.Writable = parts[2] == "rw"
+	default:
+		return m, fmt.Errorf("--mount %q: write HOST:PATH, HOST:PATH:ro or HOST:PATH:rw", s)
+	}
+	m.Source, m.Target = parts[0], parts[1]
+	return m, nil
+}
+
+// parseSize reads sizes as Docker does: a number with an optional binary
+// unit b, k, m or g (any case, optional "iB"/"B").
+func parseSize(flag, s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult, t = 1<<10, t[:n-1]
+		case 'm':
+			mult, t = 1<<20, t[:n-1]
+		case 'g':
+			mult, t = 1<<30, t[:n-1]
+		case 't':
+			mult, t = 1<<40, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+		return 0, fmt.Errorf("%s %q: give a positive size like 256M, 1G or 512k", flag, s)
+	}
+	return int64(v * float64(mult)), nil
+}

@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Client is the host's side of the conversation with one agent. Everything
+// the agent says is untrusted: messages are size-capped, and results are
+// checked against the host's own counters by the driver.
+type Client struct {
+	cc        *http2.ClientConn
+	hello     *connect.Client[HelloRequest, HelloResponse]
+	exec      *connect.Client[ExecInput, ExecEvent]
+	signal    *connect.Client[SignalRequest, Empty]
+	readFile  *connect.Client[PathRequest, FileChunk]
+	writeFile *connect.Client[FileChunk, Empty]
+	readDir   *connect.Client[PathRequest, FileList]
+	stat      *connect.Client[PathRequest, FileList]
+	mkdir     *connect.Client[PathRequest, Empty]
+	remove    *connect.Client[PathRequest, Empty]
+	rename    *connect.Client[PathRequest, Empty]
+}
+
+// Dial speaks to the agent at the other end of c and performs the version
+// handshake. It returns the layers the agent put in place.
+func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
+	hc, cc, err := dialConn(c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the agent connection: %w", err)
+	}
+	o := clientOptions()
+	cl := &Client{
+		cc:        cc,
+		hello:     connect.NewClient[HelloRequest, HelloResponse](hc, baseURL+procHello, o...),
+		exec:      connect.NewClient[ExecInput, ExecEvent](hc, baseURL+procExec, o...),
+		signal:    connect.NewClient[SignalRequest, Empty](hc, baseURL+procSignal, o...),
+		readFile:  connect.NewClient[PathRequest, FileChunk](hc, baseURL+procReadFile, o...),
+		writeFile: connect.NewClient[FileChunk, Empty](hc, baseURL+procWriteFile, o...),
+		readDir:   connect.NewClient[PathRequest, FileList](hc, baseURL+procReadDir, o...),
+		stat:      connect.NewClient[PathRequest, FileList](hc, baseURL+procStat, o...),
+		mkdir:     connect.NewClient[PathRequest, Empty](hc, baseURL+procMkdir, o...),
+		remove:    connect.NewClient[PathRequest, Empty](hc, baseURL+procRemove, o...),
+		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+procRename, o...),
+	}
+	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
+	if err != nil {
+		cc.Close()
+		return nil, nil, fmt.Errorf("agent handshake: %w", hostError(err))
+	}
+	if resp.Msg.Version != Version {
+		cc.Close()
+		return nil, nil, fmt.Errorf("agent speaks protocol %d, this airlock %d", resp.Msg.Version, Version)
+	}
+	return cl, resp.Msg.Layers, nil
+}
+
+// Close ends the connection; the agent then kills every command and exits.
+func (c *Client) Close() error { return c.cc.Close() }
+
+// Exec is one running command on the host's side.
+type Exec struct {
+	stream *connect.BidiStreamForClient[ExecInput, ExecEvent]
+	// Pid is the main process's pid inside the sandbox.
+	Pid int
+}
+
+// StartExec starts a command and returns once it runs. A command that
+// cannot start (not found, not executable) is a *sandbox.CommandError.
+// The returned Exec must be read to the end with Next.
+func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
+	st := c.exec.CallBidiStream(ctx)
+	if err := st.Send(&ExecInput{Start: s}); err != nil {
+		st.CloseRequest()
+		st.CloseResponse()
+		return nil, fmt.Errorf("start exec: %w", hostError(err))
+	}
+	if !s.Stdin {
+		_ = st.CloseRequest()
+	}
+	ev, err := st.Receive()
+	if err != nil {
+		st.CloseResponse()
+		return nil, fmt.Errorf("start exec: %w", hostError(err))
+	}
+	if ev.Exit != nil {
+		st.CloseResponse()
+		return nil, &sandbox.CommandError{Code: ev.Exit.ExitCode, Msg: ev.Exit.Message}
+	}
+	if ev.Started <= 0 {
+		st.CloseResponse()
+		return nil, errors.New("start exec: the agent answered out of order")
+	}
+	return &Exec{stream: st, Pid: ev.Started}, nil
+}
+
+// SendStdin passes data to the command's stdin; eof closes it.
+func (e *Exec) SendStdin(data []byte, eof bool) error {
+	for len(data) > chunkSize {
+		if err := e.stream.Send(&ExecInput{Stdin: data[:chunkSize]}); err != nil {
+			return err
+		}
+		data = data[chunkSize:]
+	}
+	if err := e.stream.Send(&ExecInput{Stdin: data, StdinEOF: eof}); err != nil {
+		return err
+	}
+	if eof {
+		return e.stream.CloseRequest()
+	}
+	return nil
+}
+
+// Next returns the next event. The last one has Exit set; after it Next
+// returns io.EOF.
+func (e *Exec) Next() (*ExecEvent, error) {
+	ev, err := e.stream.Receive()
+	if err != nil {
+		e.stream.CloseResponse()
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, hostError(err)
+	}
+	if ev.Exit != nil {
+		e.stream.CloseResponse()
+	}
+	return ev, nil
+}
+
+// Close abandons the stream.
+func (e *Exec) Close() {
+	e.stream.CloseRequest()
+	e.stream.CloseResponse()
+}
+
+// Signal sends sig to exec id; SIGKILL kills its whole tree.
+func (c *Client) Signal(ctx context.Context, id string, sig int) error {
+	_, err := c.signal.CallUnary(ctx, connect.NewRequest(&SignalRequest{ID: id, Signal: sig}))
+	return hostError(err)
+}
+
+// ReadFile copies the file at path to w, at most limit bytes (0: all) from offset.
+func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64, w io.Writer) error {
+	st, err := c.readFile.CallServerStream(ctx, connect.NewRequest(&PathRequest{Path: path, Offset: offset, Limit: limit}))
+	if err != nil {
+		return hostError(err)
+	}
+	defer st.Close()
+	var n int64
+	for st.Receive() {
+		data := st.Msg().Data
+		if limit > 0 && n+int64(len(data)) > limit {
+			return errors.New("agent sent more than was asked for")
+		}
+		n += int64(len(data))
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+	}
+	return hostError(st.Err())
+}
+
+// WriteFile replaces the file at path with what r holds.
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	st := c.writeFile.CallClientStream(ctx)
+	buf := make([]byte, chunkSize)
+	first := true
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 || first {
+			msg := &FileChunk{Data: buf[:n]}
+			if first {
+				msg.Path, msg.Mode, first = path, uint32(mode.Perm()), false
+			}
+			if err := st.Send(msg); err != nil {
+				break // the answer below says why
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			_, _ = st.CloseAndReceive()
+			return rerr
+		}
+	}
+	_, err := st.CloseAndReceive()
+	return hostError(err)
+}
+
+// ReadDir lists the directory at path.
+func (c *Client) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+	resp, err := c.readDir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	if err != nil {
+		return nil, hostError(err)
+	}
+	return resp.Msg.Files, nil
+}
+
+// Stat describes the file at path.
+func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	resp, err := c.stat.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	if err != nil {
+		return sandbox.FileInfo{}, hostError(err)
+	}
+	if len(resp.Msg.Files) != 1 {
+		return sandbox.FileInfo{}, errors.New("agent answered stat with no file")
+	}
+	return resp.Msg.Files[0], nil
+}
+
+// Mkdir makes the directory at path and its parents.
+func (c *Client) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
+	_, err := c.mkdir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, Mode: uint32(mode.Perm())}))
+	return hostError(err)
+}
+
+// Remove removes the file or tree at path.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	_, err := c.remove.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	return hostError(err)
+}
+
+// Rename moves oldpath to newpath.
+func (c *Client) Rename(ctx context.Context, oldpath, newpath string) error {
+	_, err := c.rename.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: oldpath, To: newpath}))
+	return hostError(err)
+}
+
+var _ http.RoundTripper = (*http2.ClientConn)(nil)

@@ -1,0 +1,62 @@
+package agent
+
+import "github.com/airlock-sandbox/airlock/internal/sandbox"
+
+// File descriptors the host hands the agent, in this order. Further
+// descriptors follow: the cgroup directories (Config.Cgroup.FDs), then the
+// detached mounts (Config.Mounts[i].FD).
+const (
+	FDConfig = 3 // a pipe: the host writes Config as JSON and closes it
+	FDConn   = 4 // the connection the agent serves
+	FDFirst  = 5 // the first descriptor named in Config
+)
+
+// Config tells the agent how to build the sandbox. The host writes it once
+// to FDConfig at start.
+type Config struct {
+	// Hostname inside the sandbox.
+	Hostname string `json:"hostname"`
+	// Root is the descriptor of a detached mount to use as the root file
+	// system, or 0 to compose one from the host's /usr and an /etc allowlist.
+	Root int `json:"root,omitempty"`
+	// Mounts are detached mounts (open_tree clones made by the host, already
+	// read-only where they should be) to attach inside.
+	Mounts []MountConfig `json:"mounts,omitempty"`
+	// DiskBytes and TmpBytes size /workspace and /tmp.
+	DiskBytes int64 `json:"disk_bytes"`
+	TmpBytes  int64 `json:"tmp_bytes"`
+	// UID and GID of workload commands inside the sandbox.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Env is added to every command's default environment.
+	Env []string `json:"env,omitempty"`
+	// OpenFiles is RLIMIT_NOFILE for commands; Pids is their RLIMIT_NPROC
+	// (each sandbox has its own uids, so it counts only this sandbox).
+	OpenFiles int `json:"open_files"`
+	Pids      int `json:"pids"`
+	// FileSize is RLIMIT_FSIZE for commands.
+	FileSize int64 `json:"file_size"`
+	// Cgroup is where each exec gets its own group.
+	Cgroup CgroupConfig `json:"cgroup"`
+	// Skip names layers the caller accepted running without.
+	Skip []sandbox.Layer `json:"skip,omitempty"`
+	// KeepExecCgroups leaves finished execs' groups for the host to read
+	// and remove.
+	KeepExecCgroups bool `json:"keep_exec_cgroups"`
+}
+
+// MountConfig attaches one detached mount.
+type MountConfig struct {
+	FD       int    `json:"fd"`
+	Target   string `json:"target"`
+	Dir      bool   `json:"dir"`
+	Writable bool   `json:"writable"`
+}
+
+// CgroupConfig names the workload group's directory in each hierarchy.
+type CgroupConfig struct {
+	V2 bool `json:"v2"`
+	// FDs are directory descriptors; Controllers[i] lists what FDs[i] holds.
+	FDs         []int      `json:"fds,omitempty"`
+	Controllers [][]string `json:"controllers,omitempty"`
+}

@@ -1,0 +1,337 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/confine"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// engine starts and tracks the sandbox's commands.
+type engine struct {
+	cfg      *Config
+	reaper   *reaper
+	workload *cgroup.Group // nil when cgroups were left out
+	filter   *confine.Filter
+	landlock bool
+
+	mu    sync.Mutex
+	procs map[string]*proc
+	// protected is set when the host gave the agent oom_score_adj -1000;
+	// forkMu serializes the switch to 0 and back around each fork.
+	protected bool
+	forkMu    sync.Mutex
+}
+
+// proc is one running exec.
+type proc struct {
+	id      string
+	pid     int
+	group   *cgroup.Group
+	status  <-chan unix.WaitStatus
+	reason  atomic.Value // sandbox.Reason, set by whoever kills it first
+	stopped chan struct{}
+	started time.Time
+}
+
+func newEngine(cfg *Config) (*engine, error) {
+	e := &engine{cfg: cfg, reaper: startReaper(), procs: map[string]*proc{}}
+	if !skipped(cfg, sandbox.LayerCgroups) && len(cfg.Cgroup.FDs) > 0 {
+		h := &cgroup.Hierarchy{V2: cfg.Cgroup.V2, Mounts: map[string]string{}}
+		for i, fd := range cfg.Cgroup.FDs {
+			for _, c := range cfg.Cgroup.Controllers[i] {
+				h.Mounts[c] = "/proc/self/fd/" + strconv.Itoa(fd)
+			}
+		}
+		e.workload = h.Open("")
+	}
+	if !skipped(cfg, sandbox.LayerSeccomp) {
+		f, err := confine.Workload()
+		if err != nil {
+			return nil, fmt.Errorf("build the seccomp filter: %w", err)
+		}
+		e.filter = f
+	}
+	e.landlock = !skipped(cfg, sandbox.LayerLandlock) && confine.LandlockABI() > 0
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil && strings.TrimSpace(string(b)) == "-1000" {
+		e.protected = true
+	}
+	return e, nil
+}
+
+func skipped(cfg *Config, l sandbox.Layer) bool {
+	for _, s := range cfg.Skip {
+		if s == l {
+			return true
+		}
+	}
+	return false
+}
+
+// startError is a command that could not start; Code is 126 or 127.
+type startError = sandbox.CommandError
+
+// start starts the command of s with the given standard streams.
+func (e *engine) start(s *ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
+	env := e.env(s.Env)
+	path, err := lookPath(s.Argv[0], env)
+	if err != nil {
+		return nil, err
+	}
+	dir := s.Dir
+	if dir == "" {
+		dir = sandbox.Workspace
+	}
+	p := &proc{id: s.ID, stopped: make(chan struct{})}
+	if e.workload != nil {
+		p.group = e.workload.Child(s.ID)
+		if err := p.group.Create(); err != nil {
+			return nil, fmt.Errorf("create the exec's cgroup: %w", err)
+		}
+	}
+	e.mu.Lock()
+	if _, dup := e.procs[s.ID]; dup {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("exec %s: %w", s.ID, sandbox.ErrExists)
+	}
+	e.procs[s.ID] = p
+	e.mu.Unlock()
+
+	type started struct {
+		pid    int
+		status <-chan unix.WaitStatus
+		err    error
+	}
+	done := make(chan started, 1)
+	// The agent keeps oom_score_adj -1000; its commands must not inherit it.
+	// The switch is process-wide, so forks are serialized around it.
+	e.forkMu.Lock()
+	if e.protected {
+		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+	}
+	go func() {
+		// This thread takes on the workload's confinement and dies with
+		// this goroutine: it is never unlocked.
+		runtime.LockOSThread()
+		pid, status, err := e.forkOnThisThread(p, path, s.Argv, env, dir, stdin, stdout, stderr)
+		done <- started{pid, status, err}
+	}()
+	r := <-done
+	if e.protected {
+		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	}
+	e.forkMu.Unlock()
+	if r.err != nil {
+		e.remove(p)
+		return nil, r.err
+	}
+	p.pid, p.status, p.started = r.pid, r.status, time.Now()
+	return p, nil
+}
+
+// forkOnThisThread confines the calling (locked) thread and forks the
+// command from it; the child inherits the confinement.
+func (e *engine) forkOnThisThread(p *proc, path string, argv, env []string, dir string, stdin, stdout, stderr *os.File) (int, <-chan unix.WaitStatus, error) {
+	sys := &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: uint32(e.cfg.UID), Gid: uint32(e.cfg.GID), Groups: []uint32{}},
+	}
+	// The cgroup first: Landlock would refuse the writes below /proc after.
+	if p.group != nil {
+		if e.cfg.Cgroup.V2 {
+			fd, err := unix.Open(p.group.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return 0, nil, fmt.Errorf("open the exec's cgroup: %w", err)
+			}
+			defer unix.Close(fd)
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+		} else if err := enterThread(p.group); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := confine.SetNoNewPrivs(); err != nil {
+		return 0, nil, err
+	}
+	if err := confine.DropBoundingSet(); err != nil {
+		return 0, nil, err
+	}
+	if e.landlock {
+		rw := []string{sandbox.Workspace, "/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+		for _, m := range e.cfg.Mounts {
+			if m.Writable {
+				rw = append(rw, m.Target)
+			}
+		}
+		if _, err := (confine.Landlock{ReadExec: []string{"/"}, ReadWrite: rw}).RestrictThread(); err != nil {
+			return 0, nil, fmt.Errorf("apply landlock: %w", err)
+		}
+	}
+	if e.filter != nil {
+		if err := e.filter.InstallThread(); err != nil {
+			return 0, nil, fmt.Errorf("apply seccomp: %w", err)
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
+		Sys:   sys,
+	}
+	pid, status, err := e.reaper.spawn(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+	if err != nil {
+		return 0, nil, execError(argv[0], dir, err)
+	}
+	return pid, status, nil
+}
+
+// enterThread moves the calling thread (not the process) into group on
+// every v1 hierarchy, so that the child it forks starts there.
+func enterThread(g *cgroup.Group) error {
+	tid := strconv.Itoa(unix.Gettid())
+	for _, c := range cgroup.V1Controllers {
+		f := filepath.Join(g.Path(c), "tasks")
+		if err := os.WriteFile(f, []byte(tid), 0); err != nil {
+			return fmt.Errorf("enter the exec's cgroup (%s): %w", c, err)
+		}
+	}
+	return nil
+}
+
+func execError(name, dir string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		if _, serr := os.Stat(dir); serr != nil {
+			return &startError{Code: 126, Msg: fmt.Sprintf("working directory %s does not exist in the sandbox", dir)}
+		}
+		return &startError{Code: 127, Msg: fmt.Sprintf("%s: not found in the sandbox", name)}
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.ENOEXEC), errors.Is(err, unix.EISDIR), errors.Is(err, unix.EPERM):
+		return &startError{Code: 126, Msg: fmt.Sprintf("%s: cannot be executed in the sandbox: %v", name, err)}
+	case errors.Is(err, unix.EAGAIN):
+		return &startError{Code: 126, Msg: fmt.Sprintf("%s: cannot start: the sandbox's process limit is reached", name)}
+	}
+	return fmt.Errorf("start %s: %w", name, err)
+}
+
+// lookPath finds name on the PATH of env, as execvp does.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathVar := sandbox.DefaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	denied := false
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() {
+			continue
+		}
+		if fi.Mode()&0o111 == 0 {
+			denied = true
+			continue
+		}
+		return p, nil
+	}
+	if denied {
+		return "", &startError{Code: 126, Msg: fmt.Sprintf("%s: found on PATH but not executable", name)}
+	}
+	return "", &startError{Code: 127, Msg: fmt.Sprintf("%s: command not found in the sandbox (PATH=%s)", name, pathVar)}
+}
+
+// env returns a command's environment: the defaults, the sandbox's, then
+// the request's, later entries replacing earlier ones with the same key.
+func (e *engine) env(req []string) []string {
+	all := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.Workspace, "LANG=C.UTF-8", "USER=sandbox", "HOSTNAME=" + e.cfg.Hostname}
+	all = append(all, e.cfg.Env...)
+	all = append(all, req...)
+	seen := map[string]int{}
+	var out []string
+	for _, kv := range all {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[k]; ok {
+			out[i] = kv
+			continue
+		}
+		seen[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// kill ends every process of p, with reason unless one was already given.
+func (e *engine) kill(p *proc, reason sandbox.Reason) {
+	p.reason.CompareAndSwap(nil, reason)
+	if p.group != nil {
+		_ = p.group.Kill(5 * time.Second)
+		return
+	}
+	// Without cgroups: the session and the process group; double-forked
+	// survivors end only when the sandbox does.
+	_ = unix.Kill(-p.pid, unix.SIGKILL)
+	_ = unix.Kill(p.pid, unix.SIGKILL)
+}
+
+func (e *engine) signal(id string, sig unix.Signal) error {
+	e.mu.Lock()
+	p := e.procs[id]
+	e.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("exec %s: %w", id, sandbox.ErrNotFound)
+	}
+	if sig == unix.SIGKILL {
+		e.kill(p, sandbox.ReasonKilled)
+		return nil
+	}
+	return unix.Kill(p.pid, sig)
+}
+
+func (e *engine) remove(p *proc) {
+	e.mu.Lock()
+	delete(e.procs, p.id)
+	e.mu.Unlock()
+	if p.group != nil && !e.cfg.KeepExecCgroups {
+		_ = p.group.Remove()
+	}
+}
+
+// killAll ends every exec; the agent is going away.
+func (e *engine) killAll() {
+	e.mu.Lock()
+	ps := make([]*proc, 0, len(e.procs))
+	for _, p := range e.procs {
+		ps = append(ps, p)
+	}
+	e.mu.Unlock()
+	for _, p := range ps {
+		e.kill(p, sandbox.ReasonKilled)
+	}
+}
+
+// pipe returns a pipe whose write end goes to the command.
+func pipe() (r, w *os.File, err error) { return os.Pipe() }
+
+// devNull opens /dev/null for a command's stdin.
+func devNull() (*os.File, error) { return os.Open(os.DevNull) }
+
+var _ io.Reader = (*os.File)(nil)

@@ -1,0 +1,118 @@
+// Package agent is airlock's in-sandbox agent and the host's client for it.
+//
+// The agent runs as PID 1 inside every sandbox that has a Linux userland. It
+// sets up the sandbox's root (Setup), then serves the host over one byte
+// stream: Connect RPCs (connectrpc.com/connect, JSON codec) over HTTP/2
+// without TLS. HTTP/2 carries many concurrent streams with flow control over
+// the one connection, so execs, file transfers and (later) tunnelled TCP
+// connections share it without blocking each other. The transport (a
+// socketpair, a container's stdio, a virtio-serial port) is the driver's
+// business: Serve and Dial take any net.Conn.
+//
+// Every call begins with Hello, the version handshake.
+package agent
+
+import (
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Version is the protocol version. The host refuses an agent that speaks another.
+const Version = 1
+
+// Procedure paths.
+const (
+	service       = "/airlock.agent.v1.Agent/"
+	procHello     = service + "Hello"
+	procExec      = service + "Exec"
+	procSignal    = service + "Signal"
+	procReadFile  = service + "ReadFile"
+	procWriteFile = service + "WriteFile"
+	procReadDir   = service + "ReadDir"
+	procStat      = service + "Stat"
+	procMkdir     = service + "Mkdir"
+	procRemove    = service + "Remove"
+	procRename    = service + "Rename"
+)
+
+// MaxMessage caps every message either side accepts.
+const MaxMessage = 4 << 20
+
+// chunkSize is the largest data chunk one message carries.
+const chunkSize = 32 << 10
+
+// HelloRequest opens the conversation.
+type HelloRequest struct {
+	Version int `json:"version"`
+}
+
+// HelloResponse says who answered.
+type HelloResponse struct {
+	Version int `json:"version"`
+	// Layers the agent put in place inside the sandbox.
+	Layers []sandbox.Layer `json:"layers"`
+}
+
+// ExecStart is the first message of an Exec stream.
+type ExecStart struct {
+	// ID names the exec; the host chooses it and it names the exec's cgroup.
+	ID         string   `json:"id"`
+	Argv       []string `json:"argv"`
+	Env        []string `json:"env"`
+	Dir        string   `json:"dir"`
+	TimeoutMS  int64    `json:"timeout_ms"`
+	CPUTimeMS  int64    `json:"cpu_time_ms"`
+	Background bool     `json:"background"`
+	// Stdin says the host will send input; without it stdin is empty.
+	Stdin bool `json:"stdin"`
+	// OutputLimit caps each output stream in bytes.
+	OutputLimit int64 `json:"output_limit"`
+}
+
+// ExecInput is a message of the host's half of an Exec stream: the start,
+// then stdin data, then (optionally) the end of stdin.
+type ExecInput struct {
+	Start    *ExecStart `json:"start,omitempty"`
+	Stdin    []byte     `json:"stdin,omitempty"`
+	StdinEOF bool       `json:"stdin_eof,omitempty"`
+}
+
+// ExecEvent is a message of the agent's half of an Exec stream.
+type ExecEvent struct {
+	// Started carries the exec's main pid (inside the sandbox) once it runs.
+	Started int    `json:"started,omitempty"`
+	Stdout  []byte `json:"stdout,omitempty"`
+	Stderr  []byte `json:"stderr,omitempty"`
+	// Exit is the last event.
+	Exit *sandbox.Result `json:"exit,omitempty"`
+}
+
+// SignalRequest sends a signal to an exec.
+type SignalRequest struct {
+	ID     string `json:"id"`
+	Signal int    `json:"signal"`
+}
+
+// PathRequest names a path, with the extras some calls need.
+type PathRequest struct {
+	Path   string `json:"path"`
+	To     string `json:"to,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Limit  int64  `json:"limit,omitempty"`
+}
+
+// FileChunk carries file data. The first chunk of a WriteFile stream holds
+// the path and mode.
+type FileChunk struct {
+	Path string `json:"path,omitempty"`
+	Mode uint32 `json:"mode,omitempty"`
+	Data []byte `json:"data,omitempty"`
+}
+
+// FileList is the answer to ReadDir and Stat.
+type FileList struct {
+	Files []sandbox.FileInfo `json:"files"`
+}
+
+// Empty is an empty message.
+type Empty struct{}

@@ -1,0 +1,448 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/fsroot"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Main is the agent's entry point: read the Config, build the sandbox,
+// serve the host until the connection ends, then kill everything.
+func Main() int {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func run() error {
+	// Nothing the host passed may reach a command: mark every inherited
+	// descriptor close-on-exec before anything else.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
+	cfgFile := os.NewFile(FDConfig, "config")
+	var cfg Config
+	err := json.NewDecoder(io.LimitReader(cfgFile, MaxMessage)).Decode(&cfg)
+	cfgFile.Close()
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	if err := setup(&cfg); err != nil {
+		return err
+	}
+	eng, err := newEngine(&cfg)
+	if err != nil {
+		return err
+	}
+	root, err := fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
+	if err != nil {
+		return fmt.Errorf("open the file API's root: %w", err)
+	}
+	if err := harden(&cfg); err != nil {
+		return err
+	}
+	conn, err := net.FileConn(os.NewFile(FDConn, "conn"))
+	if err != nil {
+		return fmt.Errorf("open the host connection: %w", err)
+	}
+	s := &server{cfg: &cfg, eng: eng, root: root}
+	serveConn(context.Background(), conn, s.handler())
+	eng.killAll()
+	return nil
+}
+
+type server struct {
+	cfg  *Config
+	eng  *engine
+	root *fsroot.Root
+}
+
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	o := handlerOptions()
+	mux.Handle(procHello, connect.NewUnaryHandlerSimple(procHello, s.hello, o...))
+	mux.Handle(procExec, connect.NewBidiStreamHandler(procExec, s.exec, o...))
+	mux.Handle(procSignal, connect.NewUnaryHandlerSimple(procSignal, s.signal, o...))
+	mux.Handle(procReadFile, connect.NewServerStreamHandlerSimple(procReadFile, s.readFile, o...))
+	mux.Handle(procWriteFile, connect.NewClientStreamHandlerSimple(procWriteFile, s.writeFile, o...))
+	mux.Handle(procReadDir, connect.NewUnaryHandlerSimple(procReadDir, s.readDir, o...))
+	mux.Handle(procStat, connect.NewUnaryHandlerSimple(procStat, s.stat, o...))
+	mux.Handle(procMkdir, connect.NewUnaryHandlerSimple(procMkdir, s.mkdir, o...))
+	mux.Handle(procRemove, connect.NewUnaryHandlerSimple(procRemove, s.remove, o...))
+	mux.Handle(procRename, connect.NewUnaryHandlerSimple(procRename, s.rename, o...))
+	return mux
+}
+
+func (s *server) hello(_ context.Context, req *HelloRequest) (*HelloResponse, error) {
+	if req.Version != Version {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent speaks protocol %d, host %d: use the agent built with this airlock", Version, req.Version))
+	}
+	var layers []sandbox.Layer
+	layers = append(layers, sandbox.LayerRootFS, sandbox.LayerNoNewPrivs, sandbox.LayerCaps)
+	if s.eng.filter != nil {
+		layers = append(layers, sandbox.LayerSeccomp)
+	}
+	if s.eng.landlock {
+		layers = append(layers, sandbox.LayerLandlock)
+	}
+	return &HelloResponse{Version: Version, Layers: layers}, nil
+}
+
+func (s *server) signal(_ context.Context, req *SignalRequest) (*Empty, error) {
+	if req.Signal <= 0 || req.Signal > 64 {
+		return nil, wireError(fmt.Errorf("signal %d: %w", req.Signal, sandbox.ErrInvalid))
+	}
+	return &Empty{}, wireError(s.eng.signal(req.ID, unix.Signal(req.Signal)))
+}
+
+// exec runs one command: the first message starts it, later ones feed its
+// stdin; the agent streams its output and ends with its Result.
+func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput, ExecEvent]) error {
+	first, err := stream.Receive()
+	if err != nil {
+		return err
+	}
+	st := first.Start
+	if st == nil || !sandbox.ValidID(st.ID) {
+		return wireError(fmt.Errorf("exec needs a start message with a valid id: %w", sandbox.ErrInvalid))
+	}
+	if err := (sandbox.ExecRequest{Argv: st.Argv, Env: st.Env, Dir: st.Dir}).Validate(); err != nil {
+		return wireError(err)
+	}
+	var sendMu sync.Mutex
+	send := func(ev *ExecEvent) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(ev)
+	}
+
+	stdin, stdinW, err := s.stdin(st.Stdin)
+	if err != nil {
+		return wireError(err)
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return wireError(err)
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return wireError(err)
+	}
+	var pidsBefore int64
+	if s.eng.workload != nil {
+		st, _ := s.eng.workload.Stats()
+		pidsBefore = st.PidsMax
+	}
+	p, err := s.eng.start(st, stdin, outW, errW)
+	stdin.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		var ce *sandbox.CommandError
+		if errors.As(err, &ce) {
+			return send(&ExecEvent{Exit: &sandbox.Result{ExitCode: ce.Code, Reason: sandbox.ReasonExit, Message: ce.Msg, LimitsHit: []sandbox.Limit{}}})
+		}
+		return wireError(err)
+	}
+	if err := send(&ExecEvent{Started: p.pid}); err != nil {
+		s.eng.kill(p, sandbox.ReasonKilled)
+	}
+	if stdinW != nil {
+		go feedStdin(stream, stdinW)
+	}
+
+	// Output: each stream is counted; past the limit the exec is killed.
+	var res sandbox.Result
+	var outWG sync.WaitGroup
+	var written [2]int64
+	for i, r := range []*os.File{outR, errR} {
+		outWG.Add(1)
+		go func() {
+			defer outWG.Done()
+			defer r.Close()
+			buf := make([]byte, chunkSize)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					data := buf[:n]
+					if left := st.OutputLimit - written[i]; st.OutputLimit > 0 && int64(n) > left {
+						data = buf[:max(left, 0)]
+						if i == 0 {
+							res.StdoutTruncated = true
+						} else {
+							res.StderrTruncated = true
+						}
+						go s.eng.kill(p, sandbox.ReasonOutputLimit)
+					}
+					written[i] += int64(len(data))
+					if len(data) > 0 {
+						ev := &ExecEvent{Stdout: data}
+						if i == 1 {
+							ev = &ExecEvent{Stderr: data}
+						}
+						if send(ev) != nil {
+							go s.eng.kill(p, sandbox.ReasonKilled)
+						}
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+
+	ws := s.watch(ctx, p, st)
+	if p.group != nil && !st.Background {
+		// A command owns its whole tree: what it left running ends with it.
+		_ = p.group.Kill(5 * time.Second)
+	} else if !st.Background {
+		_ = unix.Kill(-p.pid, unix.SIGKILL)
+	}
+	drained := make(chan struct{})
+	go func() { outWG.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace(st.Background)):
+	}
+	if stdinW != nil {
+		stdinW.Close()
+	}
+
+	res.ExitCode, res.Signal = exitOf(ws)
+	res.Usage.WallMS = time.Since(p.started).Milliseconds()
+	res.Usage.BytesWritten = written[0] + written[1]
+	reason, _ := p.reason.Load().(sandbox.Reason)
+	var stats struct{ oom, pids bool }
+	if p.group != nil {
+		gs, _ := p.group.Stats()
+		res.Usage.CPUMS = gs.CPUNanos / 1e6
+		res.Usage.MemoryPeakBytes = gs.MemoryPeak
+		stats.oom = gs.OOMKills > 0
+		ws, _ := s.eng.workload.Stats()
+		stats.pids = ws.PidsMax > pidsBefore
+	}
+	Classify(&res, reason, stats.oom, stats.pids, diskFull())
+	if !st.Background {
+		s.eng.remove(p)
+	} else {
+		go func() { <-drained; s.eng.remove(p) }()
+	}
+	return send(&ExecEvent{Exit: &res})
+}
+
+// drainGrace is how long output may still arrive after the main process
+// ended: a foreground exec's tree is dead by then, a background one's
+// survivors may hold the pipes forever.
+func drainGrace(background bool) time.Duration {
+	if background {
+		return 100 * time.Millisecond
+	}
+	return 2 * time.Second
+}
+
+// watch waits for the main process to exit, enforcing the wall-time and
+// CPU-time limits and the caller going away.
+func (s *server) watch(ctx context.Context, p *proc, st *ExecStart) unix.WaitStatus {
+	var timeout <-chan time.Time
+	if st.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(st.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var tick <-chan time.Time
+	if st.CPUTimeMS > 0 && p.group != nil {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case ws := <-p.status:
+			return ws
+		case <-timeout:
+			timeout = nil
+			go s.eng.kill(p, sandbox.ReasonTimeout)
+		case <-tick:
+			if ns, err := p.group.CPUNanos(); err == nil && ns/1e6 >= st.CPUTimeMS {
+				tick = nil
+				go s.eng.kill(p, sandbox.ReasonCPUTime)
+			}
+		case <-done:
+			done = nil
+			go s.eng.kill(p, sandbox.ReasonKilled)
+		}
+	}
+}
+
+func (s *server) stdin(want bool) (r, w *os.File, err error) {
+	if !want {
+		r, err = devNull()
+		return r, nil, err
+	}
+	return pipe()
+}
+
+func feedStdin(stream *connect.BidiStream[ExecInput, ExecEvent], w *os.File) {
+	defer w.Close()
+	for {
+		msg, err := stream.Receive()
+		if err != nil {
+			return
+		}
+		if len(msg.Stdin) > 0 {
+			if _, err := w.Write(msg.Stdin); err != nil {
+				return
+			}
+		}
+		if msg.StdinEOF {
+			return
+		}
+	}
+}
+
+func exitOf(ws unix.WaitStatus) (int, string) {
+	if ws.Signaled() {
+		return -1, SignalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+// diskFull reports whether /workspace or /tmp has no room left.
+func diskFull() bool {
+	for _, p := range []string{sandbox.Workspace, "/tmp"} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Blocks > 0 && st.Bavail*uint64(st.Bsize) < 64<<10 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *server) readFile(_ context.Context, req *PathRequest, stream *connect.ServerStream[FileChunk]) error {
+	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&FileChunk{Data: b}) }}
+	_, err := s.root.ReadFile(req.Path, req.Offset, req.Limit, w)
+	if err == nil {
+		err = w.flush()
+	}
+	return wireError(err)
+}
+
+func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[FileChunk]) (*Empty, error) {
+	if !stream.Receive() {
+		return nil, wireError(fmt.Errorf("write needs a path: %w", sandbox.ErrInvalid))
+	}
+	first := stream.Msg()
+	r := &chunkReader{pending: first.Data, next: func() ([]byte, error) {
+		if !stream.Receive() {
+			if err := stream.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		return stream.Msg().Data, nil
+	}}
+	mode := fs.FileMode(first.Mode).Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	_, err := s.root.WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
+	return &Empty{}, wireError(err)
+}
+
+func (s *server) readDir(_ context.Context, req *PathRequest) (*FileList, error) {
+	fi, err := s.root.ReadDir(req.Path)
+	return &FileList{Files: fi}, wireError(err)
+}
+
+func (s *server) stat(_ context.Context, req *PathRequest) (*FileList, error) {
+	fi, err := s.root.Stat(req.Path)
+	return &FileList{Files: []sandbox.FileInfo{fi}}, wireError(err)
+}
+
+func (s *server) mkdir(_ context.Context, req *PathRequest) (*Empty, error) {
+	mode := fs.FileMode(req.Mode).Perm()
+	if mode == 0 {
+		mode = 0o755
+	}
+	return &Empty{}, wireError(s.root.Mkdir(req.Path, mode))
+}
+
+func (s *server) remove(_ context.Context, req *PathRequest) (*Empty, error) {
+	return &Empty{}, wireError(s.root.Remove(req.Path))
+}
+
+func (s *server) rename(_ context.Context, req *PathRequest) (*Empty, error) {
+	return &Empty{}, wireError(s.root.Rename(req.Path, req.To))
+}
+
+// chunkWriter sends what is written in chunks of at most chunkSize.
+type chunkWriter struct {
+	buf  []byte
+	send func([]byte) error
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), chunkSize-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == chunkSize {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (w *chunkWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.send(w.buf)
+	w.buf = w.buf[:0]
+	return err
+}
+
+// chunkReader reads a stream of chunks as one byte stream.
+type chunkReader struct {
+	pending []byte
+	next    func() ([]byte, error)
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		b, err := r.next()
+		if err != nil {
+			return 0, err
+		}
+		r.pending = b
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}

@@ -1,0 +1,415 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// staging is where the new root is assembled before pivot_root. The mount
+// namespace is the agent's own, so covering the host's /tmp here hides it
+// from nobody but the sandbox.
+const staging = "/tmp"
+
+// etcAllowlist is all of the host's /etc a composed root sees: what TLS,
+// the dynamic linker, time zones and name-service switch need.
+var etcAllowlist = []string{
+	"alternatives", "ca-certificates", "ca-certificates.conf", "debian_version",
+	"gai.conf", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+	"localtime", "mime.types", "nsswitch.conf", "os-release", "protocols",
+	"services", "ssl", "timezone",
+}
+
+// maskedProc are covered so the workload cannot read them (as runc does).
+var maskedProc = []string{
+	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats", "sched_debug",
+	"scsi", "sysrq-trigger", "timer_list", "timer_stats",
+}
+
+// readonlyProc are made read-only.
+var readonlyProc = []string{"bus", "fs", "irq", "sys"}
+
+// setup builds the sandbox from inside its new namespaces: a private mount
+// tree, a composed read-only root with /proc, /dev, /tmp and /workspace,
+// pivot_root into it, hostname and loopback. It runs once, single-threaded
+// in spirit (nothing else runs yet), as uid 0 of the sandbox's user namespace.
+func setup(cfg *Config) error {
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("enter a new cgroup namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the mount tree private: %w", err)
+	}
+	if cfg.Root != 0 {
+		if err := attach(cfg.Root, staging); err != nil {
+			return fmt.Errorf("attach the root file system: %w", err)
+		}
+		for _, d := range []string{"proc", "dev", "tmp", "workspace"} {
+			if fi, err := os.Stat(filepath.Join(staging, d)); err != nil || !fi.IsDir() {
+				return fmt.Errorf("the root file system has no /%s directory; create it (mkdir ROOT/%s)", d, d)
+			}
+		}
+	} else if err := composeRoot(cfg); err != nil {
+		return err
+	}
+	if err := mountSpecial(cfg); err != nil {
+		return err
+	}
+	for _, m := range cfg.Mounts {
+		if err := attachMount(m); err != nil {
+			return err
+		}
+	}
+	if err := pivot(); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return fmt.Errorf("bring up loopback: %w", err)
+	}
+	return nil
+}
+
+func composeRoot(cfg *Config) error {
+	if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
+		return fmt.Errorf("mount the root tmpfs: %w", err)
+	}
+	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "workspace", "mnt", "root", "home", "var", "run", "opt", "srv"} {
+		if err := os.Mkdir(filepath.Join(staging, d), 0o755); err != nil {
+			return fmt.Errorf("make root directory /%s: %w", d, err)
+		}
+	}
+	if err := bindRO("/usr", filepath.Join(staging, "usr")); err != nil {
+		return err
+	}
+	// Merged /usr: /bin, /lib… are symlinks into /usr; a split /usr gets binds.
+	for _, d := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if err := mirror("/"+d, filepath.Join(staging, d)); err != nil {
+			return err
+		}
+	}
+	for _, name := range etcAllowlist {
+		if err := mirror("/etc/"+name, filepath.Join(staging, "etc", name)); err != nil {
+			return err
+		}
+	}
+	for name, content := range etcFiles(cfg) {
+		if err := os.WriteFile(filepath.Join(staging, "etc", name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// etcFiles are generated, so nothing of the host's users, hosts or
+// resolvers shows through.
+func etcFiles(cfg *Config) map[string]string {
+	return map[string]string{
+		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
+			fmt.Sprintf("sandbox:x:%d:%d:sandbox:%s:/bin/sh\n", cfg.UID, cfg.GID, sandbox.Workspace) +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":       fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", cfg.GID),
+		"hosts":       fmt.Sprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n", cfg.Hostname),
+		"hostname":    cfg.Hostname + "\n",
+		"resolv.conf": "# no network: this sandbox has loopback only\n",
+	}
+}
+
+// mirror makes dst look like the host's src: a symlink is copied, a
+// directory or file is bound read-only, a missing src is skipped.
+func mirror(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look at host %s: %w", src, err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return fmt.Errorf("read host symlink %s: %w", src, err)
+		}
+		return os.Symlink(target, dst)
+	case fi.IsDir():
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return fmt.Errorf("make %s: %w", dst, err)
+		}
+	case fi.Mode().IsRegular():
+		if err := os.WriteFile(dst, nil, 0o644); err != nil {
+			return fmt.Errorf("make %s: %w", dst, err)
+		}
+	default:
+		return nil
+	}
+	return bindRO(src, dst)
+}
+
+// bindRO binds src onto dst, read-only, nosuid and nodev, recursively.
+func bindRO(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind host %s: %w", src, err)
+	}
+	return setReadOnly(dst, src)
+}
+
+// setReadOnly makes the mount at dst and everything below it read-only.
+func setReadOnly(dst, what string) error {
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE, attr)
+	if errors.Is(err, unix.ENOSYS) {
+		err = remountRO(dst)
+	}
+	if err != nil {
+		return fmt.Errorf("make %s read-only: %w", what, err)
+	}
+	return nil
+}
+
+// remountRO is the pre-5.12 way: a bind remount that keeps the flags the
+// kernel locked on the original mount.
+func remountRO(dst string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
+	for _, f := range [][2]uintptr{
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(st.Flags)&f[0] != 0 {
+			flags |= f[1]
+		}
+	}
+	return unix.Mount("", dst, "", flags, "")
+}
+
+func mountSpecial(cfg *Config) error {
+	root := func(p string) string { return filepath.Join(staging, p) }
+	// A fresh /proc for the sandbox's pid namespace. hidepid keeps the
+	// workload from seeing the agent's process at all.
+	procFlags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("proc", root("proc"), "proc", procFlags, "hidepid=invisible"); err != nil {
+		if err := unix.Mount("proc", root("proc"), "proc", procFlags, "hidepid=2"); err != nil {
+			return fmt.Errorf("mount /proc: %w", err)
+		}
+	}
+	for _, name := range maskedProc {
+		p := root("proc/" + name)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", name, err)
+		}
+	}
+	for _, name := range readonlyProc {
+		p := root("proc/" + name)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind /proc/%s: %w", name, err)
+		}
+		if err := setReadOnly(p, "/proc/"+name); err != nil {
+			return err
+		}
+	}
+	// A minimal /dev: the harmless character devices, bound from the host
+	// (a user namespace cannot mknod), and the usual links.
+	if err := unix.Mount("tmpfs", root("dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for _, d := range []string{"null", "zero", "full", "random", "urandom"} {
+		p := root("dev/" + d)
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return fmt.Errorf("make /dev/%s: %w", d, err)
+		}
+		if err := unix.Mount("/dev/"+d, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	for name, target := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+		"stderr": "/proc/self/fd/2", "core": "/proc/kcore",
+	} {
+		if err := os.Symlink(target, root("dev/"+name)); err != nil {
+			return fmt.Errorf("link /dev/%s: %w", name, err)
+		}
+	}
+	if err := os.Mkdir(root("dev/shm"), 0o1777); err != nil {
+		return fmt.Errorf("make /dev/shm: %w", err)
+	}
+	if err := unix.Mount("tmpfs", root("dev/shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+strconv.FormatInt(cfg.TmpBytes, 10)); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	if err := unix.Mount("", root("dev"), "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
+		return fmt.Errorf("make /dev read-only: %w", err)
+	}
+	// The writable places, each with its own size.
+	if err := unix.Mount("tmpfs", root("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(cfg.TmpBytes, 10)); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	ws := fmt.Sprintf("mode=0755,uid=%d,gid=%d,size=%d", cfg.UID, cfg.GID, cfg.DiskBytes)
+	if err := unix.Mount("tmpfs", root("workspace"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, ws); err != nil {
+		return fmt.Errorf("mount /workspace: %w", err)
+	}
+	return nil
+}
+
+// attach attaches the detached mount fd at dst.
+func attach(fd int, dst string) error {
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+func attachMount(m MountConfig) error {
+	dst := filepath.Join(staging, m.Target)
+	var err error
+	if m.Dir {
+		err = os.MkdirAll(dst, 0o755)
+	} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+		err = os.WriteFile(dst, nil, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("make mount point %s: %w", m.Target, err)
+	}
+	if err := attach(m.FD, dst); err != nil {
+		return fmt.Errorf("mount %s: %w", m.Target, err)
+	}
+	_ = unix.Close(m.FD)
+	return nil
+}
+
+// pivot makes the staging tree the root and drops the host's tree from the
+// namespace altogether.
+func pivot() error {
+	if err := unix.Chdir(staging); err != nil {
+		return fmt.Errorf("enter new root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	// The composed root's own tmpfs becomes read-only; a given root already is.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("make the root read-only: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo, the only interface of the new network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// harden applies what protects the agent itself once the sandbox is built:
+// not dumpable (the workload cannot ptrace it or read its memory or
+// environment), rlimits its commands inherit, and only the capabilities it
+// still needs.
+func harden(cfg *Config) error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("make the agent non-dumpable: %w", err)
+	}
+	limits := []struct {
+		res int
+		val uint64
+	}{
+		{unix.RLIMIT_CORE, 0},
+		{unix.RLIMIT_NOFILE, uint64(cfg.OpenFiles)},
+		{unix.RLIMIT_FSIZE, uint64(cfg.FileSize)},
+	}
+	if cfg.Pids > 0 {
+		// The agent's own threads run under another uid and do not count.
+		limits = append(limits, struct {
+			res int
+			val uint64
+		}{unix.RLIMIT_NPROC, uint64(cfg.Pids)})
+	}
+	for _, l := range limits {
+		if l.val == 0 && l.res != unix.RLIMIT_CORE {
+			continue
+		}
+		if err := syscall.Setrlimit(l.res, &syscall.Rlimit{Cur: l.val, Max: l.val}); err != nil {
+			return fmt.Errorf("set rlimit %d: %w", l.res, err)
+		}
+	}
+	return dropCaps()
+}
+
+// keptCaps are what the agent needs after setup: start commands under
+// another uid, signal them, and drop the bounding set on their thread.
+var keptCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
+
+func dropCaps() error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	keep := uint64(0)
+	for _, c := range keptCaps {
+		keep |= 1 << c
+	}
+	for c := uintptr(0); c <= last; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(keep), Permitted: uint32(keep)},
+		{Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)},
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptrOf(&hdr), uintptrOf(&data[0]), 0); e != 0 {
+		return fmt.Errorf("drop capabilities: %w", e)
+	}
+	return nil
+}
+
+func lastCap() (uintptr, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("read the last capability: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return uintptr(n), err
+}

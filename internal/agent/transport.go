@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+)
+
+// jsonCodec encodes plain Go structs as JSON. Connect's own JSON codec needs
+// protobuf messages; airlock's messages are structs in this package.
+type jsonCodec struct{}
+
+func (jsonCodec) Name() string                 { return "json" }
+func (jsonCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(b []byte, v any) error {
+	return json.Unmarshal(b, v)
+}
+
+func handlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCodec(jsonCodec{}),
+		connect.WithReadMaxBytes(MaxMessage),
+		connect.WithSendMaxBytes(MaxMessage),
+	}
+}
+
+func clientOptions() []connect.ClientOption {
+	return []connect.ClientOption{
+		connect.WithCodec(jsonCodec{}),
+		connect.WithReadMaxBytes(MaxMessage),
+		connect.WithSendMaxBytes(MaxMessage),
+	}
+}
+
+// serveConn serves h over HTTP/2 without TLS on the one connection c until
+// the connection ends.
+func serveConn(ctx context.Context, c net.Conn, h http.Handler) {
+	srv := &http2.Server{
+		MaxConcurrentStreams: 1000,
+		MaxReadFrameSize:     1 << 20,
+		IdleTimeout:          0,
+	}
+	srv.ServeConn(c, &http2.ServeConnOpts{
+		Context:    ctx,
+		Handler:    h,
+		BaseConfig: &http.Server{ReadHeaderTimeout: 10 * time.Second},
+	})
+}
+
+// dialConn makes an HTTP client whose every request travels over the one
+// connection c as an HTTP/2 stream.
+func dialConn(c net.Conn) (*http.Client, *http2.ClientConn, error) {
+	tr := &http2.Transport{
+		AllowHTTP:          true,
+		DisableCompression: true,
+		MaxReadFrameSize:   1 << 20,
+		// The agent is untrusted: cap what one response may declare.
+		MaxHeaderListSize: 64 << 10,
+	}
+	cc, err := tr.NewClientConn(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &http.Client{Transport: cc}, cc, nil
+}
+
+// baseURL is the URL prefix of every call; the host part is never resolved.
+const baseURL = "http://agent"
+
+// errorf returns a Connect error with code, for the host to classify.
+func errorf(code connect.Code, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return connect.NewError(code, err)
+}

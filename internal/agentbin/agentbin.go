@@ -1,0 +1,107 @@
+// Package agentbin holds the in-sandbox agent binary that `make` embeds in
+// airlock, and installs it where sandboxes can execute it.
+//
+// The agent is a separate small static program (cmd/airlock-agent) rather
+// than airlock re-executing itself: it starts in about a millisecond and
+// holds little memory, because it links none of the daemon's dependencies.
+package agentbin
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+//go:embed all:bin
+var embedded embed.FS
+
+// Env names the variable that points at an agent binary to use instead of
+// the embedded one (for development and tests).
+const Env = "AIRLOCK_AGENT"
+
+// Dir is where agents are installed: root-owned; others may execute the
+// files (sandboxes start as their own uids) but not list or read them.
+var Dir = "/run/airlock/agent"
+
+var (
+	once sync.Once
+	path string
+	perr error
+)
+
+// Path returns the path of an installed agent binary, installing it on
+// first use.
+func Path() (string, error) {
+	once.Do(func() { path, perr = install() })
+	return path, perr
+}
+
+func install() (string, error) {
+	if p := os.Getenv(Env); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", fmt.Errorf("read the agent named by %s: %w", Env, err)
+		}
+		sum := sha256.Sum256(b)
+		return Install(b, hex.EncodeToString(sum[:]))
+	}
+	b, err := embedded.ReadFile("bin/airlock-agent")
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", errors.New("this airlock was built without its agent: build it with `make` (or set " + Env + " to an airlock-agent binary)")
+	}
+	if err != nil {
+		return "", err
+	}
+	sum, err := embedded.ReadFile("bin/airlock-agent.sha256")
+	if err != nil {
+		s := sha256.Sum256(b)
+		sum = []byte(hex.EncodeToString(s[:]))
+	}
+	return Install(b, strings.TrimSpace(string(sum)))
+}
+
+// Install writes the agent b, whose SHA-256 is sum (hex), into Dir unless it
+// is there already, and returns its path. Files are named by content, so
+// agents of different airlock versions live side by side.
+func Install(b []byte, sum string) (string, error) {
+	if len(sum) < 16 {
+		return "", errors.New("agent checksum too short")
+	}
+	dst := filepath.Join(Dir, "airlock-agent-"+sum[:16])
+	if fi, err := os.Stat(dst); err == nil && fi.Size() == int64(len(b)) {
+		return dst, nil
+	}
+	if err := os.MkdirAll(Dir, 0o711); err != nil {
+		return "", fmt.Errorf("make the agent directory: %w", err)
+	}
+	if err := os.Chmod(Dir, 0o711); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(Dir, ".agent-*")
+	if err != nil {
+		return "", fmt.Errorf("install the agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("install the agent: %w", err)
+	}
+	if err := tmp.Chmod(0o511); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("install the agent: %w", err)
+	}
+	return dst, nil
+}

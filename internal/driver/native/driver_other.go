@@ -1,0 +1,33 @@
+//go:build !linux
+
+package native
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Driver is the native driver; off Linux it can run nothing.
+type Driver struct{}
+
+var _ sandbox.Driver = (*Driver)(nil)
+
+// New fails off Linux.
+func New(Options) (*Driver, error) {
+	return nil, fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
+}
+
+func (*Driver) Name() string { return "native" }
+
+func (*Driver) Probe(context.Context) error {
+	return fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
+}
+
+func (*Driver) Create(context.Context, sandbox.Spec) (sandbox.Instance, error) {
+	return nil, fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
+}
+
+// Reap does nothing off Linux.
+func (*Driver) Reap() {}

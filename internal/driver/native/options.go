@@ -1,0 +1,20 @@
+// Package native is airlock's default driver: each sandbox is a set of new
+// Linux namespaces (user, pid, mount, network, IPC, UTS, cgroup) with its
+// own host uid range, a composed read-only root, cgroup limits, a seccomp
+// allowlist, Landlock, no capabilities and a non-root uid, run by the
+// in-sandbox agent.
+package native
+
+import "log/slog"
+
+// Options configure the driver. The zero value is ready to use.
+type Options struct {
+	// CgroupParent is the group below each hierarchy's root that holds the
+	// sandboxes. Empty means "airlock".
+	CgroupParent string
+	// StateDir holds the locks that tie sandboxes and uid ranges to the
+	// process that owns them. Empty means /run/airlock.
+	StateDir string
+	// Logger receives the driver's logs. Nil discards them.
+	Logger *slog.Logger
+}

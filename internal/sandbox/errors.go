@@ -1,0 +1,49 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Error classes. Wrap them with what was being done; test with errors.Is.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrUnsupported = errors.New("not supported on this host")
+	ErrLimit       = errors.New("limit reached")
+	ErrInvalid     = errors.New("invalid request")
+	ErrClosed      = errors.New("sandbox is closed")
+	// ErrOutside is a path that would lead outside the sandbox's root.
+	ErrOutside = errors.New("path leads outside the sandbox")
+)
+
+// LayerError says that an isolation layer is missing on this host, and how
+// to get it.
+type LayerError struct {
+	Layer Layer
+	Why   string
+	Fix   string
+}
+
+func (e *LayerError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "isolation layer %s is unavailable: %s", e.Layer, e.Why)
+	if e.Fix != "" {
+		fmt.Fprintf(&b, "; fix: %s", e.Fix)
+	}
+	fmt.Fprintf(&b, " (or accept running without it: --allow-degraded %s)", e.Layer)
+	return b.String()
+}
+
+func (e *LayerError) Unwrap() error { return ErrUnsupported }
+
+// CommandError says the command could not be started inside the sandbox.
+// Code is 127 when it was not found and 126 when it was not executable, as a
+// shell and Docker report.
+type CommandError struct {
+	Code int
+	Msg  string
+}
+
+func (e *CommandError) Error() string { return e.Msg }

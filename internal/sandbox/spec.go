@@ -1,0 +1,252 @@
+package sandbox
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Defaults for a Spec's zero fields.
+const (
+	DefaultMemory      = 512 << 20
+	DefaultCPUs        = 0.5
+	DefaultPids        = 64
+	DefaultTimeout     = 10 * time.Second
+	DefaultLifetime    = 5 * time.Minute
+	DefaultDisk        = 256 << 20
+	DefaultTmp         = 64 << 20
+	DefaultOutputLimit = 1 << 20
+	DefaultOpenFiles   = 1024
+	DefaultPath        = "/usr/local/bin:/usr/bin:/bin"
+	Workspace          = "/workspace"
+)
+
+// Spec describes a sandbox. The zero value is the safe default: no
+// network, no mounts, no environment, the limits above.
+type Spec struct {
+	// ID names the sandbox; empty means a new random one.
+	ID string `json:"id,omitempty"`
+	// Root is a host directory to use as the sandbox's read-only root file
+	// system. Empty means a root composed from the host's /usr and an
+	// allowlist of /etc.
+	Root string `json:"root,omitempty"`
+	// Limits bound the sandbox and each command in it.
+	Limits Limits `json:"limits"`
+	// Env is added to every command's default environment ("KEY=VALUE").
+	Env []string `json:"env,omitempty"`
+	// Mounts are host paths made visible inside. None by default.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Network says what the sandbox may reach. The zero value is NetworkNone.
+	Network Network `json:"network"`
+	// AllowDegraded names isolation layers the caller accepts running
+	// without, when the host lacks them. Empty means fail closed.
+	AllowDegraded []Layer `json:"allow_degraded,omitempty"`
+}
+
+// Limits bound a sandbox. A zero field means its default.
+type Limits struct {
+	// MemoryBytes caps the memory of all commands together (no swap). 512 MiB.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// CPUs is the CPU quota in cores. 0.5.
+	CPUs float64 `json:"cpus,omitempty"`
+	// Pids caps the number of processes and threads of all commands. 64.
+	Pids int `json:"pids,omitempty"`
+	// Timeout is each command's default wall-time limit. 10 s.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// CPUTime is each command's default CPU-time limit. Zero means none.
+	CPUTime time.Duration `json:"cpu_time,omitempty"`
+	// Lifetime is how long the sandbox may live. 5 min.
+	Lifetime time.Duration `json:"lifetime,omitempty"`
+	// DiskBytes is the size of /workspace. 256 MiB.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// TmpBytes is the size of /tmp. 64 MiB.
+	TmpBytes int64 `json:"tmp_bytes,omitempty"`
+	// OutputBytes caps each output stream of a command; past it the command
+	// is killed with reason output_limit. 1 MiB.
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// OpenFiles is the RLIMIT_NOFILE of every command. 1024.
+	OpenFiles int `json:"open_files,omitempty"`
+}
+
+// Mount makes a host path visible inside the sandbox.
+type Mount struct {
+	// Source is the host path. It must exist and must not be a symlink.
+	Source string `json:"source"`
+	// Target is the absolute path inside the sandbox.
+	Target string `json:"target"`
+	// Writable lets the sandbox write to it; read-only by default.
+	Writable bool `json:"writable,omitempty"`
+}
+
+// NetworkMode says how a sandbox reaches the network.
+type NetworkMode string
+
+const (
+	// NetworkNone gives the sandbox loopback only.
+	NetworkNone NetworkMode = "none"
+)
+
+// Network is a sandbox's network policy.
+type Network struct {
+	// Mode is NetworkNone when empty.
+	Mode NetworkMode `json:"mode,omitempty"`
+}
+
+// Layer names one isolation layer.
+type Layer string
+
+const (
+	LayerUserNS     Layer = "userns"
+	LayerPidNS      Layer = "pidns"
+	LayerMountNS    Layer = "mountns"
+	LayerNetNS      Layer = "netns"
+	LayerIPCNS      Layer = "ipcns"
+	LayerUTSNS      Layer = "utsns"
+	LayerCgroupNS   Layer = "cgroupns"
+	LayerCgroups    Layer = "cgroups"
+	LayerSeccomp    Layer = "seccomp"
+	LayerLandlock   Layer = "landlock"
+	LayerNoNewPrivs Layer = "no_new_privs"
+	LayerCaps       Layer = "capabilities"
+	LayerUIDRange   Layer = "uid_range"
+	LayerRootFS     Layer = "rootfs"
+	LayerGVisor     Layer = "gvisor"
+)
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidID reports whether id can name a sandbox or an exec: lower-case
+// letters, digits, '-' and '_', at most 63 characters. IDs become parts of
+// host paths, so nothing else is allowed.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	set := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&l.MemoryBytes, DefaultMemory)
+	set(&l.DiskBytes, DefaultDisk)
+	set(&l.TmpBytes, DefaultTmp)
+	set(&l.OutputBytes, DefaultOutputLimit)
+	if l.CPUs == 0 {
+		l.CPUs = DefaultCPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DefaultTimeout
+	}
+	if l.Lifetime == 0 {
+		l.Lifetime = DefaultLifetime
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = DefaultOpenFiles
+	}
+	return l
+}
+
+// Validate checks s and says what is wrong in words a caller can act on.
+func (s Spec) Validate() error {
+	if s.ID != "" && !ValidID(s.ID) {
+		return invalid("sandbox id %q: use 1-63 lower-case letters, digits, '-' or '_'", s.ID)
+	}
+	l := s.Limits
+	switch {
+	case l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < 4<<20):
+		return invalid("memory limit %d bytes: give at least 4 MiB", l.MemoryBytes)
+	case l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01):
+		return invalid("cpus %g: give at least 0.01", l.CPUs)
+	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 2):
+		return invalid("pids limit %d: give at least 2", l.Pids)
+	case l.Timeout < 0, l.CPUTime < 0, l.Lifetime < 0:
+		return invalid("timeouts cannot be negative")
+	case l.DiskBytes < 0, l.TmpBytes < 0, l.OutputBytes < 0, l.OpenFiles < 0:
+		return invalid("sizes cannot be negative")
+	case l.OpenFiles > 0 && l.OpenFiles < 16:
+		return invalid("open files %d: give at least 16", l.OpenFiles)
+	}
+	for _, e := range s.Env {
+		if err := validEnv(e); err != nil {
+			return err
+		}
+	}
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Source) {
+			return invalid("mount source %q: give an absolute host path", m.Source)
+		}
+		if err := validTarget(m.Target); err != nil {
+			return err
+		}
+	}
+	switch s.Network.Mode {
+	case "", NetworkNone:
+	default:
+		return invalid("network mode %q: only %q is supported", s.Network.Mode, NetworkNone)
+	}
+	for _, d := range s.AllowDegraded {
+		if !slices.Contains(DegradableLayers, d) {
+			return invalid("--allow-degraded %q: only %v can be left out", d, DegradableLayers)
+		}
+	}
+	return nil
+}
+
+// DegradableLayers are the layers a caller may accept running without.
+var DegradableLayers = []Layer{LayerCgroups, LayerSeccomp, LayerLandlock, LayerCgroupNS}
+
+// Validate checks r before it is sent to a sandbox.
+func (r ExecRequest) Validate() error {
+	if len(r.Argv) == 0 || r.Argv[0] == "" {
+		return invalid("no command given")
+	}
+	for _, a := range r.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid("argument contains a NUL byte")
+		}
+	}
+	for _, e := range r.Env {
+		if err := validEnv(e); err != nil {
+			return err
+		}
+	}
+	if r.Dir != "" && !path.IsAbs(r.Dir) {
+		return invalid("working directory %q: give an absolute path inside the sandbox", r.Dir)
+	}
+	if r.Timeout < 0 || r.CPUTime < 0 {
+		return invalid("timeouts cannot be negative")
+	}
+	return nil
+}
+
+func validEnv(e string) error {
+	k, _, ok := strings.Cut(e, "=")
+	if !ok || k == "" || strings.ContainsAny(e, "\x00") {
+		return invalid("environment entry %q: write KEY=VALUE", e)
+	}
+	return nil
+}
+
+var reservedTargets = []string{"/", "/proc", "/dev", "/usr", "/etc", "/tmp", Workspace, "/sys"}
+
+func validTarget(t string) error {
+	if !path.IsAbs(t) || path.Clean(t) != t {
+		return invalid("mount target %q: give a clean absolute path inside the sandbox", t)
+	}
+	for _, r := range reservedTargets {
+		if t == r || (r != "/" && strings.HasPrefix(t, r+"/") && (r == "/proc" || r == "/dev" || r == "/sys")) {
+			return invalid("mount target %q: %s belongs to the sandbox; mount below /mnt or %s instead", t, r, Workspace)
+		}
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
