@@ -241,7 +241,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		res.Usage.MemoryPeakBytes = gs.MemoryPeak
 		stats.oom = gs.OOMKills > 0
 		ws, _ := s.eng.workload.Stats()
-		stats.pids = ws.PidsMax > pidsBefore
+		stats.pids = gs.PidsMax > 0 || ws.PidsMax > pidsBefore
 	}
 	Classify(&res, reason, stats.oom, stats.pids, diskFull())
 	if !st.Background {

@@ -157,7 +157,13 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	cfg := agent.Config{
 		Hostname: "sandbox", DiskBytes: spec.Limits.DiskBytes, TmpBytes: spec.Limits.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: spec.Limits.OpenFiles,
-		Pids: spec.Limits.Pids, FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
+		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
+	}
+	if d.hier == nil {
+		// Without cgroups RLIMIT_NPROC is the process limit; with them it
+		// stays out of the way, so that the pids controller (which counts
+		// what it refuses) is the limit hit.
+		cfg.Pids = spec.Limits.Pids
 	}
 	// A layer the caller accepted doing without is left out only when the
 	// host really lacks it.

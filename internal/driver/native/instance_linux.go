@@ -303,9 +303,12 @@ func (p *process) finish() {
 			r.Usage.CPUMS = st.CPUNanos / 1e6
 			r.Usage.MemoryPeakBytes = st.MemoryPeak
 			oom = st.OOMKills > 0
+			// v1 counts a failed fork in the forking group, v2 in the
+			// group whose limit was hit: look at both.
+			pids = st.PidsMax > 0
 		}
-		if st, err := in.workload.Stats(); err == nil {
-			pids = st.PidsMax > p.pidsBefore
+		if st, err := in.workload.Stats(); err == nil && st.PidsMax > p.pidsBefore {
+			pids = true
 		}
 		if !p.req.Background {
 			_ = p.group.Kill(5 * time.Second)

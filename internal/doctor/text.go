@@ -1,0 +1,90 @@
+package doctor
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteText writes the report as an aligned table: the host, then a line
+// per layer and per driver saying ok or missing, with, under each missing
+// one, why and the fix.
+func (r Report) WriteText(w io.Writer) error {
+	width := 0
+	for _, l := range r.Layers {
+		width = max(width, len(l.Name))
+	}
+	for _, d := range r.Drivers {
+		width = max(width, len(d.Name))
+	}
+	var b strings.Builder
+	row := func(name string, ok bool, detail, why, fix string) {
+		status := "ok"
+		if !ok {
+			status = "missing"
+		}
+		line := fmt.Sprintf("  %-*s  %-7s  %s", width, name, status, detail)
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		indent := strings.Repeat(" ", 2+width+2)
+		if !ok && why != "" {
+			fmt.Fprintf(&b, "%swhy: %s\n", indent, why)
+		}
+		if !ok && fix != "" {
+			fmt.Fprintf(&b, "%sfix: %s\n", indent, fix)
+		}
+	}
+
+	h := r.Host
+	b.WriteString("host\n")
+	fmt.Fprintf(&b, "  kernel   %s\n", orUnknown(h.Kernel))
+	fmt.Fprintf(&b, "  os       %s\n", orUnknown(h.OS))
+	fmt.Fprintf(&b, "  machine  %s, %d cores, %s memory\n", orUnknown(h.Arch), h.Cores, formatBytes(h.MemoryBytes))
+	fmt.Fprintf(&b, "  cgroups  %s\n", orUnknown(h.CgroupMode))
+	fmt.Fprintf(&b, "  go       %s\n", orUnknown(h.GoVersion))
+
+	b.WriteString("\nlayers\n")
+	for _, l := range r.Layers {
+		row(l.Name, l.OK, l.Detail, l.Why, l.Fix)
+	}
+
+	b.WriteString("\ndrivers\n")
+	for _, d := range r.Drivers {
+		var detail []string
+		if d.Note != "" {
+			detail = append(detail, d.Note)
+		}
+		if len(d.Needs) > 0 {
+			detail = append(detail, "needs "+strings.Join(d.Needs, ", "))
+		}
+		row(d.Name, d.OK, strings.Join(detail, "; "), d.Why, d.Fix)
+	}
+	_, err := io.WriteString(w, b.String())
+	if err != nil {
+		return fmt.Errorf("write doctor report: %w", err)
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// formatBytes renders a memory size for people: "23.5 GiB".
+func formatBytes(n uint64) string {
+	if n == 0 {
+		return "unknown"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}

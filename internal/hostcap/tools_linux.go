@@ -1,0 +1,225 @@
+package hostcap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// runTool runs a program under its own timeout and returns its combined
+// output, trimmed. A failure includes the output.
+func runTool(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Dir = "/"
+	// Children that keep the output pipe open must not hold us past the timeout.
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w after %v", ctx.Err(), timeout)
+		}
+		if s != "" {
+			return s, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, lastLine(s))
+		}
+		return s, fmt.Errorf("%s %s: %w", path, strings.Join(args, " "), err)
+	}
+	return s, nil
+}
+
+// firstLine returns the first line of s.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(line)
+}
+
+// lastLine returns the last non-empty line of s, usually the error.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[i+1:])
+	}
+	return s
+}
+
+// runscFix installs runsc.
+const runscFix = "apt-get install runsc (Debian's build is old: ptrace platform only), " +
+	"or build a current one with `make runsc`"
+
+// runscTimeout bounds one `runsc do` attempt.
+const runscTimeout = 20 * time.Second
+
+// probeRunsc runs `runsc do true` with no network, on the systrap platform
+// when this runsc knows it, else on ptrace.
+func probeRunsc(ctx context.Context) Result {
+	path, err := exec.LookPath("runsc")
+	if err != nil {
+		return fail("runsc is not installed (not found on PATH)", runscFix)
+	}
+	out, err := runTool(ctx, 5*time.Second, path, "--version")
+	if err != nil {
+		return fail(fmt.Sprintf("runsc does not run: %v", err), runscFix)
+	}
+	version := strings.TrimPrefix(firstLine(out), "runsc version ")
+	var failures []string
+	for _, platform := range []string{"systrap", "ptrace"} {
+		args := []string{"--network=none", "--platform=" + platform}
+		if !isRoot() {
+			args = append(args, "--rootless")
+		}
+		args = append(args, "do", "true")
+		out, err := runTool(ctx, runscTimeout, path, args...)
+		if err == nil {
+			detail := fmt.Sprintf("runsc %s, platform %s", version, platform)
+			if len(failures) > 0 {
+				detail += " (" + strings.Join(failures, "; ") + ")"
+			}
+			return ok(detail)
+		}
+		if strings.Contains(out, "unknown platform") {
+			failures = append(failures, platform+": unknown to this build")
+			continue
+		}
+		failures = append(failures, fmt.Sprintf("%s: %v", platform, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	why := fmt.Sprintf("runsc %s cannot run a sandbox: %s", version, strings.Join(failures, "; "))
+	if !isRoot() {
+		return fail(why+notRoot(), rootFix+", or "+runscFix)
+	}
+	return fail(why, runscFix)
+}
+
+// qemuBinary names the system emulator for this machine's architecture.
+func qemuBinary() (bin, pkg string) {
+	switch runtime.GOARCH {
+	case "arm64":
+		return "qemu-system-aarch64", "qemu-system-arm"
+	default:
+		return "qemu-system-x86_64", "qemu-system-x86"
+	}
+}
+
+// probeQEMU finds the system emulator and asks for its version.
+func probeQEMU(ctx context.Context) Result {
+	bin, pkg := qemuBinary()
+	fix := "apt-get install " + pkg
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return fail(bin+" is not installed (not found on PATH)", fix)
+	}
+	out, err := runTool(ctx, 5*time.Second, path, "--version")
+	if err != nil {
+		return fail(fmt.Sprintf("%s does not run: %v", bin, err), fix)
+	}
+	return ok(bin + " " + strings.TrimPrefix(firstLine(out), "QEMU emulator version "))
+}
+
+// probeBwrap asks bubblewrap for its version and runs true in a sandbox
+// that unshares every namespace.
+func probeBwrap(ctx context.Context) Result {
+	const fix = "apt-get install bubblewrap"
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		return fail("bwrap is not installed (not found on PATH)", fix)
+	}
+	out, err := runTool(ctx, 5*time.Second, path, "--version")
+	if err != nil {
+		return fail(fmt.Sprintf("bwrap does not run: %v", err), fix)
+	}
+	version := firstLine(out)
+	if _, err := runTool(ctx, 10*time.Second, path,
+		"--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"); err != nil {
+		why := fmt.Sprintf("%s cannot start a sandbox: %v", version, err)
+		if !isRoot() {
+			return fail(why+notRoot(), rootFix+", or enable unprivileged user namespaces (see userns)")
+		}
+		return fail(why, "see the userns capability")
+	}
+	return ok(version)
+}
+
+// dockerDefaultHost is where a Docker engine listens when DOCKER_HOST is
+// unset.
+const dockerDefaultHost = "unix:///var/run/docker.sock"
+
+// probeDocker pings the Docker engine at $DOCKER_HOST, or at the default
+// socket.
+func probeDocker(ctx context.Context) Result {
+	fix := "apt-get install docker.io && dockerd &"
+	if _, err := exec.LookPath("dockerd"); err == nil {
+		fix = "start the engine: dockerd &"
+	}
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = dockerDefaultHost
+	}
+	u, err := url.Parse(host)
+	if err != nil {
+		return fail(fmt.Sprintf("parse DOCKER_HOST %q: %v", host, err), "set DOCKER_HOST to unix:///path or tcp://host:port")
+	}
+	base := "http://docker"
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	switch u.Scheme {
+	case "unix":
+		sock := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+	case "tcp", "http":
+		base = "http://" + u.Host
+	default:
+		return fail(fmt.Sprintf("DOCKER_HOST %q: this probe speaks only unix:// and tcp://", host),
+			"set DOCKER_HOST to unix:///path or tcp://host:port")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/_ping", nil)
+	if err != nil {
+		return fail(fmt.Sprintf("build docker ping request: %v", err), fix)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fail(fmt.Sprintf("no Docker engine: %s does not exist", host), fix)
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return fail(fmt.Sprintf("no Docker engine listens on %s", host), fix)
+		case errors.Is(err, fs.ErrPermission):
+			return fail(fmt.Sprintf("cannot connect to %s: permission denied%s", host, notRoot()),
+				rootFix+", or add the user to the docker group: usermod -aG docker $USER")
+		}
+		return fail(fmt.Sprintf("ping Docker engine at %s: %v", host, err), fix)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return fail(fmt.Sprintf("Docker engine at %s answered %s: %s", host, resp.Status, strings.TrimSpace(string(body))),
+			"check the engine's log")
+	}
+	// The engine names itself ("Docker/28.2.2 (linux)") and its API version.
+	var parts []string
+	if v := strings.TrimSpace(resp.Header.Get("Server")); v != "" {
+		parts = append(parts, v)
+	}
+	if v := strings.TrimSpace(resp.Header.Get("Api-Version")); v != "" {
+		parts = append(parts, "API "+v)
+	}
+	parts = append(parts, "at "+host)
+	return ok(strings.Join(parts, ", "))
+}
