@@ -5,8 +5,14 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 )
+
+// The main goroutine keeps the main thread, so that no goroutine that
+// confines its thread for a command (and ends locked) ever lands on the one
+// thread Go cannot let exit.
+func init() { runtime.LockOSThread() }
 
 func main() { os.Exit(agent.Main()) }

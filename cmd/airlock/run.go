@@ -23,11 +23,11 @@ import (
 
 type runFlags struct {
 	driver, memory, disk, tmp, outputLimit, workdir, root string
-	cpus                                                   float64
-	pids                                                   int
-	timeout, cpuTime                                       time.Duration
-	env, mounts, degraded                                  []string
-	json                                                   bool
+	cpus                                                  float64
+	pids                                                  int
+	timeout, cpuTime                                      time.Duration
+	env, mounts, degraded                                 []string
+	json                                                  bool
 }
 
 func newRunCmd() *cobra.Command {

@@ -73,6 +73,9 @@ type Exec struct {
 	stream *connect.BidiStreamForClient[ExecInput, ExecEvent]
 	// Pid is the main process's pid inside the sandbox.
 	Pid int
+	// Cgroup is the exec's group below the workload group, as the agent
+	// says; the caller must validate it before using it.
+	Cgroup string
 }
 
 // StartExec starts a command and returns once it runs. A command that
@@ -101,7 +104,7 @@ func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
 		st.CloseResponse()
 		return nil, errors.New("start exec: the agent answered out of order")
 	}
-	return &Exec{stream: st, Pid: ev.Started}, nil
+	return &Exec{stream: st, Pid: ev.Started, Cgroup: ev.Cgroup}, nil
 }
 
 // SendStdin passes data to the command's stdin; eof closes it.

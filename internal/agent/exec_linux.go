@@ -29,8 +29,11 @@ type engine struct {
 	filter   *confine.Filter
 	landlock bool
 
-	mu    sync.Mutex
-	procs map[string]*proc
+	mu       sync.Mutex
+	procs    map[string]*proc
+	next     *spawner // ready for the next command
+	closing  bool
+	spawnSeq atomic.Int64
 	// protected is set when the host gave the agent oom_score_adj -1000;
 	// forkMu serializes the switch to 0 and back around each fork.
 	protected bool
@@ -39,13 +42,14 @@ type engine struct {
 
 // proc is one running exec.
 type proc struct {
-	id      string
-	pid     int
-	group   *cgroup.Group
-	status  <-chan unix.WaitStatus
-	reason  atomic.Value // sandbox.Reason, set by whoever kills it first
-	stopped chan struct{}
-	started time.Time
+	id         string
+	pid        int
+	group      *cgroup.Group
+	cgroupName string
+	status     <-chan unix.WaitStatus
+	reason     atomic.Value // sandbox.Reason, set by whoever kills it first
+	stopped    chan struct{}
+	started    time.Time
 }
 
 func newEngine(cfg *Config) (*engine, error) {
@@ -70,6 +74,7 @@ func newEngine(cfg *Config) (*engine, error) {
 	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil && strings.TrimSpace(string(b)) == "-1000" {
 		e.protected = true
 	}
+	go e.prepare()
 	return e, nil
 }
 
@@ -85,6 +90,101 @@ func skipped(cfg *Config, l sandbox.Layer) bool {
 // startError is a command that could not start; Code is 126 or 127.
 type startError = sandbox.CommandError
 
+// spawner is a goroutine locked to an OS thread that already sits in a
+// fresh exec cgroup, waiting for the command it will fork. Moving a thread
+// between cgroup v1 groups costs an RCU grace period when no move happened
+// lately (milliseconds), so the engine keeps one spawner ready and pays
+// that cost between commands instead of during one.
+type spawner struct {
+	group *cgroup.Group // nil without cgroups
+	name  string
+	jobs  chan spawnJob
+	ready chan error // the move's outcome, then closed
+}
+
+type spawnJob struct {
+	path, dir string
+	argv, env []string
+	stdin     *os.File
+	stdout    *os.File
+	stderr    *os.File
+	reply     chan spawnResult
+}
+
+type spawnResult struct {
+	pid    int
+	status <-chan unix.WaitStatus
+	err    error
+}
+
+// newSpawner starts a spawner; its thread moves into a new exec group.
+func (e *engine) newSpawner() *spawner {
+	n := e.spawnSeq.Add(1)
+	sp := &spawner{name: "x" + strconv.FormatInt(n, 10), jobs: make(chan spawnJob), ready: make(chan error, 1)}
+	if e.workload != nil {
+		sp.group = e.workload.Child(sp.name)
+	}
+	go func() {
+		// This thread takes on a command's confinement and dies with this
+		// goroutine: it is never unlocked.
+		runtime.LockOSThread()
+		err := sp.enter(e.cfg.Cgroup.V2)
+		sp.ready <- err
+		close(sp.ready)
+		if err != nil {
+			return
+		}
+		job, ok := <-sp.jobs
+		if !ok {
+			return
+		}
+		pid, status, err := e.forkOnThisThread(sp, job)
+		job.reply <- spawnResult{pid, status, err}
+	}()
+	return sp
+}
+
+// enter creates the spawner's group and moves the calling thread into it
+// (v1). On v2 the child is cloned straight into the group instead.
+func (sp *spawner) enter(v2 bool) error {
+	if sp.group == nil {
+		return nil
+	}
+	if err := sp.group.Create(); err != nil {
+		return fmt.Errorf("create the exec's cgroup: %w", err)
+	}
+	if v2 {
+		return nil
+	}
+	return enterThread(sp.group)
+}
+
+// takeSpawner returns the ready spawner, if any, else a new one, and
+// starts preparing the next.
+func (e *engine) takeSpawner() *spawner {
+	e.mu.Lock()
+	sp := e.next
+	e.next = nil
+	e.mu.Unlock()
+	if sp == nil {
+		sp = e.newSpawner()
+	}
+	go e.prepare()
+	return sp
+}
+
+// prepare makes a spawner ready for the next command.
+func (e *engine) prepare() {
+	sp := e.newSpawner()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.next != nil || e.closing {
+		close(sp.jobs)
+		return
+	}
+	e.next = sp
+}
+
 // start starts the command of s with the given standard streams.
 func (e *engine) start(s *ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
 	env := e.env(s.Env)
@@ -96,41 +196,34 @@ func (e *engine) start(s *ExecStart, stdin, stdout, stderr *os.File) (*proc, err
 	if dir == "" {
 		dir = sandbox.Workspace
 	}
-	p := &proc{id: s.ID, stopped: make(chan struct{})}
-	if e.workload != nil {
-		p.group = e.workload.Child(s.ID)
-		if err := p.group.Create(); err != nil {
-			return nil, fmt.Errorf("create the exec's cgroup: %w", err)
+	sp := e.takeSpawner()
+	err = <-sp.ready
+	if err != nil {
+		close(sp.jobs)
+		if sp.group != nil {
+			_ = sp.group.Remove()
 		}
+		return nil, err
 	}
+	p := &proc{id: s.ID, group: sp.group, cgroupName: sp.name, stopped: make(chan struct{})}
 	e.mu.Lock()
 	if _, dup := e.procs[s.ID]; dup {
 		e.mu.Unlock()
+		close(sp.jobs)
 		return nil, fmt.Errorf("exec %s: %w", s.ID, sandbox.ErrExists)
 	}
 	e.procs[s.ID] = p
 	e.mu.Unlock()
 
-	type started struct {
-		pid    int
-		status <-chan unix.WaitStatus
-		err    error
-	}
-	done := make(chan started, 1)
 	// The agent keeps oom_score_adj -1000; its commands must not inherit it.
 	// The switch is process-wide, so forks are serialized around it.
 	e.forkMu.Lock()
 	if e.protected {
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
 	}
-	go func() {
-		// This thread takes on the workload's confinement and dies with
-		// this goroutine: it is never unlocked.
-		runtime.LockOSThread()
-		pid, status, err := e.forkOnThisThread(p, path, s.Argv, env, dir, stdin, stdout, stderr)
-		done <- started{pid, status, err}
-	}()
-	r := <-done
+	reply := make(chan spawnResult, 1)
+	sp.jobs <- spawnJob{path: path, dir: dir, argv: s.Argv, env: env, stdin: stdin, stdout: stdout, stderr: stderr, reply: reply}
+	r := <-reply
 	if e.protected {
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
 	}
@@ -145,22 +238,22 @@ func (e *engine) start(s *ExecStart, stdin, stdout, stderr *os.File) (*proc, err
 
 // forkOnThisThread confines the calling (locked) thread and forks the
 // command from it; the child inherits the confinement.
-func (e *engine) forkOnThisThread(p *proc, path string, argv, env []string, dir string, stdin, stdout, stderr *os.File) (int, <-chan unix.WaitStatus, error) {
+func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.WaitStatus, error) {
 	sys := &syscall.SysProcAttr{
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: uint32(e.cfg.UID), Gid: uint32(e.cfg.GID), Groups: []uint32{}},
 	}
-	// The cgroup first: Landlock would refuse the writes below /proc after.
-	if p.group != nil {
+	if sp.group != nil {
 		if e.cfg.Cgroup.V2 {
-			fd, err := unix.Open(p.group.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(sp.group.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return 0, nil, fmt.Errorf("open the exec's cgroup: %w", err)
 			}
 			defer unix.Close(fd)
 			sys.UseCgroupFD, sys.CgroupFD = true, fd
-		} else if err := enterThread(p.group); err != nil {
-			return 0, nil, err
+		} else if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			// The command sees its own exec group as its cgroup root.
+			return 0, nil, fmt.Errorf("enter the exec's cgroup namespace: %w", err)
 		}
 	}
 	if err := confine.SetNoNewPrivs(); err != nil {
@@ -186,14 +279,14 @@ func (e *engine) forkOnThisThread(p *proc, path string, argv, env []string, dir 
 		}
 	}
 	attr := &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   env,
-		Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
+		Dir:   job.dir,
+		Env:   job.env,
+		Files: []uintptr{job.stdin.Fd(), job.stdout.Fd(), job.stderr.Fd()},
 		Sys:   sys,
 	}
-	pid, status, err := e.reaper.spawn(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+	pid, status, err := e.reaper.spawn(func() (int, error) { return syscall.ForkExec(job.path, job.argv, attr) })
 	if err != nil {
-		return 0, nil, execError(argv[0], dir, err)
+		return 0, nil, execError(job.argv[0], job.dir, err)
 	}
 	return pid, status, nil
 }
@@ -318,6 +411,7 @@ func (e *engine) remove(p *proc) {
 // killAll ends every exec; the agent is going away.
 func (e *engine) killAll() {
 	e.mu.Lock()
+	e.closing = true
 	ps := make([]*proc, 0, len(e.procs))
 	for _, p := range e.procs {
 		ps = append(ps, p)

@@ -79,9 +79,12 @@ type ExecInput struct {
 // ExecEvent is a message of the agent's half of an Exec stream.
 type ExecEvent struct {
 	// Started carries the exec's main pid (inside the sandbox) once it runs.
-	Started int    `json:"started,omitempty"`
-	Stdout  []byte `json:"stdout,omitempty"`
-	Stderr  []byte `json:"stderr,omitempty"`
+	Started int `json:"started,omitempty"`
+	// Cgroup names the exec's group below the sandbox's workload group,
+	// sent with Started.
+	Cgroup string `json:"cgroup,omitempty"`
+	Stdout []byte `json:"stdout,omitempty"`
+	Stderr []byte `json:"stderr,omitempty"`
 	// Exit is the last event.
 	Exit *sandbox.Result `json:"exit,omitempty"`
 }

@@ -46,6 +46,12 @@ func run() error {
 	if err := setup(&cfg); err != nil {
 		return err
 	}
+	// Harden before the engine starts threads of its own: dropping
+	// capabilities stops every thread, and would wait for one that is
+	// moving into a cgroup.
+	if err := harden(&cfg); err != nil {
+		return err
+	}
 	eng, err := newEngine(&cfg)
 	if err != nil {
 		return err
@@ -53,9 +59,6 @@ func run() error {
 	root, err := fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
 	if err != nil {
 		return fmt.Errorf("open the file API's root: %w", err)
-	}
-	if err := harden(&cfg); err != nil {
-		return err
 	}
 	conn, err := net.FileConn(os.NewFile(FDConn, "conn"))
 	if err != nil {
@@ -165,7 +168,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		}
 		return wireError(err)
 	}
-	if err := send(&ExecEvent{Started: p.pid}); err != nil {
+	if err := send(&ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil {
 		s.eng.kill(p, sandbox.ReasonKilled)
 	}
 	if stdinW != nil {

@@ -373,9 +373,12 @@ func harden(cfg *Config) error {
 	return dropCaps()
 }
 
-// keptCaps are what the agent needs after setup: start commands under
-// another uid, signal them, and drop the bounding set on their thread.
-var keptCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
+// keptCaps are what the agent needs after setup, all of them only inside
+// the sandbox's own user namespace: start commands under another uid,
+// signal them, drop the bounding set on their thread, give each command a
+// cgroup namespace of its own (SYS_ADMIN), and act on files as the
+// workload's uid.
+var keptCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
 
 func dropCaps() error {
 	last, err := lastCap()

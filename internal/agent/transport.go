@@ -16,7 +16,7 @@ import (
 // protobuf messages; airlock's messages are structs in this package.
 type jsonCodec struct{}
 
-func (jsonCodec) Name() string                 { return "json" }
+func (jsonCodec) Name() string                  { return "json" }
 func (jsonCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(b []byte, v any) error {
 	return json.Unmarshal(b, v)

@@ -52,19 +52,50 @@ func install() (string, error) {
 		sum := sha256.Sum256(b)
 		return Install(b, hex.EncodeToString(sum[:]))
 	}
-	b, err := embedded.ReadFile("bin/airlock-agent")
+	// The embedded agent is read only when it is not installed yet: copying
+	// its megabytes on every start would cost more than the sandbox.
+	f, err := embedded.Open("bin/airlock-agent")
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", errors.New("this airlock was built without its agent: build it with `make` (or set " + Env + " to an airlock-agent binary)")
 	}
 	if err != nil {
 		return "", err
 	}
-	sum, err := embedded.ReadFile("bin/airlock-agent.sha256")
+	fi, err := f.Stat()
+	f.Close()
 	if err != nil {
+		return "", err
+	}
+	sum, err := embedded.ReadFile("bin/airlock-agent.sha256")
+	if err == nil {
+		if p := installed(strings.TrimSpace(string(sum)), fi.Size()); p != "" {
+			return p, nil
+		}
+	}
+	b, err := embedded.ReadFile("bin/airlock-agent")
+	if err != nil {
+		return "", err
+	}
+	if len(sum) == 0 {
 		s := sha256.Sum256(b)
 		sum = []byte(hex.EncodeToString(s[:]))
 	}
 	return Install(b, strings.TrimSpace(string(sum)))
+}
+
+func agentPath(sum string) string { return filepath.Join(Dir, "airlock-agent-"+sum[:16]) }
+
+// installed returns the path of the agent with checksum sum if it is
+// installed with the given size, else "".
+func installed(sum string, size int64) string {
+	if len(sum) < 16 {
+		return ""
+	}
+	p := agentPath(sum)
+	if fi, err := os.Stat(p); err == nil && fi.Size() == size {
+		return p
+	}
+	return ""
 }
 
 // Install writes the agent b, whose SHA-256 is sum (hex), into Dir unless it
@@ -74,10 +105,10 @@ func Install(b []byte, sum string) (string, error) {
 	if len(sum) < 16 {
 		return "", errors.New("agent checksum too short")
 	}
-	dst := filepath.Join(Dir, "airlock-agent-"+sum[:16])
-	if fi, err := os.Stat(dst); err == nil && fi.Size() == int64(len(b)) {
-		return dst, nil
+	if p := installed(sum, int64(len(b))); p != "" {
+		return p, nil
 	}
+	dst := agentPath(sum)
 	if err := os.MkdirAll(Dir, 0o711); err != nil {
 		return "", fmt.Errorf("make the agent directory: %w", err)
 	}

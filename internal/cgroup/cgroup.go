@@ -245,7 +245,9 @@ const cpuPeriod = 100000 // µs
 // Set writes the limits. Memory includes no swap.
 func (g *Group) Set(l Limits) error {
 	var writes [][2]string // controller/file, value
-	add := func(ctrl, file, val string) { writes = append(writes, [2]string{filepath.Join(g.Path(ctrl), file), val}) }
+	add := func(ctrl, file, val string) {
+		writes = append(writes, [2]string{filepath.Join(g.Path(ctrl), file), val})
+	}
 	if g.h.V2 {
 		if l.MemoryBytes > 0 {
 			add("memory", "memory.max", strconv.FormatInt(l.MemoryBytes, 10))

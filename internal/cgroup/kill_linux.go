@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,17 +17,22 @@ const syscallODirectory = unix.O_DIRECTORY
 // Kill kills every process in the group and its descendants and waits until
 // the group is empty or timeout passes. A process forking in a loop cannot
 // outrun it: v2 kills the whole group atomically (cgroup.kill); v1 freezes
-// the group first, so nothing forks while the kill goes round.
-func (g *Group) Kill(timeout time.Duration) error {
+// the group first, so nothing forks while the kill goes round. Processes
+// named in spare are neither killed nor waited for (a thread of the agent
+// may pass through a group it made).
+func (g *Group) Kill(timeout time.Duration, spare ...int) error {
 	deadline := time.Now().Add(timeout)
-	if g.h.V2 {
+	if pids, err := g.procs(spare); err == nil && len(pids) == 0 {
+		return nil
+	}
+	if g.h.V2 && len(spare) == 0 {
 		if err := writeFile(filepath.Join(g.Path("pids"), "cgroup.kill"), "1"); err == nil {
-			return g.waitEmpty(deadline)
+			return g.waitEmpty(deadline, spare)
 		}
 	}
 	for {
 		frozen := !g.h.V2 && g.freeze(deadline) == nil
-		pids, err := g.Procs()
+		pids, err := g.procs(spare)
 		for _, p := range pids {
 			_ = unix.Kill(p, unix.SIGKILL)
 		}
@@ -37,12 +43,27 @@ func (g *Group) Kill(timeout time.Duration) error {
 			return fmt.Errorf("kill cgroup %s: %w", g.rel, err)
 		}
 		if len(pids) == 0 || time.Now().After(deadline) {
-			return g.waitEmpty(deadline)
+			return g.waitEmpty(deadline, spare)
 		}
-		if g.waitEmpty(time.Now().Add(20*time.Millisecond)) == nil {
+		if g.waitEmpty(time.Now().Add(20*time.Millisecond), spare) == nil {
 			return nil
 		}
 	}
+}
+
+// procs lists the group's processes but those in spare.
+func (g *Group) procs(spare []int) ([]int, error) {
+	pids, err := g.Procs()
+	if len(spare) == 0 {
+		return pids, err
+	}
+	out := pids[:0]
+	for _, p := range pids {
+		if !slices.Contains(spare, p) {
+			out = append(out, p)
+		}
+	}
+	return out, err
 }
 
 func (g *Group) freeze(deadline time.Time) error {
@@ -73,9 +94,9 @@ func (g *Group) thaw() {
 
 // waitEmpty waits until no process is left in the group. Killed processes
 // stay until their parent reaps them.
-func (g *Group) waitEmpty(deadline time.Time) error {
+func (g *Group) waitEmpty(deadline time.Time, spare []int) error {
 	for delay := 100 * time.Microsecond; ; delay = min(delay*2, 10*time.Millisecond) {
-		pids, err := g.Procs()
+		pids, err := g.procs(spare)
 		if err != nil {
 			return err
 		}

@@ -260,6 +260,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}()
 	closeExtra()
 	extra = nil
+	// The agent builds the sandbox while the host moves it into its
+	// cgroup (on v1 a move can wait for an RCU grace period).
+	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
+		return nil, fmt.Errorf("configure the sandbox: %w%s", err, in.agentErr())
+	}
+	cfgW.Close()
 	if d.hier != nil && !d.hier.V2 {
 		if err := in.agentGroup.AddProc(cmd.Process.Pid); err != nil {
 			return nil, err
@@ -274,10 +280,6 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			d.opts.Logger.Warn("cannot protect sandbox agents from the host's OOM killer (needs CAP_SYS_RESOURCE)", "err", err)
 		})
 	}
-	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
-		return nil, fmt.Errorf("configure the sandbox: %w%s", err, in.agentErr())
-	}
-	cfgW.Close()
 
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

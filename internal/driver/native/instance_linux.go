@@ -46,10 +46,10 @@ type instance struct {
 
 var _ sandbox.Instance = (*instance)(nil)
 
-func (in *instance) ID() string                { return in.spec.ID }
-func (in *instance) Layers() []sandbox.Layer   { return append([]sandbox.Layer(nil), in.layers...) }
-func (in *instance) Done() <-chan struct{}     { return in.done }
-func (in *instance) Files() sandbox.Files      { return files{in} }
+func (in *instance) ID() string              { return in.spec.ID }
+func (in *instance) Layers() []sandbox.Layer { return append([]sandbox.Layer(nil), in.layers...) }
+func (in *instance) Done() <-chan struct{}   { return in.done }
+func (in *instance) Files() sandbox.Files    { return files{in} }
 
 // Exec runs req to its end.
 func (in *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
@@ -92,7 +92,6 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		done: make(chan struct{}),
 	}
 	if in.workload != nil {
-		p.group = in.workload.Child(id)
 		if st, err := in.workload.Stats(); err == nil {
 			p.pidsBefore = st.PidsMax
 		}
@@ -113,6 +112,16 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		return nil, err
 	}
 	p.ex, p.started = ex, time.Now()
+	if in.workload != nil {
+		// The name comes from the agent: only a plain name below this
+		// sandbox's own workload group is accepted.
+		if !sandbox.ValidID(ex.Cgroup) {
+			ex.Close()
+			cancel()
+			return nil, fmt.Errorf("exec %s: the agent named no valid cgroup", id)
+		}
+		p.group = in.workload.Child(ex.Cgroup)
+	}
 	in.mu.Lock()
 	in.procs[id] = p
 	in.mu.Unlock()
@@ -122,6 +131,10 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	go p.run()
 	return p, nil
 }
+
+// agentPid is the agent's pid on the host. A thread of the agent passes
+// through each exec group, so kills of an exec group spare it.
+func (in *instance) agentPid() int { return in.cmd.Process.Pid }
 
 func (in *instance) removeExecGroup(p *process) {
 	if p.group != nil && p.group.Exists() {
@@ -202,7 +215,7 @@ func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 	err := p.in.client.Signal(ctx, p.id, int(sig))
 	if sig == syscall.SIGKILL && p.group != nil {
 		// The host's own kill does not depend on the agent.
-		_ = p.group.Kill(5 * time.Second)
+		_ = p.group.Kill(5*time.Second, p.in.agentPid())
 	}
 	return err
 }
@@ -283,7 +296,7 @@ func (p *process) write(w io.Writer, data []byte, n *int64, limit int64, truncat
 func (p *process) hostKill(reason sandbox.Reason) {
 	p.killedBy.CompareAndSwap(nil, reason)
 	if p.group != nil {
-		_ = p.group.Kill(5 * time.Second)
+		_ = p.group.Kill(5*time.Second, p.in.agentPid())
 	} else {
 		_ = p.in.client.Signal(context.Background(), p.id, int(syscall.SIGKILL))
 	}
@@ -311,7 +324,7 @@ func (p *process) finish() {
 			pids = true
 		}
 		if !p.req.Background {
-			_ = p.group.Kill(5 * time.Second)
+			_ = p.group.Kill(5*time.Second, in.agentPid())
 		}
 		in.removeExecGroup(p)
 	}
