@@ -4,10 +4,8 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/landlock-lsm/go-landlock v0.11.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/net v0.62.0
-	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 )
 
@@ -16,5 +14,4 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
-	kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
 )

@@ -64,7 +64,11 @@ func newEngine(cfg *Config) (*engine, error) {
 		e.workload = h.Open("")
 	}
 	if !skipped(cfg, sandbox.LayerSeccomp) {
-		f, err := confine.Workload()
+		workload := confine.Workload
+		if cfg.Cgroup.V2 && e.workload != nil {
+			workload = confine.WorkloadWithClone3 // see its doc: setup forbids new user namespaces
+		}
+		f, err := workload()
 		if err != nil {
 			return nil, fmt.Errorf("build the seccomp filter: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -176,9 +177,9 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 	}
 
 	// Output: each stream is counted; past the limit the exec is killed.
-	var res sandbox.Result
 	var outWG sync.WaitGroup
-	var written [2]int64
+	var written [2]atomic.Int64
+	var truncated [2]atomic.Bool
 	for i, r := range []*os.File{outR, errR} {
 		outWG.Add(1)
 		go func() {
@@ -189,16 +190,13 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 				n, err := r.Read(buf)
 				if n > 0 {
 					data := buf[:n]
-					if left := st.OutputLimit - written[i]; st.OutputLimit > 0 && int64(n) > left {
+					if left := st.OutputLimit - written[i].Load(); st.OutputLimit > 0 && int64(n) > left {
 						data = buf[:max(left, 0)]
-						if i == 0 {
-							res.StdoutTruncated = true
-						} else {
-							res.StderrTruncated = true
+						if truncated[i].CompareAndSwap(false, true) {
+							go s.eng.kill(p, sandbox.ReasonOutputLimit)
 						}
-						go s.eng.kill(p, sandbox.ReasonOutputLimit)
 					}
-					written[i] += int64(len(data))
+					written[i].Add(int64(len(data)))
 					if len(data) > 0 {
 						ev := &ExecEvent{Stdout: data}
 						if i == 1 {
@@ -233,9 +231,11 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		stdinW.Close()
 	}
 
+	var res sandbox.Result
 	res.ExitCode, res.Signal = exitOf(ws)
 	res.Usage.WallMS = time.Since(p.started).Milliseconds()
-	res.Usage.BytesWritten = written[0] + written[1]
+	res.Usage.BytesWritten = written[0].Load() + written[1].Load()
+	res.StdoutTruncated, res.StderrTruncated = truncated[0].Load(), truncated[1].Load()
 	reason, _ := p.reason.Load().(sandbox.Reason)
 	var stats struct{ oom, pids bool }
 	if p.group != nil {

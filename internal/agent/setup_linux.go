@@ -42,8 +42,11 @@ var readonlyProc = []string{"bus", "fs", "irq", "sys"}
 // pivot_root into it, hostname and loopback. It runs once, single-threaded
 // in spirit (nothing else runs yet), as uid 0 of the sandbox's user namespace.
 func setup(cfg *Config) error {
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fmt.Errorf("enter a new cgroup namespace: %w", err)
+	// No process of the sandbox may make a user namespace of its own (the
+	// seccomp filter also refuses it, where it can see the flags). The
+	// limit is per user namespace, so this changes nothing on the host.
+	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+		return fmt.Errorf("forbid nested user namespaces: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount tree private: %w", err)

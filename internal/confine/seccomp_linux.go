@@ -108,6 +108,30 @@ var workloadFilter = sync.OnceValues(func() (*Filter, error) {
 	return build(native, workload)
 })
 
+// WorkloadWithClone3 is Workload with clone3 allowed. The agent needs it
+// on cgroup v2, where a command is cloned straight into its cgroup
+// (CLONE_INTO_CGROUP exists only in clone3, and the agent forks from the
+// filtered thread). clone3's flags cannot be checked, so the caller must
+// forbid new user namespaces another way first: the sandbox's user
+// namespace has user.max_user_namespaces set to 0; the other namespace
+// kinds need capabilities a command never has.
+func WorkloadWithClone3() (*Filter, error) { return workloadClone3Filter() }
+
+var workloadClone3Filter = sync.OnceValues(func() (*Filter, error) {
+	if native == nil {
+		return nil, fmt.Errorf("build seccomp filter: no syscall table for this architecture: %w", sandbox.ErrUnsupported)
+	}
+	p := workload
+	p.errno = map[string]unix.Errno{}
+	for k, v := range workload.errno {
+		if k != "clone3" {
+			p.errno[k] = v
+		}
+	}
+	p.allow = append(append([]string(nil), workload.allow...), "clone3")
+	return build(native, p)
+})
+
 // leaf is what the filter does with one syscall number.
 type leaf struct {
 	act  action

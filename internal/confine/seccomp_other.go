@@ -25,3 +25,6 @@ func (f *Filter) InstallThread() error {
 
 // Supported reports that seccomp needs Linux.
 func Supported() error { return fmt.Errorf("seccomp: %w", sandbox.ErrUnsupported) }
+
+// WorkloadWithClone3 is not supported off Linux.
+func WorkloadWithClone3() (*Filter, error) { return Workload() }

@@ -59,22 +59,54 @@ func Run(ctx context.Context) Report {
 	h.Cores = runtime.NumCPU()
 	h.GoVersion = runtime.Version()
 	h.CgroupMode = hostcap.CgroupMode()
-	return Report{Host: h, Layers: layers, Drivers: drivers(layers)}
+	return Report{Host: h, Layers: layers, Drivers: markUnbuilt(drivers(layers))}
+}
+
+// markUnbuilt reports the drivers this version of airlock does not have as
+// missing, keeping what the host would need for them.
+func markUnbuilt(ds []DriverStatus) []DriverStatus {
+	for i, s := range ds {
+		built := false
+		for _, d := range driverNeeds {
+			if d.name == s.Name {
+				built = d.built
+			}
+		}
+		if built {
+			continue
+		}
+		if s.OK {
+			s.Note = "the host has what it needs"
+		}
+		s.Why = strings.TrimSuffix(notBuilt+"; "+s.Why, "; ")
+		s.OK = false
+		if s.Fix == "" {
+			s.Fix = "use --driver native"
+		}
+		ds[i] = s
+	}
+	return ds
 }
 
 // driverNeeds lists, per driver, the groups of layers it needs: one layer
 // of each group must work.
+// built says whether this version of airlock has the driver at all; a
+// driver it does not have is never reported as usable, whatever the host has.
 var driverNeeds = []struct {
 	name  string
+	built bool
 	needs [][]string
 }{
-	{"native", [][]string{{"root"}, {"userns"}, {"cgroupv1", "cgroupv2"}, {"seccomp"}, {"landlock"}}},
-	{"gvisor", [][]string{{"runsc"}}},
+	{"native", true, [][]string{{"root"}, {"userns"}, {"cgroupv1", "cgroupv2"}, {"seccomp"}, {"landlock"}}},
+	{"gvisor", false, [][]string{{"runsc"}}},
 	// QEMU is the VMM; KVM only speeds it up (see microvmNote).
-	{"microvm", [][]string{{"qemu"}}},
-	{"docker", [][]string{{"docker"}}},
-	{"wasm", nil},
+	{"microvm", false, [][]string{{"qemu"}}},
+	{"docker", false, [][]string{{"docker"}}},
+	{"wasm", false, nil},
 }
+
+// notBuilt is the Why of a driver this version of airlock does not have.
+const notBuilt = "this version of airlock does not have this driver yet"
 
 // drivers derives each driver's status from the layer results.
 func drivers(layers []hostcap.Result) []DriverStatus {
@@ -110,6 +142,7 @@ func drivers(layers []hostcap.Result) []DriverStatus {
 			s.Why = strings.Join(whys, "; ")
 			s.Fix = strings.Join(fixes, "; ")
 		}
+
 		switch d.name {
 		case "microvm":
 			if s.OK {

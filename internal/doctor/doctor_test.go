@@ -339,3 +339,21 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestMarkUnbuilt(t *testing.T) {
+	in := []DriverStatus{
+		{Name: "native", OK: true, Needs: []string{"root"}},
+		{Name: "gvisor", OK: true, Needs: []string{"runsc"}},
+		{Name: "docker", OK: false, Why: "docker: no engine", Fix: "apt-get install docker.io", Needs: []string{"docker"}},
+	}
+	out := markUnbuilt(in)
+	if !out[0].OK {
+		t.Errorf("native, which this airlock has, was marked missing: %+v", out[0])
+	}
+	if out[1].OK || !strings.Contains(out[1].Why, notBuilt) || out[1].Note != "the host has what it needs" || out[1].Fix != "use --driver native" {
+		t.Errorf("gvisor, which this airlock lacks, = %+v", out[1])
+	}
+	if out[2].OK || !strings.HasPrefix(out[2].Why, notBuilt+"; docker: no engine") || out[2].Fix != "apt-get install docker.io" {
+		t.Errorf("docker = %+v", out[2])
+	}
+}

@@ -268,7 +268,10 @@ func (p *process) run() {
 		}
 		switch {
 		case ev.Exit != nil:
+			outCut, errCut := p.result.StdoutTruncated, p.result.StderrTruncated
 			p.result = *ev.Exit
+			p.result.StdoutTruncated = p.result.StdoutTruncated || outCut
+			p.result.StderrTruncated = p.result.StderrTruncated || errCut
 			p.finish()
 			return
 		case len(ev.Stdout) > 0:
@@ -283,8 +286,10 @@ func (p *process) run() {
 func (p *process) write(w io.Writer, data []byte, n *int64, limit int64, truncated *bool) {
 	if left := limit - *n; int64(len(data)) > left {
 		data = data[:max(left, 0)]
-		*truncated = true
-		go p.hostKill(sandbox.ReasonOutputLimit)
+		if !*truncated {
+			*truncated = true
+			go p.hostKill(sandbox.ReasonOutputLimit)
+		}
 	}
 	*n += int64(len(data))
 	if w != nil && len(data) > 0 {

@@ -1,0 +1,44 @@
+// Package agenttest builds the in-sandbox agent for tests, so that `go test`
+// works without `make`.
+package agenttest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agentbin"
+)
+
+// Main builds cmd/airlock-agent (unless AIRLOCK_AGENT already names one),
+// points agentbin at it, and runs the tests. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { agenttest.Main(m) }
+func Main(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agenttest: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	if os.Getenv(agentbin.Env) == "" {
+		dir, err := os.MkdirTemp("", "airlock-agent-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "airlock-agent")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build the agent: %v\n%s", err, out)
+		}
+		os.Setenv(agentbin.Env, bin)
+	}
+	return m.Run(), nil
+}
