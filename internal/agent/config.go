@@ -38,6 +38,10 @@ type Config struct {
 	FileSize int64 `json:"file_size"`
 	// Cgroup is where each exec gets its own group.
 	Cgroup CgroupConfig `json:"cgroup"`
+	// AgentTasks are descriptors of the "tasks" files of the agent's own
+	// group (cgroup v1), open for writing: the agent moves each of its
+	// threads there itself before it does anything else.
+	AgentTasks []int `json:"agent_tasks,omitempty"`
 	// Skip names layers the caller accepted running without.
 	Skip []sandbox.Layer `json:"skip,omitempty"`
 	// KeepExecCgroups leaves finished execs' groups for the host to read

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +35,22 @@ var maskedProc = []string{
 
 // readonlyProc are made read-only.
 var readonlyProc = []string{"bus", "fs", "irq", "sys"}
+
+// enterAgentGroup moves every thread of the agent into its own cgroup
+// through the tasks descriptors the host passed. Each thread writes "0"
+// (itself): a process move would take the kernel's global cgroup lock and
+// wait for an RCU grace period, milliseconds on every sandbox start.
+func enterAgentGroup(fds []int) error {
+	zero := []byte("0")
+	for _, fd := range fds {
+		_, _, e := syscall.AllThreadsSyscall6(unix.SYS_PWRITE64, uintptr(fd), uintptrOf(&zero[0]), 1, 0, 0, 0)
+		if e != 0 {
+			return fmt.Errorf("enter the agent's cgroup: %w", e)
+		}
+		_ = unix.Close(fd)
+	}
+	return nil
+}
 
 // setup builds the sandbox from inside its new namespaces: a private mount
 // tree, a composed read-only root with /proc, /dev, /tmp and /workspace,
@@ -383,22 +398,13 @@ func harden(cfg *Config) error {
 // workload's uid.
 var keptCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
 
+// dropCaps keeps only keptCaps in the effective and permitted sets of
+// every thread. The bounding set is left alone: the agent never executes
+// anything, and the thread a command is forked from drops all of it.
 func dropCaps() error {
-	last, err := lastCap()
-	if err != nil {
-		return err
-	}
 	keep := uint64(0)
 	for _, c := range keptCaps {
 		keep |= 1 << c
-	}
-	for c := uintptr(0); c <= last; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
-		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
@@ -409,13 +415,4 @@ func dropCaps() error {
 		return fmt.Errorf("drop capabilities: %w", e)
 	}
 	return nil
-}
-
-func lastCap() (uintptr, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 0, fmt.Errorf("read the last capability: %w", err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return uintptr(n), err
 }

@@ -43,7 +43,6 @@ func clientOptions() []connect.ClientOption {
 func serveConn(ctx context.Context, c net.Conn, h http.Handler) {
 	srv := &http2.Server{
 		MaxConcurrentStreams: 1000,
-		MaxReadFrameSize:     1 << 20,
 		IdleTimeout:          0,
 	}
 	srv.ServeConn(c, &http2.ServeConnOpts{
@@ -59,7 +58,6 @@ func dialConn(c net.Conn) (*http.Client, *http2.ClientConn, error) {
 	tr := &http2.Transport{
 		AllowHTTP:          true,
 		DisableCompression: true,
-		MaxReadFrameSize:   1 << 20,
 		// The agent is untrusted: cap what one response may declare.
 		MaxHeaderListSize: 64 << 10,
 	}

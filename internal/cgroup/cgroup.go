@@ -345,6 +345,24 @@ func (g *Group) OpenDirs() ([]*os.File, error) {
 	return out, nil
 }
 
+// OpenTasks opens the group's "tasks" file in each v1 hierarchy for
+// writing, in the order of Roots, for a process that moves its own threads
+// in (a thread writes "0" to move itself).
+func (g *Group) OpenTasks() ([]*os.File, error) {
+	var out []*os.File
+	for _, root := range g.h.roots() {
+		f, err := os.OpenFile(filepath.Join(root, g.rel, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("open cgroup %s: %w", g.rel, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
 // Roots lists the hierarchies by their controllers, in the order OpenDirs
 // uses: each entry names the controllers mounted there.
 func (h *Hierarchy) Roots() [][]string {

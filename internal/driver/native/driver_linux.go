@@ -187,6 +187,16 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			cfg.Cgroup.FDs = append(cfg.Cgroup.FDs, agent.FDFirst+len(extra))
 			extra = append(extra, f)
 		}
+		if !d.hier.V2 {
+			tasks, err := in.agentGroup.OpenTasks()
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range tasks {
+				cfg.AgentTasks = append(cfg.AgentTasks, agent.FDFirst+len(extra))
+				extra = append(extra, f)
+			}
+		}
 	}
 	if spec.Root != "" {
 		f, err := detachedMount(spec.Root, false, true)
@@ -260,17 +270,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}()
 	closeExtra()
 	extra = nil
-	// The agent builds the sandbox while the host moves it into its
-	// cgroup (on v1 a move can wait for an RCU grace period).
+	// The agent moves itself into its cgroup (v1) before it builds anything.
 	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
 		return nil, fmt.Errorf("configure the sandbox: %w%s", err, in.agentErr())
 	}
 	cfgW.Close()
-	if d.hier != nil && !d.hier.V2 {
-		if err := in.agentGroup.AddProc(cmd.Process.Pid); err != nil {
-			return nil, err
-		}
-	}
 	// The agent survives the host's OOM killer; its commands do not inherit
 	// this. It takes CAP_SYS_RESOURCE, which some hosts (containers, VMs)
 	// withhold even from root; the agent's own cgroup still shields it from
