@@ -75,7 +75,15 @@ func run() error {
 	// back to the OS once it is built.
 	debug.SetGCPercent(25)
 	time.AfterFunc(50*time.Millisecond, debug.FreeOSMemory)
-	serveConn(context.Background(), conn, s.handler())
+	// The main goroutine is locked to the main thread (see cmd/airlock-agent);
+	// the connection is served from another, so that the hot path never
+	// waits for that one thread to be woken.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serveConn(context.Background(), conn, s.handler())
+	}()
+	<-done
 	eng.killAll()
 	return nil
 }

@@ -22,8 +22,11 @@ func (jsonCodec) Unmarshal(b []byte, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// Messages cross a local socket: compressing them costs more time and
+// memory than it saves, so gzip, which Connect offers by default, is off.
 func handlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
+		connect.WithCompression("gzip", nil, nil),
 		connect.WithCodec(jsonCodec{}),
 		connect.WithReadMaxBytes(MaxMessage),
 		connect.WithSendMaxBytes(MaxMessage),
@@ -32,6 +35,7 @@ func handlerOptions() []connect.HandlerOption {
 
 func clientOptions() []connect.ClientOption {
 	return []connect.ClientOption{
+		connect.WithAcceptCompression("gzip", nil, nil),
 		connect.WithCodec(jsonCodec{}),
 		connect.WithReadMaxBytes(MaxMessage),
 		connect.WithSendMaxBytes(MaxMessage),
