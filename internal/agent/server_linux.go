@@ -73,8 +73,10 @@ func run() error {
 	// An idle sandbox should cost the host little: a tight heap (the agent's
 	// live heap is about 2 MiB), and what building the sandbox took goes
 	// back to the OS once it is built.
-	debug.SetGCPercent(25)
-	time.AfterFunc(50*time.Millisecond, debug.FreeOSMemory)
+	time.AfterFunc(50*time.Millisecond, func() {
+		debug.SetGCPercent(25)
+		debug.FreeOSMemory()
+	})
 	// The main goroutine is locked to the main thread (see cmd/airlock-agent);
 	// the connection is served from another, so that the hot path never
 	// waits for that one thread to be woken.
