@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -200,8 +201,8 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 	if l.OutputBytes, err = parseSize("--output-limit", f.outputLimit); err != nil {
 		return s, err
 	}
-	if f.cpus <= 0 || f.pids <= 0 || f.timeout <= 0 || f.cpuTime < 0 {
-		return s, fmt.Errorf("--cpus, --pids and --timeout must be positive, --cpu-time not negative")
+	if !(f.cpus > 0) || math.IsInf(f.cpus, 0) || f.pids <= 0 || f.timeout <= 0 || f.cpuTime < 0 {
+		return s, fmt.Errorf("--cpus, --pids and --timeout must be positive numbers, --cpu-time not negative")
 	}
 	l.CPUs, l.Pids, l.Timeout, l.CPUTime = f.cpus, f.pids, f.timeout, f.cpuTime
 	s.Root = f.root
@@ -271,8 +272,9 @@ func parseSize(flag, s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+	n := v * float64(mult)
+	if err != nil || math.IsNaN(n) || n < 1 || n > 1<<50 {
 		return 0, fmt.Errorf("%s %q: give a positive size like 256M, 1G or 512k", flag, s)
 	}
-	return int64(v * float64(mult)), nil
+	return int64(n), nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -42,8 +43,10 @@ func Classify(r *sandbox.Result, killedFor sandbox.Reason, oom, pids, diskFull b
 		hit(sandbox.LimitCPUTime)
 	}
 	failed := r.ExitCode != 0
-	// The most specific cause wins: what the memory or process limit did
-	// explains a timeout better than the timeout does.
+	// What killed the command is the reason: the memory limit when nobody
+	// else did; a timeout that killed it stays the reason even if a process
+	// hit the memory limit on the way (limits_hit says so). Failing forks
+	// explain a failure, or a fork bomb's timeout, better than the timeout.
 	switch {
 	case r.Reason == sandbox.ReasonOOM || (oom && r.Signal == "SIGKILL" && (killedFor == "" || killedFor == sandbox.ReasonOOM)):
 		r.Reason = sandbox.ReasonOOM
@@ -74,11 +77,17 @@ var signalNames = map[syscall.Signal]string{
 	25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
 }
 
-// SignalNumber is the number of a signal named as SignalName names it.
+// SignalNumber is the number of a signal named as SignalName names it,
+// including the "SIG34" form of real-time signals.
 func SignalNumber(name string) (syscall.Signal, bool) {
 	for n, s := range signalNames {
 		if s == name {
 			return n, true
+		}
+	}
+	if rest, ok := strings.CutPrefix(name, "SIG"); ok {
+		if n, err := strconv.Atoi(rest); err == nil && n > 0 && n <= 64 {
+			return syscall.Signal(n), true
 		}
 	}
 	return 0, false

@@ -116,6 +116,15 @@ func parseMountinfo(r io.Reader, controllers func(mount string) ([]string, error
 		return nil, fmt.Errorf("no usable cgroups: the v1 controllers %s are not mounted and the cgroup2 mount at %s does not offer %s (it offers %q)",
 			strings.Join(missing, ", "), unified, strings.Join(V2Controllers, ", "), strings.Join(have, " "))
 	}
+	if len(v1) > 0 {
+		var missing []string
+		for _, c := range V1Controllers {
+			if v1[c] == "" {
+				missing = append(missing, c)
+			}
+		}
+		return nil, fmt.Errorf("no usable cgroups: the v1 controllers %s are not mounted, and there is no cgroup2 mount", strings.Join(missing, ", "))
+	}
 	return nil, errors.New("no cgroup file system is mounted")
 }
 
@@ -251,7 +260,10 @@ func (g *Group) Set(l Limits) error {
 	if g.h.V2 {
 		if l.MemoryBytes > 0 {
 			add("memory", "memory.max", strconv.FormatInt(l.MemoryBytes, 10))
-			add("memory", "memory.swap.max", "0")
+			// memory.swap.max exists only where the kernel has swap.
+			if _, err := os.Stat(filepath.Join(g.Path("memory"), "memory.swap.max")); err == nil {
+				add("memory", "memory.swap.max", "0")
+			}
 		}
 		if l.CPUs > 0 {
 			add("cpu", "cpu.max", fmt.Sprintf("%d %d", int64(l.CPUs*cpuPeriod), cpuPeriod))

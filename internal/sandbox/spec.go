@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"slices"
@@ -161,8 +162,8 @@ func (s Spec) Validate() error {
 	switch {
 	case l.MemoryBytes < 0 || (l.MemoryBytes > 0 && l.MemoryBytes < 4<<20):
 		return invalid("memory limit %d bytes: give at least 4 MiB", l.MemoryBytes)
-	case l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01):
-		return invalid("cpus %g: give at least 0.01", l.CPUs)
+	case math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs > 4096:
+		return invalid("cpus %g: give a number of cores from 0.01 to 4096", l.CPUs)
 	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 2):
 		return invalid("pids limit %d: give at least 2", l.Pids)
 	case l.Timeout < 0, l.CPUTime < 0, l.Lifetime < 0:
