@@ -216,13 +216,14 @@ func remountRO(dst string) error {
 
 func mountSpecial(cfg *Config) error {
 	root := func(p string) string { return filepath.Join(staging, p) }
-	// A fresh /proc for the sandbox's pid namespace. hidepid keeps the
-	// workload from seeing the agent's process at all.
-	procFlags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-	if err := unix.Mount("proc", root("proc"), "proc", procFlags, "hidepid=invisible"); err != nil {
-		if err := unix.Mount("proc", root("proc"), "proc", procFlags, "hidepid=2"); err != nil {
-			return fmt.Errorf("mount /proc: %w", err)
-		}
+	// A fresh /proc for the sandbox's pid namespace. Commands see each
+	// other (a later command can find and signal a background one) and the
+	// agent's PID 1, but nothing of it beyond its name: the agent is not
+	// dumpable and runs as another uid, so its environ, memory, fds and
+	// exe refuse them. Landlock (one domain per command) hides nothing
+	// here: hidepid would, and would hide a command's own background work.
+	if err := unix.Mount("proc", root("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, name := range maskedProc {
 		p := root("proc/" + name)

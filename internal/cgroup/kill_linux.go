@@ -31,14 +31,18 @@ func (g *Group) Kill(timeout time.Duration, spare ...int) error {
 		}
 	}
 	for {
-		frozen := !g.h.V2 && g.freeze(deadline) == nil
+		// Killed processes must be thawed to die, whether the freeze
+		// finished or not, in this group and in any frozen below it.
+		if !g.h.V2 {
+			// A freeze that does not finish soon (a process stuck in
+			// the kernel) must not hold the kill up.
+			_ = g.freeze(time.Now().Add(100 * time.Millisecond))
+		}
 		pids, err := g.procs(spare)
 		for _, p := range pids {
 			_ = unix.Kill(p, unix.SIGKILL)
 		}
-		if frozen {
-			g.thaw()
-		}
+		g.thaw()
 		if err != nil {
 			return fmt.Errorf("kill cgroup %s: %w", g.rel, err)
 		}
@@ -86,10 +90,17 @@ func (g *Group) freeze(deadline time.Time) error {
 	}
 }
 
+// thaw thaws the group and every group below it (v1).
 func (g *Group) thaw() {
-	if !g.h.V2 {
-		_ = writeFile(filepath.Join(g.Path("freezer"), "freezer.state"), "THAWED")
+	if g.h.V2 {
+		return
 	}
+	_ = filepath.WalkDir(g.Path("freezer"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = writeFile(filepath.Join(p, "freezer.state"), "THAWED")
+		}
+		return nil
+	})
 }
 
 // waitEmpty waits until no process is left in the group. Killed processes

@@ -190,7 +190,7 @@ func confineAndStart(cfg helperConfig) (pid, abi int, err error) {
 		if err := DropBoundingSet(); err != nil {
 			return 0, 0, err
 		}
-		l := Landlock{ReadExec: cfg.ReadExec, ReadWrite: cfg.ReadWrite}
+		l := Landlock{ReadExec: cfg.ReadExec, ReadWrite: cfg.ReadWrite, Scoped: true}
 		if abi, err = l.RestrictThread(); err != nil {
 			return 0, 0, err
 		}

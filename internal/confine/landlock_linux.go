@@ -19,6 +19,11 @@ type Landlock struct {
 	// ReadWrite are paths beneath which every file-system right is granted.
 	// Nil means none.
 	ReadWrite []string
+	// Scoped (ABI 6+) also confines signals and abstract unix sockets to
+	// the domain. Each RestrictThread call makes a domain of its own, so
+	// scoped commands cannot signal one another either. False leaves them
+	// to the other layers (uids, namespaces).
+	Scoped bool
 }
 
 // Landlock file-system rights, by the ABI version that introduced them.
@@ -83,9 +88,8 @@ func LandlockABI() int {
 //
 // It handles every file-system right of the running ABI that this package
 // knows (REFER from ABI 2, TRUNCATE from 3, IOCTL_DEV from 5, RESOLVE_UNIX
-// from 9), and from ABI 6 also scopes signals and abstract unix sockets to
-// the domain, so the workload can neither signal nor connect to the agent,
-// nor to another command's processes (each call makes its own domain).
+// from 9), and with l.Scoped (ABI 6+) also scopes signals and abstract unix
+// sockets to the domain.
 // Paths are resolved, following symlinks, when RestrictThread runs; a path
 // that does not exist is skipped, and one that is not a directory gets only
 // the rights that apply to files. It returns the kernel's ABI version;
@@ -97,7 +101,7 @@ func (l Landlock) RestrictThread() (abi int, err error) {
 	}
 	handled := handledFS(abi)
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: handled}
-	if abi >= 6 {
+	if abi >= 6 && l.Scoped {
 		attr.Scoped = scopes
 	}
 	ruleset, err := landlockCreateRuleset(&attr)

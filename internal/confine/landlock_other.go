@@ -12,6 +12,7 @@ import (
 type Landlock struct {
 	ReadExec  []string
 	ReadWrite []string
+	Scoped    bool
 }
 
 // LandlockABI is 0: Landlock needs Linux.

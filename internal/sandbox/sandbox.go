@@ -100,8 +100,11 @@ type ExecRequest struct {
 	// Argv is the command and its arguments. A command without a slash is
 	// looked up on the sandbox's PATH. Required.
 	Argv []string
-	// Env is the exact environment, as "KEY=VALUE". Empty means the
-	// sandbox's defaults: PATH, HOME=/workspace, LANG=C.UTF-8.
+	// Env adds to the command's environment, as "KEY=VALUE". A command's
+	// environment is the defaults (PATH, HOME=/workspace, LANG=C.UTF-8,
+	// USER, HOSTNAME), then the sandbox's Spec.Env, then Env; a later entry
+	// replaces an earlier one with the same key. Nothing else of anybody's
+	// environment reaches a command.
 	Env []string
 	// Dir is the working directory inside the sandbox. Empty means /workspace.
 	Dir string

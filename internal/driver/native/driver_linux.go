@@ -124,7 +124,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if spec.ID == "" {
 		spec.ID = newID()
 	}
-	d.sweep.Do(d.sweepStale)
+	// Leftovers of airlock processes that died uncleanly are swept in the
+	// background, once per driver; Reap does it now.
+	d.sweep.Do(func() { go d.sweepStale() })
 
 	in := &instance{d: d, spec: spec, done: make(chan struct{}), procs: map[string]*process{}}
 	var undo cleanups
@@ -268,8 +270,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		_ = cmd.Wait()
 		close(in.done)
 	}()
+	// The agent holds its ends now; once it exits, the host sees EOF at
+	// once instead of waiting for a handshake that cannot come.
 	closeExtra()
 	extra = nil
+	agentEnd.Close()
+	cfgR.Close()
 	// The agent moves itself into its cgroup (v1) before it builds anything.
 	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
 		return nil, fmt.Errorf("configure the sandbox: %w%s", err, in.agentErr())

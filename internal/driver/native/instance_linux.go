@@ -317,15 +317,18 @@ func (p *process) finish() {
 	}
 	var oom, pids bool
 	if p.group != nil {
-		if st, err := p.group.Stats(); err == nil {
-			r.Usage.CPUMS = st.CPUNanos / 1e6
-			r.Usage.MemoryPeakBytes = st.MemoryPeak
-			oom = st.OOMKills > 0
-			// v1 counts a failed fork in the forking group, v2 in the
-			// group whose limit was hit: look at both.
-			pids = st.PidsMax > 0
+		// A counter that cannot be read reads as zero; the others still count.
+		st, err := p.group.Stats()
+		if err != nil {
+			in.d.opts.Logger.Warn("read exec cgroup counters", "sandbox_id", in.spec.ID, "exec_id", p.id, "err", err)
 		}
-		if st, err := in.workload.Stats(); err == nil && st.PidsMax > p.pidsBefore {
+		r.Usage.CPUMS = st.CPUNanos / 1e6
+		r.Usage.MemoryPeakBytes = st.MemoryPeak
+		oom = st.OOMKills > 0
+		// v1 counts a failed fork in the forking group, v2 in the group
+		// whose limit was hit: look at both.
+		pids = st.PidsMax > 0
+		if ws, _ := in.workload.Stats(); ws.PidsMax > p.pidsBefore {
 			pids = true
 		}
 		if !p.req.Background {

@@ -1,0 +1,887 @@
+//go:build linux
+
+package native
+
+import (
+	"bufio"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+)
+
+// holderEnv makes the test binary a helper that holds a sandbox until it
+// is killed (see TestKilledOwner).
+const holderEnv = "AIRLOCK_NATIVE_TEST_HOLDER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(holdSandbox())
+	}
+	agenttest.Main(m)
+}
+
+// requireNative skips (or fails, under AIRLOCK_TEST_REQUIRE) unless this
+// host can run native sandboxes as the driver makes them by default: root,
+// user namespaces, the cgroup version the driver will use (v1 wherever all
+// its v1 controllers are mounted, as on hybrid hosts; v2 on a unified
+// host), seccomp and Landlock (the driver fails closed without them).
+func requireNative(t *testing.T) {
+	t.Helper()
+	cg := "cgroupv1"
+	if hostcap.CgroupMode() == "v2" {
+		cg = "cgroupv2"
+	}
+	testcap.Require(t, "root", "userns", cg, "seccomp", "landlock")
+}
+
+func newDriver(t *testing.T) *Driver {
+	t.Helper()
+	d, err := New(Options{})
+	if err != nil {
+		t.Fatalf("native.New: %v", err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	requireNative(t)
+	lc := &leakChecker{sandboxes: map[string]sandboxRecord{}}
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
+		return &recordingDriver{Driver: newDriver(t), lc: lc}
+	}, sandboxtest.Options{Leaks: lc.check})
+}
+
+// recordingDriver notes what the leak check needs to know of each sandbox
+// it makes: the host's mounts before it, and its host uid range.
+type recordingDriver struct {
+	*Driver
+	lc *leakChecker
+}
+
+func (d *recordingDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	before := mountTable()
+	in, err := d.Driver.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	d.lc.record(in.ID(), sandboxRecord{base: in.(*instance).base, mounts: before})
+	return in, nil
+}
+
+type sandboxRecord struct {
+	base   int             // first host uid of the sandbox's range
+	mounts map[string]bool // the host's mount table before it was made
+}
+
+// leakChecker finds what a closed native sandbox left on the host.
+type leakChecker struct {
+	mu        sync.Mutex
+	sandboxes map[string]sandboxRecord
+}
+
+func (lc *leakChecker) record(id string, r sandboxRecord) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.sandboxes[id] = r
+}
+
+// check fails t when anything of the sandbox id remains: a process in its
+// uid range or its cgroups, a cgroup directory, a mount, its lock file, a
+// held uid-range lock.
+func (lc *leakChecker) check(t *testing.T, id string) {
+	t.Helper()
+	lc.mu.Lock()
+	r, ok := lc.sandboxes[id]
+	lc.mu.Unlock()
+	if !ok {
+		t.Errorf("leak check: sandbox %s was not made by this test's driver", id)
+		return
+	}
+	checkLeaks(t, id, r)
+}
+
+func checkLeaks(t *testing.T, id string, r sandboxRecord) {
+	t.Helper()
+	found := findLeaks(id, r)
+	if len(found) == 0 {
+		return
+	}
+	time.Sleep(2 * time.Second)
+	later := findLeaks(id, r)
+	t.Errorf("sandbox %s left this on the host right after Close:\n  %s\n2 s later, %d of them remain:\n  %s",
+		id, strings.Join(found, "\n  "), len(later), strings.Join(later, "\n  "))
+}
+
+func findLeaks(id string, r sandboxRecord) []string {
+	var found []string
+	for _, p := range hostProcs() {
+		for _, u := range p.uids {
+			if u >= r.base && u < r.base+rangeSize {
+				found = append(found, fmt.Sprintf("process %d (%s, state %s) runs as host uid %d of the sandbox's range", p.pid, p.name, p.state, u))
+				break
+			}
+		}
+		if cgroupMentions(p.cgroup, id) {
+			found = append(found, fmt.Sprintf("process %d (%s, state %s) is in the sandbox's cgroups: %s", p.pid, p.name, p.state, sandboxCgroup(p.cgroup, id)))
+		}
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
+	more, _ := filepath.Glob("/sys/fs/cgroup/airlock/" + id)
+	for _, d := range append(dirs, more...) {
+		found = append(found, "cgroup directory "+d)
+	}
+	for line := range mountTable() {
+		if !r.mounts[line] {
+			found = append(found, "new mount: "+line)
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/run/airlock/sandboxes", id+".lock")); err == nil {
+		found = append(found, "lock file /run/airlock/sandboxes/"+id+".lock")
+	}
+	slot := filepath.Join("/run/airlock/uids", strconv.Itoa((r.base-0x10000000)/rangeSize)+".lock")
+	if f, err := os.Open(slot); err == nil {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			found = append(found, "uid range lock "+slot+" is still held")
+		}
+		f.Close()
+	}
+	return found
+}
+
+// cgroupMentions says whether a /proc/<pid>/cgroup text names the sandbox.
+func cgroupMentions(cgroup, id string) bool {
+	for _, line := range strings.Split(cgroup, "\n") {
+		if strings.Contains(line, "/airlock/"+id+"/") || strings.HasSuffix(line, "/airlock/"+id) {
+			return true
+		}
+	}
+	return false
+}
+
+// sandboxCgroup returns the first line of a /proc/<pid>/cgroup text that
+// names the sandbox.
+func sandboxCgroup(cgroup, id string) string {
+	for _, line := range strings.Split(cgroup, "\n") {
+		if cgroupMentions(line, id) {
+			return line
+		}
+	}
+	return ""
+}
+
+type hostProc struct {
+	pid         int
+	name, state string
+	uids        []int
+	cgroup      string
+}
+
+// hostProcs lists the host's processes with their uids and cgroups.
+func hostProcs() []hostProc {
+	ents, _ := os.ReadDir("/proc")
+	var ps []hostProc
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "status"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
+		p := hostProc{pid: pid, cgroup: string(cg)}
+		for _, line := range strings.Split(string(status), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			switch k {
+			case "Name":
+				p.name = v
+			case "State":
+				p.state = v
+			case "Uid":
+				for _, f := range strings.Fields(v) {
+					if u, err := strconv.Atoi(f); err == nil {
+						p.uids = append(p.uids, u)
+					}
+				}
+			}
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// mountTable returns the lines of this process's mount table.
+func mountTable() map[string]bool {
+	m := map[string]bool{}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m[sc.Text()] = true
+	}
+	return m
+}
+
+// sandboxProcs returns the host pids of every process in the sandbox's
+// cgroups or uid range.
+func sandboxProcs(id string, base int) []int {
+	var pids []int
+	for _, p := range hostProcs() {
+		if cgroupMentions(p.cgroup, id) || slices.ContainsFunc(p.uids, func(u int) bool { return u >= base && u < base+rangeSize }) {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+// sandboxT creates a sandbox that is closed and leak-checked at the end of
+// the test.
+func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
+	t.Helper()
+	before := mountTable()
+	in, err := d.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	rec := sandboxRecord{base: in.(*instance).base, mounts: before}
+	t.Cleanup(func() {
+		if err := in.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		checkLeaks(t, in.ID(), rec)
+	})
+	return in
+}
+
+// run runs argv and returns its stdout, stderr and result.
+func run(t *testing.T, in sandbox.Instance, argv ...string) (string, string, sandbox.Result) {
+	t.Helper()
+	var out, errb strings.Builder
+	res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatalf("exec %q: %v", argv, err)
+	}
+	return out.String(), errb.String(), res
+}
+
+// hostDir makes a host directory holding name with content, readable by
+// everyone (a sandbox's uids are "others" on the host).
+func hostDir(t *testing.T, name, content string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestMounts(t *testing.T) {
+	requireNative(t)
+	d := newDriver(t)
+	limits := sandbox.Limits{MemoryBytes: 128 << 20, Timeout: 5 * time.Second, DiskBytes: 16 << 20, TmpBytes: 16 << 20}
+
+	t.Run("read_only_by_default", func(t *testing.T) {
+		dir := hostDir(t, "data.txt", "host data\n")
+		file := filepath.Join(hostDir(t, "single.txt", "single file\n"), "single.txt")
+		in := sandboxT(t, d, sandbox.Spec{Limits: limits, Mounts: []sandbox.Mount{
+			{Source: dir, Target: "/mnt/data"},
+			{Source: file, Target: "/workspace/single.txt"},
+		}})
+		if out, _, res := run(t, in, "cat", "/mnt/data/data.txt", "/workspace/single.txt"); res.ExitCode != 0 || out != "host data\nsingle file\n" {
+			t.Errorf("reading the mounts: %q, %+v", out, res)
+		}
+		for _, script := range []string{"touch /mnt/data/new", "echo x > /mnt/data/data.txt", "rm /mnt/data/data.txt", "echo x > /workspace/single.txt"} {
+			if _, _, res := run(t, in, "sh", "-c", script); res.ExitCode == 0 {
+				t.Errorf("%s succeeded on a read-only mount", script)
+			}
+		}
+		if err := in.Files().WriteFile(t.Context(), "/mnt/data/api.txt", strings.NewReader("x"), 0o644); err == nil {
+			t.Errorf("WriteFile on a read-only mount succeeded")
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "data.txt")); string(b) != "host data\n" {
+			t.Errorf("the host file changed: %q", b)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "new")); err == nil {
+			t.Errorf("a file appeared in the read-only host directory")
+		}
+		mi, _, _ := run(t, in, "cat", "/proc/self/mountinfo")
+		for _, line := range strings.Split(mi, "\n") {
+			if f := strings.Fields(line); len(f) > 5 && (f[4] == "/mnt/data" || f[4] == "/workspace/single.txt") {
+				for _, opt := range []string{"ro", "nosuid", "nodev"} {
+					if !slices.Contains(strings.Split(f[5], ","), opt) {
+						t.Errorf("mount %s lacks %s: %s", f[4], opt, line)
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("writable", func(t *testing.T) {
+		dir := hostDir(t, "data.txt", "host data\n")
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		in := sandboxT(t, d, sandbox.Spec{Limits: limits, Mounts: []sandbox.Mount{{Source: dir, Target: "/mnt/rw", Writable: true}}})
+		if _, errOut, res := run(t, in, "sh", "-c", "echo from-sandbox > /mnt/rw/new.txt"); res.ExitCode != 0 {
+			t.Fatalf("writing to a writable mount: %+v %s", res, errOut)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "new.txt")); err != nil || string(b) != "from-sandbox\n" {
+			t.Errorf("the host sees %q, %v", b, err)
+		}
+	})
+
+	t.Run("symlink_refused", func(t *testing.T) {
+		real := hostDir(t, "data.txt", "behind a link\n")
+		base := t.TempDir()
+		link := filepath.Join(base, "link")
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		parentLink := filepath.Join(base, "parent-link")
+		if err := os.Symlink(filepath.Dir(real), parentLink); err != nil {
+			t.Fatal(err)
+		}
+		fileLink := filepath.Join(base, "file-link")
+		if err := os.Symlink(filepath.Join(real, "data.txt"), fileLink); err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range []string{link, filepath.Join(parentLink, filepath.Base(real)), fileLink} {
+			in, err := d.Create(t.Context(), sandbox.Spec{Limits: limits, Mounts: []sandbox.Mount{{Source: src, Target: "/mnt/x"}}})
+			if err == nil {
+				in.Close(context.Background())
+				t.Errorf("a mount whose source %s holds a symlink was accepted", src)
+				continue
+			}
+			if !errors.Is(err, sandbox.ErrInvalid) {
+				t.Errorf("mount source %s with a symlink: %v, want ErrInvalid", src, err)
+			}
+		}
+		_, err := d.Create(t.Context(), sandbox.Spec{Limits: limits, Mounts: []sandbox.Mount{{Source: filepath.Join(base, "missing"), Target: "/mnt/x"}}})
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("a missing mount source: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("swap_race", func(t *testing.T) { testMountSwapRace(t, d, limits) })
+}
+
+// testMountSwapRace swaps a mount's source directory with a symlink to a
+// directory holding a canary, atomically and in a tight loop, while
+// sandboxes are made from it. No sandbox may ever see the canary: each
+// either mounts the original directory or fails.
+func testMountSwapRace(t *testing.T, d *Driver, limits sandbox.Limits) {
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, evil, link := filepath.Join(base, "src"), filepath.Join(base, "evil"), filepath.Join(base, "link")
+	for dir, content := range map[string]string{src: "original\n", evil: "CANARY\n"} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "marker"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(evil, link); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var swaps atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE); err != nil {
+				t.Errorf("swap: %v", err)
+				return
+			}
+			swaps.Add(1)
+		}
+	})
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+
+	const iterations = 60
+	var mounted, refused int
+	errs := map[string]int{}
+	for range iterations {
+		before := mountTable()
+		in, err := d.Create(t.Context(), sandbox.Spec{Limits: limits, Mounts: []sandbox.Mount{{Source: src, Target: "/mnt/m"}}})
+		if err != nil {
+			refused++
+			errs[err.Error()]++
+			continue
+		}
+		mounted++
+		var out strings.Builder
+		res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /mnt/m/marker; ls /mnt/m"}, Stdout: &out})
+		var api strings.Builder
+		apiErr := in.Files().ReadFile(t.Context(), "/mnt/m/marker", 0, 0, &api)
+		rec := sandboxRecord{base: in.(*instance).base, mounts: before}
+		if cerr := in.Close(context.Background()); cerr != nil {
+			t.Errorf("close: %v", cerr)
+		}
+		checkLeaks(t, in.ID(), rec)
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("read the mount: %v %+v", err, res)
+			continue
+		}
+		if out.String() != "original\nmarker\n" || apiErr != nil || api.String() != "original\n" {
+			t.Fatalf("a sandbox made while the source was swapped for a symlink sees %q (file API: %q, %v); want only the original directory", out.String(), api.String(), apiErr)
+		}
+	}
+	t.Logf("%d sandboxes mounted the original directory, %d were refused, %d swaps; errors: %v", mounted, refused, swaps.Load(), errs)
+	if swaps.Load() < iterations {
+		t.Errorf("the swapper made only %d swaps: the race was not exercised", swaps.Load())
+	}
+}
+
+func TestRoot(t *testing.T) {
+	requireNative(t)
+	d := newDriver(t)
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"proc", "dev", "tmp", "workspace", "bin", "etc"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyProgram(t, "/bin/sh", root, "/bin/sh")
+	marker := fmt.Sprintf("root-marker-%d", time.Now().UnixNano())
+	if err := os.WriteFile(filepath.Join(root, "etc", "marker"), []byte(marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := sandboxT(t, d, sandbox.Spec{Root: root, Limits: sandbox.Limits{MemoryBytes: 128 << 20, Timeout: 5 * time.Second}})
+	// Built-ins only: the prepared root holds nothing but sh.
+	script := `read m < /etc/marker; echo "$m"
+[ -e /usr/bin/python3 ] && echo host-usr
+[ -e /etc/passwd ] && echo composed-etc
+echo data > /workspace/f && read w < /workspace/f && echo "$w"
+(echo x > /newfile) 2>/dev/null && echo wrote-root
+(echo x > /etc/newfile) 2>/dev/null && echo wrote-etc
+echo end`
+	out, errOut, res := run(t, in, "/bin/sh", "-c", script)
+	if want := marker + "\ndata\nend\n"; out != want || res.ExitCode != 0 {
+		t.Errorf("in the prepared root: stdout %q, stderr %q, %+v; want %q", out, errOut, res, want)
+	}
+	for _, p := range []string{"newfile", "etc/newfile", "workspace/f"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			t.Errorf("the sandbox wrote %s into the host's root directory", p)
+		}
+	}
+
+	t.Run("symlink_refused", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "root-link")
+		if err := os.Symlink(root, link); err != nil {
+			t.Fatal(err)
+		}
+		if in, err := d.Create(t.Context(), sandbox.Spec{Root: link}); err == nil {
+			in.Close(context.Background())
+			t.Errorf("a root that is a symlink was accepted")
+		} else if !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("a root that is a symlink: %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("incomplete", func(t *testing.T) {
+		bare := t.TempDir()
+		start := time.Now()
+		in, err := d.Create(t.Context(), sandbox.Spec{Root: bare})
+		if err == nil {
+			in.Close(context.Background())
+			t.Fatalf("a root without /proc, /dev, /tmp or /workspace was accepted")
+		}
+		if !strings.Contains(err.Error(), "mkdir") {
+			t.Errorf("the error does not say how to fix the root: %v", err)
+		}
+		// The agent fails at once; Create must notice, not wait for a timeout.
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("Create took %v to fail on an incomplete root: %v", took, err)
+		}
+	})
+}
+
+// copyProgram copies the dynamically linked program at host path src to
+// dst inside root, with its interpreter and libraries at their own paths.
+func copyProgram(t *testing.T, src, root, dst string) {
+	t.Helper()
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatalf("copy %s: %v", from, err)
+		}
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(to)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, to), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(src, dst)
+	seen := map[string]bool{}
+	var copyDeps func(bin string)
+	copyDeps = func(bin string) {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatalf("read %s: %v", bin, err)
+		}
+		defer f.Close()
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				b := make([]byte, p.Filesz)
+				if _, err := p.ReadAt(b, 0); err != nil {
+					t.Fatal(err)
+				}
+				interp := strings.TrimRight(string(b), "\x00")
+				if !seen[interp] {
+					seen[interp] = true
+					copyFile(interp, interp)
+				}
+			}
+		}
+		libs, err := f.ImportedLibraries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lib := range libs {
+			if seen[lib] {
+				continue
+			}
+			seen[lib] = true
+			found := false
+			for _, dir := range []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"} {
+				p := filepath.Join(dir, lib)
+				if _, err := os.Stat(p); err == nil {
+					copyFile(p, p)
+					copyDeps(p)
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Skipf("cannot find %s, which %s needs, to build a root", lib, bin)
+			}
+		}
+	}
+	copyDeps(src)
+}
+
+// holdSandbox is the helper process of TestKilledOwner: it makes a
+// sandbox with a foreground and a background command, says so on stdout,
+// and waits to be killed.
+func holdSandbox() int {
+	d, err := New(Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ctx := context.Background()
+	in, err := d.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{Timeout: time.Minute}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if _, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "1000"}, Background: true}); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if _, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 1001 & sleep 1002"}}); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ready", in.ID(), in.(*instance).base)
+	select {}
+}
+
+// TestKilledOwner kills -9 a process that holds a sandbox. Its agent and
+// every process in the sandbox must die at once (the agent's parent-death
+// signal, then the pid namespace); what it leaves behind goes with the next
+// driver's Reap.
+func TestKilledOwner(t *testing.T) {
+	requireNative(t)
+	// Orphans come to this process instead of the host's init (which need
+	// not reap them), so that the dead agent can be reaped here.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("become a subreaper: %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+	t.Run("plain", func(t *testing.T) {
+		h := startHolder(t)
+		h.kill(t)
+		if len(h.alive) > 0 {
+			t.Errorf("2 s after its owner was killed, processes of the sandbox still run: %v of %v", h.alive, h.pids)
+		} else if h.died > time.Second {
+			t.Errorf("the sandbox's processes took %v to die after its owner was killed; want at once", h.died)
+		}
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + h.id)
+		t.Logf("before Reap, the dead owner left %d cgroup directories", len(dirs))
+		newDriver(t).Reap()
+		checkLeaks(t, h.id, sandboxRecord{base: h.base, mounts: h.mounts})
+	})
+
+	t.Run("during_a_kill", func(t *testing.T) {
+		// The owner dies while it is killing an exec: on cgroup v1 that
+		// group is frozen for the kill. Reap must still end everything.
+		h := startHolder(t)
+		d := newDriver(t)
+		t.Cleanup(func() { unfreezeSandbox(t, d, h.id, h.agent) })
+		freezeGroup(t, d, execGroupOf(t, d, h.id, "sleep\x001000\x00"))
+		h.kill(t)
+		start := time.Now()
+		d.Reap()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("Reap took %v", took)
+		}
+		// The agent could not finish dying while its sandbox was frozen;
+		// now it can, and this process (its subreaper) reaps it.
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var ws unix.WaitStatus
+			if pid, _ := unix.Wait4(h.agent, &ws, unix.WNOHANG, nil); pid == h.agent {
+				break
+			}
+		}
+		checkLeaks(t, h.id, sandboxRecord{base: h.base, mounts: h.mounts})
+	})
+}
+
+// TestCloseFrozenExec closes a sandbox while one of its exec groups is
+// frozen, as the driver leaves it when its kill of that exec is cut short.
+// Close must still end every process and remove every group, promptly.
+func TestCloseFrozenExec(t *testing.T) {
+	requireNative(t)
+	d := newDriver(t)
+	before := mountTable()
+	in, err := d.Create(t.Context(), sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unfreezeSandbox(t, d, in.ID(), 0) })
+	p, err := in.Start(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "sleep 1003 & exec sleep 1004"}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.(*process).group
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if procs, _ := g.Procs(); len(procs) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	freezeGroup(t, d, g)
+	start := time.Now()
+	if err := in.Close(context.Background()); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Close took %v", took)
+	}
+	checkLeaks(t, in.ID(), sandboxRecord{base: in.(*instance).base, mounts: before})
+}
+
+// holder is a helper process holding a sandbox (see holdSandbox).
+type holder struct {
+	cmd    *exec.Cmd
+	id     string
+	base   int
+	mounts map[string]bool // the host's mounts before it
+	pids   []int           // the sandbox's processes on the host
+	agent  int
+
+	alive []int         // after kill: processes still running 2 s later
+	died  time.Duration // after kill: how long they took to die
+}
+
+// startHolder starts the helper and waits until its sandbox runs its
+// commands.
+func startHolder(t *testing.T) *holder {
+	t.Helper()
+	h := &holder{mounts: mountTable()}
+	h.cmd = exec.Command(os.Args[0])
+	h.cmd.Env = append(os.Environ(), holderEnv+"=1")
+	h.cmd.Stderr = os.Stderr
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = h.cmd.Process.Kill()
+		_ = h.cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the holder said nothing: %v", err)
+	}
+	if _, err := fmt.Sscanf(line, "ready %s %d", &h.id, &h.base); err != nil {
+		t.Fatalf("the holder said %q", line)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.pids = sandboxProcs(h.id, h.base)
+		if len(h.pids) >= 5 || time.Now().After(deadline) { // agent, sleep 1000, sh, sleep 1001, sleep 1002
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(h.pids) < 5 {
+		t.Fatalf("the held sandbox has %d processes on the host (%v), want at least 5", len(h.pids), h.pids)
+	}
+	for _, p := range hostProcs() {
+		if slices.Contains(h.pids, p.pid) && slices.Contains(p.uids, h.base) {
+			h.agent = p.pid
+		}
+	}
+	return h
+}
+
+// kill kills the holder with SIGKILL and watches the sandbox's processes
+// die, for at most 2 s.
+func (h *holder) kill(t *testing.T) {
+	t.Helper()
+	killed := time.Now()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	for {
+		h.alive = h.alive[:0]
+		for _, pid := range h.pids {
+			if running(pid) {
+				h.alive = append(h.alive, pid)
+			}
+		}
+		if len(h.alive) == 0 || time.Since(killed) > 2*time.Second {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.died = time.Since(killed)
+	t.Logf("killed the owner of sandbox %s with %d processes on the host (agent %d); after %v, %d still run",
+		h.id, len(h.pids), h.agent, h.died.Round(time.Millisecond), len(h.alive))
+	if h.agent != 0 {
+		// The agent is this process's orphan now; reap it if it is dead.
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(h.agent, &ws, unix.WNOHANG, nil)
+		t.Cleanup(func() { _, _ = unix.Wait4(h.agent, &ws, unix.WNOHANG, nil) })
+	}
+}
+
+// execGroupOf returns the exec cgroup of the sandbox's process whose
+// command line is cmdline.
+func execGroupOf(t *testing.T, d *Driver, id, cmdline string) *cgroup.Group {
+	t.Helper()
+	for _, p := range hostProcs() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+		if string(b) != cmdline || !cgroupMentions(p.cgroup, id) {
+			continue
+		}
+		for _, line := range strings.Split(p.cgroup, "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) == 3 && ((d.hier.V2 && f[0] == "0") || (!d.hier.V2 && slices.Contains(strings.Split(f[1], ","), "freezer"))) {
+				return d.hier.Open(f[2])
+			}
+		}
+	}
+	t.Fatalf("no process %q in sandbox %s", cmdline, id)
+	return nil
+}
+
+// freezeGroup freezes g, as the driver's kill does, and waits until it is.
+func freezeGroup(t *testing.T, d *Driver, g *cgroup.Group) {
+	t.Helper()
+	file, value := filepath.Join(g.Path("freezer"), "freezer.state"), "FROZEN"
+	if d.hier.V2 {
+		file, value = filepath.Join(g.Path("memory"), "cgroup.freeze"), "1"
+	}
+	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+		t.Fatalf("freeze %s: %v", file, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if d.hier.V2 {
+			if b, _ := os.ReadFile(filepath.Join(g.Path("memory"), "cgroup.events")); strings.Contains(string(b), "frozen 1") {
+				return
+			}
+		} else if b, _ := os.ReadFile(file); strings.TrimSpace(string(b)) == "FROZEN" {
+			return
+		}
+	}
+	t.Fatalf("%s did not freeze", file)
+}
+
+// unfreezeSandbox undoes what a failed test left: it thaws every group of
+// the sandbox, kills what runs in them, waits for agent (an orphan of this
+// process, or 0) to die, and reaps the sandbox.
+func unfreezeSandbox(t *testing.T, d *Driver, id string, agent int) {
+	t.Helper()
+	root, file, value := filepath.Join(d.hier.Mounts["freezer"], "airlock", id), "freezer.state", "THAWED"
+	if d.hier.V2 {
+		root, file, value = filepath.Join(d.hier.Mounts["memory"], "airlock", id), "cgroup.freeze", "0"
+	}
+	_ = filepath.WalkDir(root, func(p string, ent os.DirEntry, err error) error {
+		if err == nil && ent.Name() == file {
+			_ = os.WriteFile(p, []byte(value), 0)
+		}
+		return nil
+	})
+	for _, p := range hostProcs() {
+		if cgroupMentions(p.cgroup, id) {
+			_ = unix.Kill(p.pid, unix.SIGKILL)
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Second); agent != 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var ws unix.WaitStatus
+		if pid, _ := unix.Wait4(agent, &ws, unix.WNOHANG, nil); pid == agent {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	d.Reap()
+}
+
+// running says whether pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
