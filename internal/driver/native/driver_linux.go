@@ -124,9 +124,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if spec.ID == "" {
 		spec.ID = newID()
 	}
-	// Leftovers of airlock processes that died uncleanly are swept in the
-	// background, once per driver; Reap does it now.
-	d.sweep.Do(func() { go d.sweepStale() })
+	// Leftovers of airlock processes that died uncleanly (their locks are
+	// free) are swept once per driver, before its first sandbox: a one-shot
+	// `airlock run` cleans up after a killed one.
+	d.sweep.Do(d.sweepStale)
 
 	in := &instance{d: d, spec: spec, done: make(chan struct{}), procs: map[string]*process{}}
 	var undo cleanups
