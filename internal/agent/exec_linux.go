@@ -292,6 +292,16 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 	if err != nil {
 		return 0, nil, execError(job.argv[0], job.dir, err)
 	}
+	// Back to the agent's own group: a thread of the agent must never be
+	// in a group that gets frozen for a kill (a frozen thread stops the
+	// whole Go runtime at its next stop-the-world). The descriptors were
+	// opened before Landlock, which checks only at open.
+	if sp.group != nil && !e.cfg.Cgroup.V2 {
+		if err := writeZero(e.cfg.AgentTasks, false); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			return 0, nil, fmt.Errorf("leave the exec's cgroup: %w", err)
+		}
+	}
 	return pid, status, nil
 }
 

@@ -39,15 +39,29 @@ var readonlyProc = []string{"bus", "fs", "irq", "sys"}
 // enterAgentGroup moves every thread of the agent into its own cgroup
 // through the tasks descriptors the host passed. Each thread writes "0"
 // (itself): a process move would take the kernel's global cgroup lock and
-// wait for an RCU grace period, milliseconds on every sandbox start.
+// wait for an RCU grace period, milliseconds on every sandbox start. The
+// descriptors stay open: a spawner thread comes back through them.
 func enterAgentGroup(fds []int) error {
+	if err := writeZero(fds, true); err != nil {
+		return fmt.Errorf("enter the agent's cgroup: %w", err)
+	}
+	return nil
+}
+
+// writeZero writes "0" to each of fds, from every thread of the agent or
+// from the calling thread only.
+func writeZero(fds []int, allThreads bool) error {
 	zero := []byte("0")
 	for _, fd := range fds {
-		_, _, e := syscall.AllThreadsSyscall6(unix.SYS_PWRITE64, uintptr(fd), uintptrOf(&zero[0]), 1, 0, 0, 0)
-		if e != 0 {
-			return fmt.Errorf("enter the agent's cgroup: %w", e)
+		var e syscall.Errno
+		if allThreads {
+			_, _, e = syscall.AllThreadsSyscall6(unix.SYS_PWRITE64, uintptr(fd), uintptrOf(&zero[0]), 1, 0, 0, 0)
+		} else {
+			_, _, e = syscall.Syscall6(unix.SYS_PWRITE64, uintptr(fd), uintptrOf(&zero[0]), 1, 0, 0, 0)
 		}
-		_ = unix.Close(fd)
+		if e != 0 {
+			return e
+		}
 	}
 	return nil
 }

@@ -61,9 +61,24 @@ func (in *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.
 		}
 		return sandbox.Result{}, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = p.Signal(context.Background(), syscall.SIGKILL) })
-	defer stop()
-	return p.Wait(context.Background())
+	pr := p.(*process)
+	select {
+	case <-pr.done:
+		return pr.result, pr.err
+	case <-ctx.Done():
+	}
+	kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.Signal(kctx, syscall.SIGKILL)
+	select {
+	case <-pr.done:
+		return pr.result, pr.err
+	case <-kctx.Done():
+		// The host killed the exec's cgroup itself; an agent that still
+		// does not answer is not waited for.
+		return sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{},
+			Message: "the command was killed; the sandbox did not confirm it"}, fmt.Errorf("exec %s: %w", pr.id, ctx.Err())
+	}
 }
 
 // Start starts req and returns at once.

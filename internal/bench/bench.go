@@ -1,0 +1,167 @@
+// Package bench measures airlock against its baselines on this machine, in
+// one run, and reports every figure beside its baseline as a ratio: start
+// latency of one-shot commands (plain fork/exec, unshare, bwrap, runsc,
+// airlock run), the exec round trip in a live sandbox, density (memory per
+// idle sandbox and exec latency as their number grows), egress, and
+// throughput with concurrent clients.
+//
+//	r, err := bench.Run(ctx, bench.Defaults(true))
+//	r.WriteTable(os.Stdout)
+//
+// Speed claims in airlock come from this package, not from timed tests.
+// Baselines that are not installed are reported as missing with the
+// command that installs them, and parts of airlock that do not exist yet as
+// not built: every row is always present.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/driver/native"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Options say how much to measure. Defaults gives the usual values.
+type Options struct {
+	// Quick marks a short run for CI smoke tests; it only changes what the
+	// report says, the counts below decide the run's length.
+	Quick bool
+	// TrueRuns is the number of timed runs of /bin/true per launcher, and
+	// of execs in the exec round trip and at each density step.
+	TrueRuns int
+	// PythonRuns is the number of timed runs of python3 per launcher.
+	PythonRuns int
+	// Density is the most idle sandboxes started at once.
+	Density int
+	// ThroughputTime is how long each throughput level runs.
+	ThroughputTime time.Duration
+	// Clients are the throughput test's concurrency levels.
+	Clients []int
+	// RowTime bounds the timed runs of one row; a row that is not done by
+	// then reports the runs it has.
+	RowTime time.Duration
+	// Settle is how long idle sandboxes sit before their memory is read.
+	Settle time.Duration
+	// Airlock is the airlock binary whose `airlock run` is timed; empty
+	// reports that row as failed.
+	Airlock string
+	// Progress, when not nil, receives a line per step as the run goes.
+	Progress io.Writer
+}
+
+// Defaults returns the options of a full run, or of a quick one (under a
+// minute, for CI).
+func Defaults(quick bool) Options {
+	if quick {
+		return Options{Quick: true, TrueRuns: 30, PythonRuns: 10, Density: 20, ThroughputTime: time.Second,
+			Clients: []int{1, 2, 16}, RowTime: 5 * time.Second, Settle: 200 * time.Millisecond}
+	}
+	return Options{TrueRuns: 200, PythonRuns: 50, Density: 200, ThroughputTime: 3 * time.Second,
+		Clients: []int{1, 2, 16}, RowTime: 60 * time.Second, Settle: time.Second}
+}
+
+// SetRuns sets the /bin/true runs to n and the python3 runs to a quarter of
+// n, as the defaults are.
+func (o *Options) SetRuns(n int) {
+	o.TrueRuns = max(1, n)
+	o.PythonRuns = max(1, n/4)
+}
+
+func (o Options) densitySteps() []int { return DensitySteps(o.Density) }
+
+// runTimeout bounds one run of a command.
+func (o Options) runTimeout() time.Duration { return min(20*time.Second, max(o.RowTime, time.Second)) }
+
+func (o Options) validate() error {
+	switch {
+	case o.TrueRuns < 1 || o.PythonRuns < 1:
+		return fmt.Errorf("bench: runs must be at least 1")
+	case o.Density < 1:
+		return fmt.Errorf("bench: density must be at least 1")
+	case o.ThroughputTime <= 0 || o.RowTime <= 0:
+		return fmt.Errorf("bench: durations must be positive")
+	case len(o.Clients) == 0:
+		return fmt.Errorf("bench: give at least one client count")
+	}
+	for _, c := range o.Clients {
+		if c < 1 {
+			return fmt.Errorf("bench: client count %d: give at least 1", c)
+		}
+	}
+	return nil
+}
+
+// Run measures everything and returns the report. It fails only on bad
+// options or when ctx ends; what cannot be measured is reported in its row.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	progress := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...)
+		}
+	}
+	tv := tools(ctx)
+	r := &Report{
+		Schema: Schema, Started: start.UTC().Truncate(time.Second), Quick: o.Quick,
+		Settings: Settings{
+			TrueRuns: o.TrueRuns, PythonRuns: o.PythonRuns, Density: o.Density, DensitySteps: o.densitySteps(),
+			ThroughputSeconds: o.ThroughputTime.Seconds(), Clients: o.Clients,
+		},
+		Machine: machine(tv),
+		Density: []DensityStep{},
+		Notes:   []string{},
+	}
+	var qemu toolVersion
+	for _, t := range tv {
+		if t.name == "qemu" {
+			qemu = t
+		}
+	}
+
+	startR, err := startRows(ctx, o, qemu, progress)
+	if err != nil {
+		return nil, err
+	}
+	var drv sandbox.Driver
+	d, drvErr := native.New(native.Options{})
+	if drvErr == nil {
+		drvErr = d.Probe(ctx)
+		drv = d
+	}
+	execR, tputR, err := liveRows(ctx, o, drv, drvErr, progress)
+	if err != nil {
+		return nil, err
+	}
+	densR, steps, notes, err := densityRows(ctx, o, drv, drvErr, progress)
+	if err != nil {
+		return nil, err
+	}
+	r.Rows = append(r.Rows, startR...)
+	r.Rows = append(r.Rows, execR...)
+	r.Rows = append(r.Rows, densR...)
+	r.Rows = append(r.Rows, egressRows()...)
+	r.Rows = append(r.Rows, tputR...)
+	if steps != nil {
+		r.Density = steps
+	}
+	r.Notes = append(r.Notes, notes...)
+	fillRatios(r.Rows)
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+// egressRows are section 4, which waits for the egress proxy.
+func egressRows() []Row {
+	return []Row{
+		{Section: "egress", ID: "egress/latency", What: "added latency per request, proxy vs direct (loopback)", Unit: UnitMS,
+			Status: StatusNotBuilt, Detail: "no egress proxy yet"},
+		{Section: "egress", ID: "egress/throughput", What: "throughput through the proxy vs direct (loopback)", Unit: UnitRequests,
+			Status: StatusNotBuilt, Detail: "no egress proxy yet"},
+	}
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+)
+
+// wantRows are the ids of a complete report with steps 1, 2, 4 and one
+// client count, in table order.
+func wantRows(clients []int) []string {
+	var ids []string
+	for _, w := range []string{"start/true", "start/python"} {
+		for _, l := range []string{"fork-exec", "unshare", "bwrap", "airlock-native", "airlock-gvisor", "runsc-do", "airlock-microvm", "qemu"} {
+			ids = append(ids, w+"/"+l)
+		}
+	}
+	ids = append(ids, "exec/native", "exec/http",
+		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
+		"density/pss", "density/cgroup", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
+		"density/cgroup-process", "density/close", "density/close-all",
+		"egress/latency", "egress/throughput")
+	for _, c := range clients {
+		for _, l := range []string{"fork-exec", "bwrap", "airlock-native"} {
+			ids = append(ids, fmt.Sprintf("throughput/%s-c%d", l, c))
+		}
+	}
+	return ids
+}
+
+// buildAirlock builds the airlock CLI whose `airlock run` the bench times;
+// it finds its agent through AIRLOCK_AGENT, which TestMain set.
+func buildAirlock(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "airlock")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build airlock: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestQuickBenchIsComplete runs the bench with tiny counts and checks that
+// the report has every row, that what this host can run was measured, and
+// that the table, JSON and chart show all of it.
+func TestQuickBenchIsComplete(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1")
+	o := Options{Quick: true, TrueRuns: 3, PythonRuns: 2, Density: 4, ThroughputTime: 200 * time.Millisecond,
+		Clients: []int{2}, RowTime: 10 * time.Second, Settle: 0, Airlock: buildAirlock(t)}
+	var progress bytes.Buffer
+	o.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var ids []string
+	for _, row := range r.Rows {
+		ids = append(ids, row.ID)
+	}
+	if want := wantRows(o.Clients); !slices.Equal(ids, want) {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(ids, "\n"), strings.Join(want, "\n"))
+	}
+
+	// What must have been measured here, what may be missing, what is not built.
+	_, bwrapErr := exec.LookPath("bwrap")
+	for _, row := range r.Rows {
+		var want []Status
+		switch {
+		case strings.HasSuffix(row.ID, "gvisor"), strings.HasSuffix(row.ID, "microvm"), row.ID == "exec/http",
+			strings.HasPrefix(row.ID, "egress/"):
+			want = []Status{StatusNotBuilt}
+		case strings.HasSuffix(row.ID, "/qemu"):
+			want = []Status{StatusMissing, StatusNotBuilt}
+		case strings.HasSuffix(row.ID, "/runsc-do"):
+			want = []Status{StatusOK, StatusMissing, StatusFailed} // Debian's runsc fails on some kernels
+		case strings.Contains(row.ID, "bwrap") && bwrapErr != nil:
+			want = []Status{StatusMissing}
+		default:
+			want = []Status{StatusOK}
+		}
+		if !slices.Contains(want, row.Status) {
+			t.Errorf("%s: status %s (%s), want one of %v", row.ID, row.Status, row.Detail, want)
+		}
+		if row.Status != StatusOK && row.Detail == "" {
+			t.Errorf("%s: status %s without a reason", row.ID, row.Status)
+		}
+		if row.Status == StatusOK {
+			if _, ok := row.Figure(); !ok && row.ID != "density/bend" {
+				t.Errorf("%s: measured but has no figure", row.ID)
+			}
+			for _, c := range row.Compare {
+				if base, _ := r.Row(c.Baseline); base.Status == StatusOK && c.Ratio == nil {
+					t.Errorf("%s: no ratio beside measured baseline %s", row.ID, c.Baseline)
+				}
+			}
+		}
+	}
+	if p, _ := r.Row("density/pss"); p.Value == nil || *p.Value < 0.5 || *p.Value > 64 {
+		t.Errorf("PSS per idle sandbox = %v MiB, want between 0.5 and 64", p.Value)
+	}
+	if c, _ := r.Row("density/cgroup"); c.Value == nil || *c.Value <= 0 {
+		t.Errorf("cgroup memory per idle sandbox = %v MiB, want more than 0", c.Value)
+	}
+	if len(r.Density) != 3 || r.Density[2].Sandboxes != 4 {
+		t.Errorf("density steps = %+v, want 1, 2, 4 sandboxes", r.Density)
+	}
+	if a, _ := r.Row("start/true/airlock-native"); a.Status == StatusOK && a.Stats.P50 < 0.1 {
+		t.Errorf("airlock run p50 = %g ms: not a real start", a.Stats.P50)
+	}
+
+	// Nothing is left behind: the baseline cgroups are gone.
+	if _, err := os.Stat(fmt.Sprintf("/sys/fs/cgroup/memory/airlock-bench-%d", os.Getpid())); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("baseline cgroup left behind: %v", err)
+	}
+
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range r.Rows {
+		if !strings.Contains(table.String(), "  "+row.What) {
+			t.Errorf("table lacks row %s (%q)", row.ID, row.What)
+		}
+		if row.Status == StatusNotBuilt && !strings.Contains(table.String(), "not built yet") {
+			t.Errorf("table does not say not built yet")
+		}
+	}
+	t.Logf("table:\n%s", table.String())
+
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(&js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != len(r.Rows) {
+		t.Errorf("JSON round trip: %d rows, want %d", len(back.Rows), len(r.Rows))
+	}
+	var svg bytes.Buffer
+	if err := r.WriteChart(&svg); err != nil {
+		t.Fatal(err)
+	}
+	svgElements(t, svg.Bytes())
+	if !strings.Contains(progress.String(), "bench: density") {
+		t.Errorf("no progress reported:\n%s", progress.String())
+	}
+}

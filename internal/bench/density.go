@@ -1,0 +1,504 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// cgroupParent is where the native driver puts its sandboxes' cgroups
+// (its default).
+const cgroupParent = "airlock"
+
+// DensitySteps returns the sandbox counts the density test grows through
+// on its way to n: a tenth, a quarter, half, all of it.
+func DensitySteps(n int) []int {
+	var steps []int
+	for _, s := range []int{n / 10, n / 4, n / 2, n} {
+		if s > 0 && !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	return steps
+}
+
+// memGuard keeps the density test within the host's free memory.
+type memGuard struct {
+	// reserve is the memory, in bytes, left free whatever happens.
+	reserve uint64
+	// per is the memory one more sandbox is expected to take, in bytes.
+	per  float64
+	read func() (MemInfo, error)
+}
+
+// newMemGuard leaves a tenth of the host's memory, at least 512 MiB,
+// free, and expects 32 MiB per sandbox until one is measured.
+func newMemGuard(read func() (MemInfo, error)) (*memGuard, error) {
+	mi, err := read()
+	if err != nil {
+		return nil, err
+	}
+	return &memGuard{reserve: max(mi.Total/10, 512<<20), per: 32 << 20, read: read}, nil
+}
+
+// allow returns how many of want more sandboxes free memory allows, and
+// MemAvailable.
+func (g *memGuard) allow(want int) (int, uint64, error) {
+	mi, err := g.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	if mi.Available <= g.reserve {
+		return 0, mi.Available, nil
+	}
+	n := int(float64(mi.Available-g.reserve) / g.per)
+	return max(0, min(n, want)), mi.Available, nil
+}
+
+// learn sets the expected memory per sandbox from a measurement, with a
+// margin of two.
+func (g *memGuard) learn(perSandbox float64) {
+	g.per = max(2*perSandbox, 4<<20)
+}
+
+// densityRun is what the density test saw.
+type densityRun struct {
+	steps   []DensityStep
+	create  []time.Duration
+	close   []time.Duration
+	stopped string // why growth stopped short of the last step
+	err     error  // why nothing could be measured
+	memErr  error  // why memory could not be read
+}
+
+// runDensity starts idle sandboxes in steps, measures memory and exec
+// latency at each, then closes them all.
+func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hierarchy, progress func(string, ...any)) (dr densityRun, err error) {
+	guard, gerr := newMemGuard(readMemInfo)
+	if gerr != nil {
+		dr.err = gerr
+		return dr, nil
+	}
+	var live []*guarded
+	defer func() {
+		// Close whatever is left when the test ends early.
+		for _, sb := range live {
+			_ = sb.close(ctx)
+		}
+	}()
+	spec := sandbox.Spec{Limits: sandbox.Limits{Lifetime: time.Hour}}
+
+	for _, target := range o.densitySteps() {
+		allowed, avail, err := guard.allow(target - len(live))
+		if err != nil {
+			dr.stopped = err.Error()
+			break
+		}
+		if len(live)+allowed < target {
+			dr.stopped = fmt.Sprintf("stopped at %d of %d sandboxes: MemAvailable %.0f MiB, keeping %.0f MiB free, at %.1f MiB per sandbox",
+				len(live)+allowed, target, mib(float64(avail)), mib(float64(guard.reserve)), mib(guard.per))
+			target = len(live) + allowed
+		}
+		progress("density: grow to %d sandboxes", target)
+		for len(live) < target {
+			if len(live)%10 == 0 {
+				if n, avail, err := guard.allow(1); err != nil || n == 0 {
+					dr.stopped = fmt.Sprintf("stopped at %d sandboxes: MemAvailable %.0f MiB is near the %.0f MiB kept free",
+						len(live), mib(float64(avail)), mib(float64(guard.reserve)))
+					break
+				}
+			}
+			t0 := time.Now()
+			sb, err := drv.Create(ctx, spec)
+			if ctx.Err() != nil {
+				return dr, ctx.Err()
+			}
+			if err != nil {
+				if len(live) == 0 {
+					dr.err = err
+					return dr, nil
+				}
+				dr.stopped = fmt.Sprintf("stopped at %d sandboxes: create failed: %v", len(live), err)
+				break
+			}
+			dr.create = append(dr.create, time.Since(t0))
+			live = append(live, &guarded{sb: sb})
+		}
+		if n := len(dr.steps); len(live) == 0 || (n > 0 && dr.steps[n-1].Sandboxes == len(live)) {
+			break // nothing new to measure
+		}
+		step, memErr, err := measureStep(ctx, o, h, live)
+		if err != nil {
+			return dr, err
+		}
+		if memErr != nil && dr.memErr == nil {
+			dr.memErr = memErr
+		}
+		if step.PSSBytes > 0 || step.CgroupBytes > 0 {
+			guard.learn(max(step.PSSBytes, step.CgroupBytes))
+		}
+		dr.steps = append(dr.steps, step)
+		if dr.stopped != "" {
+			break
+		}
+	}
+	progress("density: close %d sandboxes", len(live))
+	for len(live) > 0 {
+		t0 := time.Now()
+		_ = live[0].close(ctx)
+		dr.close = append(dr.close, time.Since(t0))
+		live = live[1:]
+	}
+	return dr, nil
+}
+
+// measureStep reads the memory of the idle sandboxes live, then times
+// execs of /bin/true spread round-robin over them. It fails only when ctx
+// ends; memErr says why memory could not be read.
+func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*guarded) (step DensityStep, memErr, err error) {
+	step = DensityStep{Sandboxes: len(live)}
+	time.Sleep(o.Settle)
+	if h != nil {
+		var pss, cg uint64
+		for _, sb := range live {
+			p, c, err := sandboxMemory(h, sb.sb.ID())
+			if err != nil {
+				memErr = err
+				break
+			}
+			pss += p
+			cg += c
+		}
+		if memErr == nil {
+			step.PSSBytes = float64(pss) / float64(len(live))
+			step.CgroupBytes = float64(cg) / float64(len(live))
+		}
+	}
+	// One untimed exec in every sandbox not used yet, so that the timed
+	// ones measure load and not a sandbox's first exec.
+	for _, sb := range live {
+		if _, err := sb.exec(ctx); ctx.Err() != nil {
+			return step, memErr, ctx.Err()
+		} else if err != nil {
+			step.ExecFailures++
+		}
+	}
+	n := max(o.TrueRuns, len(live))
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		d, err := live[i%len(live)].exec(ctx)
+		if ctx.Err() != nil {
+			return step, memErr, ctx.Err()
+		}
+		if err != nil {
+			step.ExecFailures++
+			continue
+		}
+		ds = append(ds, d)
+	}
+	step.Exec = SummarizeDurations(ds)
+	return step, memErr, nil
+}
+
+// sandboxMemory returns the summed PSS of the processes in a native
+// sandbox's cgroups and the memory its memory cgroup charges.
+func sandboxMemory(h *cgroup.Hierarchy, id string) (pss, cg uint64, err error) {
+	g := h.Open(cgroupParent + "/" + id)
+	pids, err := g.Procs()
+	if err != nil {
+		return 0, 0, fmt.Errorf("list processes of sandbox %s: %w", id, err)
+	}
+	if len(pids) == 0 {
+		return 0, 0, fmt.Errorf("sandbox %s: no process in its cgroup %s", id, g.Path("pids"))
+	}
+	if pss, err = pssOf("/proc", pids); err != nil {
+		return 0, 0, err
+	}
+	if cg, err = cgroupMemory(g.Path("memory"), h.V2); err != nil {
+		return 0, 0, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return pss, cg, nil
+}
+
+// idleMemory is the memory per instance of an idle baseline.
+type idleMemory struct {
+	pss, cg float64 // bytes per instance
+	err     error
+}
+
+// idleBaseline starts k instances of argv (a command that sleeps) in a
+// memory cgroup of their own and returns their memory per instance: the
+// summed PSS of their processes and what the cgroup charges. Each starts
+// as a shell that moves itself into the cgroup and then execs argv, so
+// everything argv allocates is charged there.
+func idleBaseline(ctx context.Context, o Options, h *cgroup.Hierarchy, name string, argv []string, k int) idleMemory {
+	parent := h.Open(fmt.Sprintf("airlock-bench-%d", os.Getpid()))
+	g := parent.Child(name)
+	if err := g.Create(); err != nil {
+		return idleMemory{err: err}
+	}
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+		_ = g.Kill(5 * time.Second)
+		_ = parent.Remove()
+	}()
+	script := `echo $$ > "$1" && echo $$ > "$2" && shift 2 && exec "$@"`
+	memProcs := filepath.Join(g.Path("memory"), "cgroup.procs")
+	pidsProcs := filepath.Join(g.Path("pids"), "cgroup.procs")
+	for i := 0; i < k; i++ {
+		c := exec.Command("/bin/sh", append([]string{"-c", script, "sh", memProcs, pidsProcs}, argv...)...)
+		if err := c.Start(); err != nil {
+			return idleMemory{err: fmt.Errorf("start %s: %w", argv[0], err)}
+		}
+		cmds = append(cmds, c)
+	}
+	// Up when k sleeping processes are in the group.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pids, err := g.Procs()
+		if err != nil {
+			return idleMemory{err: err}
+		}
+		if countComm(pids, "sleep") >= k {
+			break
+		}
+		if ctx.Err() != nil {
+			return idleMemory{err: ctx.Err()}
+		}
+		if time.Now().After(deadline) {
+			return idleMemory{err: fmt.Errorf("%d of %d %s did not come up within 15 s", k-countComm(pids, "sleep"), k, name)}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(o.Settle)
+	pids, err := g.Procs()
+	if err != nil {
+		return idleMemory{err: err}
+	}
+	pss, err := pssOf("/proc", pids)
+	if err != nil {
+		return idleMemory{err: err}
+	}
+	cg, err := cgroupMemory(g.Path("memory"), h.V2)
+	if err != nil {
+		return idleMemory{err: err}
+	}
+	return idleMemory{pss: float64(pss) / float64(k), cg: float64(cg) / float64(k)}
+}
+
+// countComm counts the processes among pids whose command name is comm.
+func countComm(pids []int, comm string) int {
+	n := 0
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		if err == nil && strings.TrimSpace(string(b)) == comm {
+			n++
+		}
+	}
+	return n
+}
+
+// densityRows measures density (section 3): idle sandboxes' memory beside
+// idle bwrap sandboxes and plain processes, exec latency as the number of
+// sandboxes grows, and the cost of closing them.
+func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, progress func(string, ...any)) ([]Row, []DensityStep, []string, error) {
+	h, herr := cgroup.Detect()
+	var dr densityRun
+	if drvErr != nil {
+		dr.err = drvErr
+	} else {
+		var err error
+		if dr, err = runDensity(ctx, o, drv, h, progress); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	var notes []string
+	if dr.stopped != "" {
+		notes = append(notes, "density: "+dr.stopped)
+	}
+
+	row := func(id, what, unit string) Row {
+		return Row{Section: "density", ID: "density/" + id, What: what, Unit: unit}
+	}
+	failed := func(r Row, err error) Row {
+		r.Status, r.Detail = StatusFailed, err.Error()
+		return r
+	}
+	var rows []Row
+
+	create := row("create", "create an idle sandbox (in-process, native)", UnitMS)
+	if dr.err != nil {
+		create = failed(create, dr.err)
+	} else {
+		create = latencyRow(create, series{samples: dr.create})
+	}
+	rows = append(rows, create)
+
+	last := 0 // sandboxes of the last measured step
+	for i, n := range o.densitySteps() {
+		r := row(fmt.Sprintf("exec-%d", n), "exec /bin/true round-robin over "+sandboxes(n), UnitMS)
+		r.Compare = []Comparison{{Baseline: "exec/native", Name: "1 sandbox"}}
+		switch {
+		case dr.err != nil:
+			r = failed(r, dr.err)
+		case i >= len(dr.steps):
+			r.Status, r.Detail = StatusSkipped, dr.stopped
+		default:
+			st := dr.steps[i]
+			if st.Sandboxes != n {
+				r.What = fmt.Sprintf("exec /bin/true round-robin over %s (of %d)", sandboxes(st.Sandboxes), n)
+				r.Detail = dr.stopped
+			}
+			if st.Exec.N == 0 {
+				r.Status, r.Detail = StatusFailed, fmt.Sprintf("all %d execs failed", st.ExecFailures)
+			} else {
+				r.Status, r.Stats, r.Failures = StatusOK, ptr(st.Exec), st.ExecFailures
+			}
+			last = st.Sandboxes
+		}
+		rows = append(rows, r)
+	}
+
+	bend := row("bend", "exec p99 bends at (> 2x the first step's)", UnitSandboxes)
+	switch {
+	case dr.err != nil:
+		bend = failed(bend, dr.err)
+	case len(dr.steps) == 0:
+		bend.Status, bend.Detail = StatusSkipped, dr.stopped
+	default:
+		bend.Status = StatusOK
+		if at := BendAt(dr.steps); at > 0 {
+			bend.Value = ptr(float64(at))
+		} else {
+			bend.Detail = "no bend up to " + sandboxes(last)
+		}
+	}
+	rows = append(rows, bend)
+
+	// Idle baselines: at most 20, as their memory per instance hardly
+	// depends on how many there are.
+	k := min(20, max(1, o.Density))
+	var bw, plain idleMemory
+	switch {
+	case herr != nil:
+		bw.err, plain.err = herr, herr
+	default:
+		if bwrap, st, detail := resolve(launcher{prefix: bwrapArgs, fix: fixBwrap}); st != StatusOK {
+			bw.err = &missingError{status: st, detail: detail}
+		} else {
+			progress("density: %d idle bwrap sandboxes", k)
+			bw = idleBaseline(ctx, o, h, "bwrap", append(bwrap, "sleep", "infinity"), k)
+		}
+		progress("density: %d idle plain processes", k)
+		plain = idleBaseline(ctx, o, h, "process", []string{"sleep", "infinity"}, k)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+
+	var lastStep *DensityStep
+	if len(dr.steps) > 0 {
+		lastStep = &dr.steps[len(dr.steps)-1]
+	}
+	memRow := func(id, what string, v func(DensityStep) float64, base string) Row {
+		r := row(id, fmt.Sprintf("%s (%d)", what, last), UnitMiB)
+		r.Compare = []Comparison{
+			{Baseline: "density/" + base + "-bwrap", Name: "bwrap idle"},
+			{Baseline: "density/" + base + "-process", Name: "plain process"},
+		}
+		switch {
+		case dr.err != nil:
+			return failed(r, dr.err)
+		case lastStep == nil:
+			r.Status, r.Detail = StatusSkipped, dr.stopped
+		case herr != nil:
+			return failed(r, herr)
+		case dr.memErr != nil:
+			return failed(r, dr.memErr)
+		default:
+			r.Status, r.Value = StatusOK, ptr(mib(v(*lastStep)))
+		}
+		return r
+	}
+	rows = append(rows,
+		memRow("pss", "idle sandbox memory, PSS of its processes", func(s DensityStep) float64 { return s.PSSBytes }, "pss"),
+		memRow("cgroup", "idle sandbox memory, its memory cgroup", func(s DensityStep) float64 { return s.CgroupBytes }, "cgroup"),
+	)
+	baseRow := func(id, what string, m idleMemory, v float64) Row {
+		r := row(id, fmt.Sprintf("%s (%d)", what, k), UnitMiB)
+		var me *missingError
+		switch {
+		case errors.As(m.err, &me):
+			r.Status, r.Detail = me.status, me.detail
+		case m.err != nil:
+			r = failed(r, m.err)
+		default:
+			r.Status, r.Value = StatusOK, ptr(mib(v))
+		}
+		return r
+	}
+	rows = append(rows,
+		baseRow("pss-bwrap", "idle bwrap (sleep) memory, PSS", bw, bw.pss),
+		baseRow("cgroup-bwrap", "idle bwrap (sleep) memory, cgroup", bw, bw.cg),
+		baseRow("pss-process", "idle plain sleep memory, PSS", plain, plain.pss),
+		baseRow("cgroup-process", "idle plain sleep memory, cgroup", plain, plain.cg),
+	)
+
+	closeRow := row("close", "close one sandbox", UnitMS)
+	closeAll := row("close-all", fmt.Sprintf("close all %s, one after another", sandboxes(len(dr.close))), UnitMS)
+	if dr.err != nil {
+		closeRow, closeAll = failed(closeRow, dr.err), failed(closeAll, dr.err)
+	} else {
+		closeRow = latencyRow(closeRow, series{samples: dr.close})
+		var total time.Duration
+		for _, d := range dr.close {
+			total += d
+		}
+		closeAll.Status, closeAll.Value = StatusOK, ptr(float64(total)/float64(time.Millisecond))
+	}
+	rows = append(rows, closeRow, closeAll)
+	return rows, dr.steps, notes, nil
+}
+
+// BendAt returns the sandbox count of the first step whose exec p99 is
+// more than twice the first step's, or 0 when none is.
+func BendAt(steps []DensityStep) int {
+	if len(steps) < 2 || steps[0].Exec.N == 0 {
+		return 0
+	}
+	for _, s := range steps[1:] {
+		if s.Exec.N > 0 && s.Exec.P99 > 2*steps[0].Exec.P99 {
+			return s.Sandboxes
+		}
+	}
+	return 0
+}
+
+// missingError carries a row status other than failed.
+type missingError struct {
+	status Status
+	detail string
+}
+
+func (e *missingError) Error() string { return string(e.status) + ": " + e.detail }
+
+// sandboxes says "1 sandbox" or "n sandboxes".
+func sandboxes(n int) string {
+	if n == 1 {
+		return "1 sandbox"
+	}
+	return fmt.Sprintf("%d sandboxes", n)
+}

@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// fakeSandbox answers Exec with res, or never when block is set. Methods it
+// does not override panic.
+type fakeSandbox struct {
+	sandbox.Instance
+	res   sandbox.Result
+	err   error
+	block chan struct{}
+	calls int
+}
+
+func (f *fakeSandbox) ID() string { return "sb-fake" }
+
+func (f *fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
+	f.calls++
+	if f.block != nil {
+		<-f.block
+	}
+	return f.res, f.err
+}
+
+func TestGuardedExec(t *testing.T) {
+	ctx := context.Background()
+	ok := &guarded{sb: &fakeSandbox{res: sandbox.Result{Reason: sandbox.ReasonExit}}}
+	if _, err := ok.exec(ctx); err != nil {
+		t.Errorf("exec of a sandbox that exits 0 = %v", err)
+	}
+
+	exit1 := &guarded{sb: &fakeSandbox{res: sandbox.Result{Reason: sandbox.ReasonExit, ExitCode: 1}}}
+	if _, err := exit1.exec(ctx); err == nil || !strings.Contains(err.Error(), "exit 1") {
+		t.Errorf("exec that exits 1 = %v, want an error", err)
+	}
+	failing := &guarded{sb: &fakeSandbox{err: sandbox.ErrClosed}}
+	if _, err := failing.exec(ctx); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("exec that fails = %v, want ErrClosed", err)
+	}
+
+	block := make(chan struct{})
+	defer close(block)
+	fake := &fakeSandbox{block: block}
+	hanging := &guarded{sb: fake, hang: 50 * time.Millisecond}
+	t0 := time.Now()
+	_, err := hanging.exec(ctx)
+	if err == nil || !strings.Contains(err.Error(), "did not return within") || time.Since(t0) > 2*time.Second {
+		t.Fatalf("exec that hangs = %v after %v, want a hang error after about 50 ms", err, time.Since(t0))
+	}
+	if !hanging.hung.Load() {
+		t.Error("a sandbox that hung is not marked hung")
+	}
+	if _, err := hanging.exec(ctx); !errors.Is(err, errHung) || fake.calls != 1 {
+		t.Errorf("exec after a hang = %v with %d calls, want errHung without calling the sandbox again", err, fake.calls)
+	}
+}
