@@ -10,9 +10,15 @@ export AIRLOCK_AGENT=${AIRLOCK_AGENT:-$PWD/internal/agentbin/bin/airlock-agent}
 go test -count=1 -p 1 -timeout 20m -v ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
-skips=$(grep -A2 -E '^\s*--- SKIP' "$log" | grep -vE '^\s*--- SKIP|^--$' | sed 's/^ *//' | sort | uniq -c | sort -rn)
+# A skipped test's reason is the log line printed just before its
+# "--- SKIP" line.
+skips=$(awk '
+  /^=== (RUN|CONT|PAUSE|NAME)/ { why = ""; next }
+  /^ *[A-Za-z0-9_]+\.go:[0-9]+: / { sub(/^ */, ""); why = $0; next }
+  /^ *--- SKIP: / { name = $3; printf "  %s: %s\n", name, (why == "" ? "(no reason given)" : why); why = "" }
+' "$log")
 if [[ -n $skips ]]; then
-  echo "Skipped tests, by reason (set AIRLOCK_TEST_REQUIRE to make them fail instead):"
+  echo "Skipped tests and why (set AIRLOCK_TEST_REQUIRE to make them fail instead):"
   echo "$skips"
 else
   echo "No test was skipped."
