@@ -163,8 +163,7 @@ func (sp *spawner) enter(v2 bool) error {
 	return enterThread(sp.group)
 }
 
-// takeSpawner returns the ready spawner, if any, else a new one, and
-// starts preparing the next.
+// takeSpawner returns the ready spawner, if any, else a new one.
 func (e *engine) takeSpawner() *spawner {
 	e.mu.Lock()
 	sp := e.next
@@ -173,7 +172,6 @@ func (e *engine) takeSpawner() *spawner {
 	if sp == nil {
 		sp = e.newSpawner()
 	}
-	go e.prepare()
 	return sp
 }
 

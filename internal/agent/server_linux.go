@@ -271,7 +271,11 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 	} else {
 		go func() { <-drained; s.eng.remove(p) }()
 	}
-	return send(&ExecEvent{Exit: &res})
+	err = send(&ExecEvent{Exit: &res})
+	// The next command's spawner is prepared while the sandbox is idle,
+	// not while a command starts or runs.
+	go s.eng.prepare()
+	return err
 }
 
 // drainGrace is how long output may still arrive after the main process

@@ -346,10 +346,15 @@ func (p *process) finish() {
 		if ws, _ := in.workload.Stats(); ws.PidsMax > p.pidsBefore {
 			pids = true
 		}
-		if !p.req.Background {
-			_ = p.group.Kill(5*time.Second, in.agentPid())
-		}
-		in.removeExecGroup(p)
+		// The agent has ended a foreground command's tree already; the
+		// host's own check and the removal of the group need not delay
+		// the result.
+		go func() {
+			if !p.req.Background {
+				_ = p.group.Kill(5*time.Second, in.agentPid())
+			}
+			in.removeExecGroup(p)
+		}()
 	}
 	killedBy := r.Reason
 	if hk, ok := p.killedBy.Load().(sandbox.Reason); ok && hk != sandbox.ReasonError && (killedBy == sandbox.ReasonExit || killedBy == "") {
