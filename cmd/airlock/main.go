@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newBenchCmd())
+	root.AddCommand(newRunCmd(), newDoctorCmd(), newBenchCmd(), newServeCmd(), newKeysCmd(), newReapCmd(), newSandboxCmd())
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {

@@ -1,0 +1,179 @@
+package client
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Limits bound a sandbox. Zero fields take the template's values; set
+// fields may only narrow them.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int     `json:"pids,omitempty"`
+	TimeoutMS   int64   `json:"timeout_ms,omitempty"`
+	CPUTimeMS   int64   `json:"cpu_time_ms,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+	TmpBytes    int64   `json:"tmp_bytes,omitempty"`
+	OutputBytes int64   `json:"output_bytes,omitempty"`
+	OpenFiles   int     `json:"open_files,omitempty"`
+}
+
+// CreateRequest asks for a sandbox.
+type CreateRequest struct {
+	// Template names the daemon's template; empty means "default".
+	Template string            `json:"template,omitempty"`
+	Limits   Limits            `json:"limits,omitzero"`
+	Env      map[string]string `json:"env,omitempty"`
+	// TTL is the sandbox's lifetime; zero means the template's.
+	TTL time.Duration `json:"-"`
+	// IdleTimeout destroys the sandbox after this long unused.
+	IdleTimeout time.Duration `json:"-"`
+}
+
+// Sandbox states.
+const (
+	StateCreating  = "creating"
+	StatePooled    = "pooled"
+	StateRunning   = "running"
+	StateDestroyed = "destroyed"
+	// StateLost: the sandbox was live when the daemon stopped; its processes
+	// ended with the daemon.
+	StateLost = "lost"
+)
+
+// Sandbox describes a sandbox.
+type Sandbox struct {
+	ID                 string    `json:"id"`
+	Template           string    `json:"template"`
+	Driver             string    `json:"driver"`
+	State              string    `json:"state"`
+	Owner              string    `json:"owner,omitempty"`
+	CreatedAt          time.Time `json:"created_at"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	IdleTimeoutSeconds int64     `json:"idle_timeout_seconds,omitempty"`
+	LastActiveAt       time.Time `json:"last_active_at"`
+	EndedAt            time.Time `json:"ended_at"`
+	EndReason          string    `json:"end_reason,omitempty"`
+	Limits             Limits    `json:"limits"`
+	Layers             []string  `json:"layers,omitempty"`
+	// FromPool says the create was served by a warm pool.
+	FromPool bool `json:"from_pool,omitempty"`
+}
+
+// CreateSandbox makes a sandbox (or claims a ready one from the
+// template's pool).
+func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	body := struct {
+		CreateRequest
+		TTLSeconds         int64 `json:"ttl_seconds,omitempty"`
+		IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+	}{req, ceilSeconds(req.TTL), ceilSeconds(req.IdleTimeout)}
+	var sb Sandbox
+	return &sb, c.call(ctx, request{method: "POST", path: "/v1/sandboxes", json: body}, &sb)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// GetSandbox describes sandbox id, live or ended.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	return &sb, c.call(ctx, request{method: "GET", path: sandboxPath(id)}, &sb)
+}
+
+// ListOptions filter ListSandboxes; empty fields match all.
+type ListOptions struct {
+	State    string
+	Template string
+}
+
+// ListSandboxes lists this key's sandboxes (an operator's: all).
+func (c *Client) ListSandboxes(ctx context.Context, o ListOptions) ([]Sandbox, error) {
+	q := url.Values{}
+	if o.State != "" {
+		q.Set("state", o.State)
+	}
+	if o.Template != "" {
+		q.Set("template", o.Template)
+	}
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	err := c.call(ctx, request{method: "GET", path: "/v1/sandboxes", query: q}, &out)
+	return out.Sandboxes, err
+}
+
+// DeleteSandbox destroys sandbox id. Deleting an ended sandbox is no error.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	return c.call(ctx, request{method: "DELETE", path: sandboxPath(id)}, nil)
+}
+
+// SetTimeout makes sandbox id live for ttl from now.
+func (c *Client) SetTimeout(ctx context.Context, id string, ttl time.Duration) (*Sandbox, error) {
+	var sb Sandbox
+	body := map[string]int64{"ttl_seconds": ceilSeconds(ttl)}
+	return &sb, c.call(ctx, request{method: "POST", path: sandboxPath(id, "timeout"), json: body}, &sb)
+}
+
+// Key is an API key; Secret is set only when it was just created.
+type Key struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name,omitempty"`
+	Role      string     `json:"role"`
+	Quota     Quota      `json:"quota"`
+	Rate      RateLimits `json:"rate"`
+	CreatedAt time.Time  `json:"created_at"`
+	Secret    string     `json:"secret,omitempty"`
+}
+
+// Quota bounds what a key holds at once; zero fields mean the daemon's defaults.
+type Quota struct {
+	MaxSandboxes   int   `json:"max_sandboxes,omitempty"`
+	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+}
+
+// RateLimits bound how fast a key acts; zero fields mean the defaults.
+type RateLimits struct {
+	CreatesPerSecond float64 `json:"creates_per_second,omitempty"`
+	CreateBurst      int     `json:"create_burst,omitempty"`
+	ExecsPerSecond   float64 `json:"execs_per_second,omitempty"`
+	ExecBurst        int     `json:"exec_burst,omitempty"`
+}
+
+// CreateKeyRequest asks for a key. Role is "agent" (default) or "operator".
+type CreateKeyRequest struct {
+	Name  string     `json:"name,omitempty"`
+	Role  string     `json:"role,omitempty"`
+	Quota Quota      `json:"quota,omitzero"`
+	Rate  RateLimits `json:"rate,omitzero"`
+}
+
+// CreateKey makes a key (operators only). The answer holds its secret,
+// which the daemon never shows again.
+func (c *Client) CreateKey(ctx context.Context, req CreateKeyRequest) (*Key, error) {
+	var k Key
+	return &k, c.call(ctx, request{method: "POST", path: "/v1/keys", json: req}, &k)
+}
+
+// ListKeys lists the keys (operators only).
+func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
+	var out struct {
+		Keys []Key `json:"keys"`
+	}
+	err := c.call(ctx, request{method: "GET", path: "/v1/keys"}, &out)
+	return out.Keys, err
+}
+
+// DeleteKey revokes key id (operators only).
+func (c *Client) DeleteKey(ctx context.Context, id string) error {
+	return c.call(ctx, request{method: "DELETE", path: "/v1/keys/" + url.PathEscape(id)}, nil)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

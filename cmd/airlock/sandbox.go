@@ -1,0 +1,405 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+)
+
+func newSandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
+	}
+	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd())
+	return cmd
+}
+
+func newSandboxCreateCmd() *cobra.Command {
+	var template, memory string
+	var cpus float64
+	var pids int
+	var ttl, idle time.Duration
+	var env []string
+	cmd := &cobra.Command{
+		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V]",
+		Short: "Make a sandbox and print its id (alone, on stdout)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			req := client.CreateRequest{Template: template, TTL: ttl, IdleTimeout: idle, Limits: client.Limits{CPUs: cpus, Pids: pids}}
+			if memory != "" {
+				if req.Limits.MemoryBytes, err = supervisor.ParseSize(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			if req.Env, err = envMap(env); err != nil {
+				return err
+			}
+			sb, err := c.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&template, "template", "", "template of the daemon's config (default: \"default\")")
+	fl.StringVar(&memory, "memory", "", "memory limit, at most the template's")
+	fl.Float64Var(&cpus, "cpus", 0, "CPU quota in cores, at most the template's")
+	fl.IntVar(&pids, "pids", 0, "process limit, at most the template's")
+	fl.DurationVar(&ttl, "ttl", 0, "lifetime (default: the template's)")
+	fl.DurationVar(&idle, "idle-timeout", 0, "destroy the sandbox after this long unused")
+	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE added to every command's environment (repeatable)")
+	return cmd
+}
+
+func envMap(env []string) (map[string]string, error) {
+	if len(env) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, e := range env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: write KEY=VALUE", e)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func newSandboxExecCmd() *cobra.Command {
+	var env []string
+	var workdir string
+	var timeout time.Duration
+	var stdin bool
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, stream its output, exit with its code",
+		Long: `Run a command in a sandbox, stream its output as it comes, and exit with
+the command's exit code (128+N when a signal N ended it, 125 when airlock
+failed).`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			req := client.ExecRequest{Argv: args[1:], Cwd: workdir, Timeout: timeout}
+			if req.Env, err = envMap(env); err != nil {
+				return err
+			}
+			if stdin {
+				if req.Stdin, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4<<20)); err != nil {
+					return fmt.Errorf("read stdin: %w", err)
+				}
+			}
+			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			res, err := c.ExecStream(cmd.Context(), args[0], req, func(ev client.Event) error {
+				w := out
+				if ev.Type == "stderr" {
+					w = errw
+				}
+				_, err := w.Write(ev.Data)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			code := res.ExitCode
+			if res.Signal != "" {
+				code = 128 + 9
+				if n, ok := agent.SignalNumber(res.Signal); ok {
+					code = 128 + int(n)
+				}
+			}
+			if res.Reason != "exit" || res.Signal != "" {
+				msg := res.Message
+				if msg == "" {
+					msg = res.Reason
+				}
+				fmt.Fprintf(errw, "airlock: %s\n", msg)
+			}
+			return exitWith(code)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the command's environment (repeatable)")
+	fl.StringVarP(&workdir, "workdir", "w", "", "working directory inside the sandbox")
+	fl.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's)")
+	fl.BoolVarP(&stdin, "interactive", "i", false, "send this command's standard input (up to 4 MiB) to the command")
+	return cmd
+}
+
+// remoteRef splits "ID:PATH"; ok is false for a local path.
+func remoteRef(s string) (id, p string, ok bool) {
+	id, p, ok = strings.Cut(s, ":")
+	if !ok || id == "" || strings.Contains(id, "/") || p == "" {
+		return "", "", false
+	}
+	return id, p, true
+}
+
+func newSandboxCpCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files between the host and a sandbox (ID:PATH names the sandbox side)",
+		Long: `Copy a file or a directory tree between the host and a sandbox. One of SRC
+and DST is ID:PATH. A directory travels as a tar archive, checked entry by
+entry on arrival; a local DST of "-" writes the file (or the tar of a
+directory) to stdout.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			sid, sp, sRemote := remoteRef(args[0])
+			did, dp, dRemote := remoteRef(args[1])
+			switch {
+			case sRemote == dRemote:
+				return errors.New("cp: exactly one of SRC and DST must be ID:PATH")
+			case dRemote: // upload
+				fi, err := os.Stat(args[0])
+				if err != nil {
+					return err
+				}
+				if !fi.IsDir() {
+					f, err := os.Open(args[0])
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					return c.WriteFile(ctx, did, dp, f, fi.Mode().Perm())
+				}
+				pr, pw := io.Pipe()
+				go func() { pw.CloseWithError(tarDir(args[0], pw)) }()
+				_, err = c.UploadArchive(ctx, did, dp, pr)
+				return err
+			default: // download
+				fi, err := c.Stat(ctx, sid, sp)
+				if err != nil {
+					return err
+				}
+				if fi.Type != "dir" {
+					if args[1] == "-" {
+						return c.ReadFileTo(ctx, sid, sp, cmd.OutOrStdout())
+					}
+					dst := args[1]
+					if st, err := os.Stat(dst); err == nil && st.IsDir() {
+						dst = filepath.Join(dst, fi.Name)
+					}
+					f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode.Perm()|0o600)
+					if err != nil {
+						return err
+					}
+					if err := c.ReadFileTo(ctx, sid, sp, f); err != nil {
+						f.Close()
+						return err
+					}
+					return f.Close()
+				}
+				if args[1] == "-" {
+					return c.DownloadArchive(ctx, sid, sp, cmd.OutOrStdout())
+				}
+				var buf bytes.Buffer
+				if err := c.DownloadArchive(ctx, sid, sp, &buf); err != nil {
+					return err
+				}
+				return untar(&buf, args[1])
+			}
+		},
+	}
+	return cmd
+}
+
+// tarDir writes the tree at dir to w as a tar archive.
+func tarDir(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// untar extracts a tar archive that came out of a sandbox into dir, with
+// the same checks the daemon applies to uploads, inside an os.Root.
+func untar(r io.Reader, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	chk := api.NewArchiveChecker(api.ArchiveLimits{})
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read the archive: %w", err)
+		}
+		e, err := chk.Check(h)
+		if err != nil {
+			return err
+		}
+		switch e.Kind {
+		case api.EntryDir:
+			if err := root.MkdirAll(e.Name, e.Mode|0o700); err != nil {
+				return err
+			}
+		case api.EntryFile:
+			if err := root.MkdirAll(filepath.Dir(e.Name), 0o755); err != nil {
+				return err
+			}
+			f, err := root.OpenFile(e.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, e.Mode)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, io.LimitReader(tr, e.Size))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case api.EntrySymlink:
+			if err := root.MkdirAll(filepath.Dir(e.Name), 0o755); err != nil {
+				return err
+			}
+			if err := root.Symlink(e.Target, e.Name); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func newSandboxLsCmd() *cobra.Command {
+	var state, template string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls [--state S] [--template T] [--json]",
+		Short: "List your sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			sbs, err := c.ListSandboxes(cmd.Context(), client.ListOptions{State: state, Template: template})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if sbs == nil {
+					sbs = []client.Sandbox{}
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(sbs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tCREATED\tEXPIRES\tEND REASON")
+			for _, s := range sbs {
+				exp := ""
+				if !s.ExpiresAt.IsZero() && (s.State == client.StateRunning) {
+					exp = time.Until(s.ExpiresAt).Round(time.Second).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Template, s.CreatedAt.Local().Format(time.DateTime), exp, s.EndReason)
+			}
+			return tw.Flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&state, "state", "", "only sandboxes in this state: running, destroyed, lost, …")
+	fl.StringVar(&template, "template", "", "only sandboxes of this template")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newSandboxRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, id := range args {
+				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

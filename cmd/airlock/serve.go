@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/driver/native"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+)
+
+// defaultStateDir holds the daemon's registry unless --state-dir says otherwise.
+const defaultStateDir = "/var/lib/airlock"
+
+type serveFlags struct {
+	listen, stateDir, config, logFormat string
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR] [--state-dir DIR] [--config FILE]",
+		Short: "Run the daemon: HTTP API, registry, reaper, warm pools",
+		Long: `Run the airlock daemon. It serves the HTTP API under /v1 (OpenAPI document
+at /v1/openapi.json), /healthz and /metrics, keeps its registry in
+STATE-DIR/airlock.db, and on start recovers from a previous daemon that
+died: the sandboxes it ran are marked lost (their processes died with it)
+and their leftovers on the host are removed.
+
+Make a key first:  airlock keys create --state-dir DIR --role operator
+The config file is TOML; see docs/daemon.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), f, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to listen on")
+	fl.StringVar(&f.stateDir, "state-dir", defaultStateDir, "directory of the registry")
+	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, intervals)")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
+	var h slog.Handler
+	switch f.logFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, nil)
+	case "json":
+		h = slog.NewJSONHandler(stderr, nil)
+	default:
+		return fmt.Errorf("--log-format %q: use text or json", f.logFormat)
+	}
+	log := slog.New(h)
+	var cfg supervisor.Config
+	if f.config != "" {
+		var err error
+		if cfg, err = supervisor.LoadConfig(f.config); err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(f.stateDir, 0)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	drv, err := native.New(native.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sup, err := supervisor.New(supervisor.Options{
+		Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}, Config: cfg,
+		Logger: log, Metrics: supervisor.NewMetrics(reg),
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := sup.Recover(ctx); err != nil {
+		return err
+	}
+	cfg = sup.Config()
+	srv, err := api.New(api.Options{
+		Supervisor: sup, Store: st, ListenAddr: f.listen, Gatherer: reg, Logger: log,
+		AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go sup.Run(runCtx)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "state_dir", f.stateDir)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		_ = sup.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("shutting down: destroying every sandbox")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Sandboxes first: that ends the execs whose streams would hold the
+	// server's shutdown.
+	err = sup.Close(sctx)
+	_ = hs.Shutdown(sctx)
+	return err
+}
+
+func newKeysCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Manage the daemon's API keys",
+	}
+	var stateDir, name, role, maxMem string
+	var maxSandboxes int
+	create := &cobra.Command{
+		Use:   "create [--state-dir DIR | through AIRLOCK_URL] [--name N] [--role agent|operator]",
+		Short: "Make an API key and print it (once: only its hash is kept)",
+		Long: `Make an API key and print its secret on stdout; it is never shown again.
+
+With --state-dir the key goes straight into the registry of a daemon that
+is not running. While a daemon runs, go through it instead: set AIRLOCK_URL
+and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := store.Quota{MaxSandboxes: maxSandboxes}
+			if maxMem != "" {
+				n, err := supervisor.ParseSize(maxMem)
+				if err != nil {
+					return fmt.Errorf("--max-memory: %w", err)
+				}
+				q.MaxMemoryBytes = n
+			}
+			r, err := store.ParseRole(role)
+			if err != nil {
+				return err
+			}
+			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if stateDir == "" {
+				c, err := client.FromEnv()
+				if err != nil {
+					return fmt.Errorf("give --state-dir DIR (daemon stopped) or set AIRLOCK_URL and an operator AIRLOCK_API_KEY (daemon running): %w", err)
+				}
+				k, err := c.CreateKey(cmd.Context(), client.CreateKeyRequest{Name: name, Role: string(r), Quota: client.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, k.Secret)
+				fmt.Fprintf(errw, "key %s (%s) created; the secret above is shown only once\n", k.ID, k.Role)
+				return nil
+			}
+			st, err := openOffline(stateDir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			k, secret, err := st.NewKey(name, r, q, store.RateLimits{}, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, string(secret))
+			fmt.Fprintf(errw, "key %s (%s) created; the secret above is shown only once\n", k.ID, k.Role)
+			return nil
+		},
+	}
+	fl := create.Flags()
+	fl.StringVar(&stateDir, "state-dir", "", "registry directory of a stopped daemon")
+	fl.StringVar(&name, "name", "", "a name to recognise the key by")
+	fl.StringVar(&role, "role", string(store.RoleAgent), "agent (its own sandboxes) or operator (also keys, every sandbox)")
+	fl.IntVar(&maxSandboxes, "max-sandboxes", 0, "live sandboxes the key may hold (0: 10)")
+	fl.StringVar(&maxMem, "max-memory", "", "total memory limit of the key's live sandboxes (default 8G)")
+
+	var lsDir string
+	ls := &cobra.Command{
+		Use:   "ls [--state-dir DIR | through AIRLOCK_URL]",
+		Short: "List the API keys",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var keys []client.Key
+			if lsDir == "" {
+				c, err := client.FromEnv()
+				if err != nil {
+					return err
+				}
+				if keys, err = c.ListKeys(cmd.Context()); err != nil {
+					return err
+				}
+			} else {
+				st, err := openOffline(lsDir)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				ks, err := st.Keys()
+				if err != nil {
+					return err
+				}
+				for _, k := range ks {
+					keys = append(keys, client.Key{ID: k.ID, Name: k.Name, Role: string(k.Role), CreatedAt: k.Created})
+				}
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tROLE\tNAME\tCREATED")
+			for _, k := range keys {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Role, k.Name, k.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().StringVar(&lsDir, "state-dir", "", "registry directory of a stopped daemon")
+	cmd.AddCommand(create, ls)
+	return cmd
+}
+
+// openOffline opens a registry for an offline command, failing at once
+// with what to do when a daemon holds it.
+func openOffline(dir string) (*store.Store, error) {
+	st, err := store.Open(dir, 300*time.Millisecond)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("%w\na daemon is running on %s: go through it (set AIRLOCK_URL and AIRLOCK_API_KEY and leave --state-dir out), or stop it first", err, dir)
+	}
+	return st, err
+}
+
+func newReapCmd() *cobra.Command {
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:   "reap --state-dir DIR",
+		Short: "Clean up after a daemon that died: mark its sandboxes lost, remove their leftovers",
+		Long: `Do offline what 'airlock serve' does when it starts: every sandbox the
+registry holds as live belonged to a daemon that is gone, and its processes
+died with it; mark each one lost, then remove the cgroups and locks that
+sandboxes of dead airlock processes left on the host. Fails at once if a
+daemon is running on the state directory (it reaps by itself).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := openOffline(stateDir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			drv, err := native.New(native.Options{})
+			if err != nil {
+				return err
+			}
+			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}})
+			if err != nil {
+				return err
+			}
+			rep, err := sup.Recover(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, id := range rep.Lost {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\tlost\n", id)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d sandboxes marked lost; leftovers of stale sandboxes removed (drivers: %v)\n", len(rep.Lost), rep.Reaped)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "registry directory")
+	return cmd
+}

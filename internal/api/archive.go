@@ -1,0 +1,409 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// ArchiveLimits bound one tar archive, uploaded or downloaded.
+type ArchiveLimits struct {
+	// MaxEntries is the number of entries. 10000.
+	MaxEntries int
+	// MaxFileBytes is the size of one file. 256 MiB.
+	MaxFileBytes int64
+	// MaxTotalBytes is the size of all files together. 1 GiB.
+	MaxTotalBytes int64
+}
+
+// DefaultArchiveLimits are the limits of a zero ArchiveLimits.
+var DefaultArchiveLimits = ArchiveLimits{MaxEntries: 10000, MaxFileBytes: 256 << 20, MaxTotalBytes: 1 << 30}
+
+func (l ArchiveLimits) withDefaults() ArchiveLimits {
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultArchiveLimits.MaxEntries
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = DefaultArchiveLimits.MaxFileBytes
+	}
+	if l.MaxTotalBytes <= 0 {
+		l.MaxTotalBytes = DefaultArchiveLimits.MaxTotalBytes
+	}
+	return l
+}
+
+// EntryKind is what an accepted archive entry makes.
+type EntryKind string
+
+const (
+	EntryFile    EntryKind = "file"
+	EntryDir     EntryKind = "dir"
+	EntrySymlink EntryKind = "symlink"
+	// EntrySkip is an entry with nothing to make (a global PAX header, or
+	// the archive's own "." directory).
+	EntrySkip EntryKind = "skip"
+)
+
+// Entry is an archive entry the checker accepted.
+type Entry struct {
+	// Name is clean and relative to the extraction directory, never "..",
+	// never absolute.
+	Name string
+	Kind EntryKind
+	// Target is a symlink's target, relative, resolving inside the
+	// extraction directory.
+	Target string
+	Size   int64
+	// Mode holds permission bits only (no setuid, setgid or sticky).
+	Mode fs.FileMode
+}
+
+// ArchiveError says why an archive entry was refused.
+type ArchiveError struct {
+	Entry  string
+	Reason string
+}
+
+func (e *ArchiveError) Error() string {
+	return fmt.Sprintf("archive entry %s: %s", strconv.Quote(truncate(e.Entry, 200)), e.Reason)
+}
+
+// ArchiveChecker checks the entries of one tar archive in order. It is a
+// pure function of the headers it is given: it refuses absolute names,
+// ".." components, entries below or replacing a symlink the archive made,
+// symlinks whose target leaves the extraction directory (by "..", an
+// absolute path or another symlink of the archive), hard links, device
+// files and FIFOs, and entries past the size and count limits.
+//
+// It is defence in depth: the sandbox's agent resolves every path inside
+// the sandbox's own root, so even an entry that slipped through could not
+// reach the host.
+type ArchiveChecker struct {
+	limits  ArchiveLimits
+	entries int
+	total   int64
+	links   map[string]bool // symlinks the archive made
+	seen    map[string]bool // every name made so far
+}
+
+// NewArchiveChecker returns a checker for one archive.
+func NewArchiveChecker(l ArchiveLimits) *ArchiveChecker {
+	return &ArchiveChecker{limits: l.withDefaults(), links: map[string]bool{}, seen: map[string]bool{}}
+}
+
+// Check checks the next header and returns what to make of it.
+func (c *ArchiveChecker) Check(h *tar.Header) (Entry, error) {
+	refuse := func(format string, args ...any) (Entry, error) {
+		return Entry{}, &ArchiveError{Entry: h.Name, Reason: fmt.Sprintf(format, args...)}
+	}
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return Entry{Kind: EntrySkip}, nil
+	}
+	c.entries++
+	if c.entries > c.limits.MaxEntries {
+		return refuse("the archive has more than %d entries", c.limits.MaxEntries)
+	}
+	raw := h.Name
+	switch {
+	case raw == "":
+		return refuse("empty name")
+	case len(raw) > maxPath:
+		return refuse("name longer than %d bytes", maxPath)
+	case strings.IndexByte(raw, 0) >= 0:
+		return refuse("name contains a NUL byte")
+	case strings.HasPrefix(raw, "/"):
+		return refuse("absolute name; archives must hold relative paths")
+	}
+	for _, part := range strings.Split(raw, "/") {
+		if part == ".." {
+			return refuse("name contains \"..\"")
+		}
+	}
+	name := path.Clean(raw)
+	var e Entry
+	switch h.Typeflag {
+	case tar.TypeReg, '\x00':
+		e.Kind = EntryFile
+	case tar.TypeDir:
+		e.Kind = EntryDir
+	case tar.TypeSymlink:
+		e.Kind = EntrySymlink
+	case tar.TypeLink:
+		return refuse("hard links are not allowed")
+	case tar.TypeChar, tar.TypeBlock:
+		return refuse("device files are not allowed")
+	case tar.TypeFifo:
+		return refuse("FIFOs are not allowed")
+	default:
+		return refuse("entry type %q is not allowed; use files, directories and symlinks", string(h.Typeflag))
+	}
+	if name == "." {
+		if e.Kind == EntryDir {
+			return Entry{Kind: EntrySkip}, nil
+		}
+		return refuse("a %s cannot replace the extraction directory", e.Kind)
+	}
+	// No entry may pass through, or replace, a symlink the archive made.
+	parts := strings.Split(name, "/")
+	for i := 1; i <= len(parts); i++ {
+		if p := strings.Join(parts[:i], "/"); c.links[p] {
+			if i == len(parts) {
+				return refuse("replaces the symlink %q made earlier in the archive", p)
+			}
+			return refuse("goes through the symlink %q made earlier in the archive", p)
+		}
+	}
+	if e.Kind == EntrySymlink && c.seen[name] {
+		return refuse("a symlink cannot replace an entry made earlier in the archive")
+	}
+	if h.Size < 0 {
+		return refuse("negative size")
+	}
+	if e.Kind == EntryFile {
+		if h.Size > c.limits.MaxFileBytes {
+			return refuse("file of %d bytes; at most %d are allowed", h.Size, c.limits.MaxFileBytes)
+		}
+		c.total += h.Size
+		if c.total > c.limits.MaxTotalBytes {
+			return refuse("the archive's files pass %d bytes together", c.limits.MaxTotalBytes)
+		}
+		e.Size = h.Size
+	}
+	if e.Kind == EntrySymlink {
+		t := h.Linkname
+		switch {
+		case t == "":
+			return refuse("symlink with an empty target")
+		case len(t) > maxPath || strings.IndexByte(t, 0) >= 0:
+			return refuse("symlink target too long or holding NUL")
+		case strings.HasPrefix(t, "/"):
+			return refuse("symlink to an absolute path; links must stay inside the archive")
+		}
+		// Walk the target from the link's directory; it may neither climb
+		// above the extraction directory nor pass through another symlink.
+		cur := parts[: len(parts)-1 : len(parts)-1]
+		for _, comp := range strings.Split(t, "/") {
+			switch comp {
+			case "", ".":
+			case "..":
+				if len(cur) == 0 {
+					return refuse("symlink points outside the extraction directory")
+				}
+				cur = cur[:len(cur)-1]
+			default:
+				cur = append(cur, comp)
+				if c.links[strings.Join(cur, "/")] {
+					return refuse("symlink target goes through another symlink of the archive")
+				}
+			}
+		}
+		e.Target = t
+		c.links[name] = true
+	}
+	e.Name = name
+	e.Mode = fs.FileMode(h.Mode).Perm()
+	c.seen[name] = true
+	return e, nil
+}
+
+// ArchiveResult is the body of PUT …/archive.
+type ArchiveResult struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// archiveDir reads the path query parameter; empty means /workspace.
+func archiveDir(r *http.Request) (string, error) {
+	if r.URL.Query().Get("path") == "" {
+		return sandbox.Workspace, nil
+	}
+	return queryPath(r, "path")
+}
+
+// uploadArchive extracts a tar archive into the directory path, checking
+// every entry before anything of it is written.
+func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request, c *caller) error {
+	dir, err := archiveDir(r)
+	if err != nil {
+		return err
+	}
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	f, done, err := s.files(r, c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	lim := s.opts.Archive
+	body := http.MaxBytesReader(w, r.Body, lim.MaxTotalBytes+int64(lim.MaxEntries)*3*512+1<<20)
+	tr := tar.NewReader(body)
+	chk := NewArchiveChecker(lim)
+	ctx := r.Context()
+	if err := f.Mkdir(ctx, dir, 0o755); err != nil {
+		return err
+	}
+	made := map[string]bool{dir: true}
+	mkdirAll := func(p string) error {
+		if made[p] {
+			return nil
+		}
+		if err := f.Mkdir(ctx, p, 0o755); err != nil {
+			return err
+		}
+		made[p] = true
+		return nil
+	}
+	var res ArchiveResult
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return &Error{Status: http.StatusBadRequest, Code: "bad_archive", Message: "not a valid tar archive: " + truncate(err.Error(), 200)}
+		}
+		e, err := chk.Check(h)
+		if err != nil {
+			return &Error{Status: http.StatusBadRequest, Code: "archive_refused", Message: err.Error() + fmt.Sprintf(" (%d entries before it were extracted)", res.Entries)}
+		}
+		dest := path.Join(dir, e.Name)
+		switch e.Kind {
+		case EntrySkip:
+			continue
+		case EntryDir:
+			if err := f.Mkdir(ctx, dest, e.Mode|0o700); err != nil {
+				return err
+			}
+			made[dest] = true
+		case EntryFile:
+			if err := mkdirAll(path.Dir(dest)); err != nil {
+				return err
+			}
+			if err := f.WriteFile(ctx, dest, io.LimitReader(tr, e.Size), e.Mode); err != nil {
+				return err
+			}
+			res.Bytes += e.Size
+		case EntrySymlink:
+			if err := mkdirAll(path.Dir(dest)); err != nil {
+				return err
+			}
+			// The file API cannot make links; ln runs confined in the sandbox.
+			out, err := s.sup.RunCommand(ctx, c.sup, id, "ln", "-s", "--", e.Target, dest)
+			if err != nil {
+				return err
+			}
+			if out.ExitCode != 0 {
+				return &Error{Status: http.StatusConflict, Code: "archive_refused", Message: fmt.Sprintf("archive entry %q: cannot make the symlink (it exists?)", truncate(e.Name, 200))}
+			}
+		}
+		res.Entries++
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// downloadArchive sends the file or directory tree at path as a tar
+// archive; symlinks are stored as symlinks, not followed.
+func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request, c *caller) error {
+	root, err := archiveDir(r)
+	if err != nil {
+		return err
+	}
+	f, done, err := s.files(r, c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx := r.Context()
+	fi, err := f.Stat(ctx, root)
+	if err != nil {
+		return err
+	}
+	lim := s.opts.Archive
+	lw := &lazyWriter{w: w}
+	w.Header().Set("Content-Type", "application/x-tar")
+	tw := tar.NewWriter(lw)
+	var n int
+	var total int64
+	// add adds the file fi found at p in the sandbox, as name.
+	var add func(fi sandbox.FileInfo, p, name string) error
+	add = func(fi sandbox.FileInfo, p, name string) error {
+		n++
+		if n > lim.MaxEntries {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("more than %d entries; download a smaller directory", lim.MaxEntries)}
+		}
+		h := &tar.Header{Name: name, Mode: int64(fi.Mode.Perm()), ModTime: fi.ModTime.Truncate(time.Second), Format: tar.FormatPAX}
+		switch fi.Type {
+		case "dir":
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			ents, err := f.ReadDir(ctx, p)
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				if err := add(e, path.Join(p, e.Name), path.Join(name, e.Name)); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "symlink":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, fi.Target
+			return tw.WriteHeader(h)
+		case "file":
+			if fi.Size > lim.MaxFileBytes || total+fi.Size > lim.MaxTotalBytes {
+				return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("file %q is past the archive's size limits; download it on its own", truncate(name, 200))}
+			}
+			var buf bytes.Buffer
+			if err := f.ReadFile(ctx, p, 0, lim.MaxFileBytes, &buf); err != nil {
+				return err
+			}
+			total += int64(buf.Len())
+			h.Typeflag, h.Size = tar.TypeReg, int64(buf.Len())
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			_, err := tw.Write(buf.Bytes())
+			return err
+		}
+		n-- // sockets, FIFOs and devices are left out
+		return nil
+	}
+	name := path.Base(root)
+	if fi.Type == "dir" {
+		name = "."
+	}
+	err = add(fi, root, name)
+	if err == nil {
+		err = tw.Close()
+	}
+	if err != nil {
+		if !lw.started {
+			return err
+		}
+		s.log.Warn("download archive: stream broke", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if !lw.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	return nil
+}

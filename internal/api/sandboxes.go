@@ -1,0 +1,202 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+)
+
+// Limits is the wire form of sandbox.Limits: durations in milliseconds.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int     `json:"pids,omitempty"`
+	TimeoutMS   int64   `json:"timeout_ms,omitempty"`
+	CPUTimeMS   int64   `json:"cpu_time_ms,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+	TmpBytes    int64   `json:"tmp_bytes,omitempty"`
+	OutputBytes int64   `json:"output_bytes,omitempty"`
+	OpenFiles   int     `json:"open_files,omitempty"`
+}
+
+func (l Limits) limits() (sandbox.Limits, error) {
+	t, err := millis("timeout_ms", l.TimeoutMS)
+	if err != nil {
+		return sandbox.Limits{}, err
+	}
+	ct, err := millis("cpu_time_ms", l.CPUTimeMS)
+	if err != nil {
+		return sandbox.Limits{}, err
+	}
+	return sandbox.Limits{
+		MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, Pids: l.Pids, Timeout: t, CPUTime: ct,
+		DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes, OutputBytes: l.OutputBytes, OpenFiles: l.OpenFiles,
+	}, nil
+}
+
+func wireLimits(l sandbox.Limits) Limits {
+	return Limits{
+		MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, Pids: l.Pids,
+		TimeoutMS: l.Timeout.Milliseconds(), CPUTimeMS: l.CPUTime.Milliseconds(),
+		DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes, OutputBytes: l.OutputBytes, OpenFiles: l.OpenFiles,
+	}
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template           string            `json:"template,omitempty"`
+	Limits             Limits            `json:"limits,omitzero"`
+	Env                map[string]string `json:"env,omitempty"`
+	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+}
+
+// request checks the body and turns it into the supervisor's request.
+func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
+	var req supervisor.CreateRequest
+	var err error
+	if b.Template != "" && !sandbox.ValidID(b.Template) {
+		return req, badRequest("template %q: names are lower-case letters, digits, '-' and '_'", truncate(b.Template, 80))
+	}
+	req.Template = b.Template
+	if req.Limits, err = b.Limits.limits(); err != nil {
+		return req, err
+	}
+	if req.Env, err = envList(b.Env); err != nil {
+		return req, err
+	}
+	if req.TTL, err = seconds("ttl_seconds", b.TTLSeconds); err != nil {
+		return req, err
+	}
+	if req.IdleTimeout, err = seconds("idle_timeout_seconds", b.IdleTimeoutSeconds); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// Sandbox is the wire form of a sandbox.
+type Sandbox struct {
+	ID                 string          `json:"id"`
+	Template           string          `json:"template"`
+	Driver             string          `json:"driver"`
+	State              store.State     `json:"state"`
+	Owner              string          `json:"owner,omitempty"`
+	CreatedAt          time.Time       `json:"created_at"`
+	ExpiresAt          time.Time       `json:"expires_at,omitzero"`
+	IdleTimeoutSeconds int64           `json:"idle_timeout_seconds,omitempty"`
+	LastActiveAt       time.Time       `json:"last_active_at,omitzero"`
+	EndedAt            time.Time       `json:"ended_at,omitzero"`
+	EndReason          string          `json:"end_reason,omitempty"`
+	Limits             Limits          `json:"limits"`
+	Layers             []sandbox.Layer `json:"layers,omitempty"`
+	FromPool           bool            `json:"from_pool,omitempty"`
+}
+
+func wireSandbox(in supervisor.Info) Sandbox {
+	return Sandbox{
+		ID: in.ID, Template: in.Template, Driver: in.Driver, State: in.State, Owner: in.Owner,
+		CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, IdleTimeoutSeconds: int64(in.IdleTimeout / time.Second),
+		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason,
+		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
+	}
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller) error {
+	var body CreateSandboxRequest
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	req, err := body.request()
+	if err != nil {
+		return err
+	}
+	if err := s.allow(c, true); err != nil {
+		return err
+	}
+	info, err := s.sup.Create(r.Context(), c.sup, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, wireSandbox(info))
+	return nil
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *caller) error {
+	q := r.URL.Query()
+	f := supervisor.Filter{State: store.State(q.Get("state")), Template: q.Get("template")}
+	switch f.State {
+	case "", store.StateCreating, store.StatePooled, store.StateRunning, store.StateDestroyed, store.StateLost:
+	default:
+		return badRequest("state %q: use creating, pooled, running, destroyed or lost", truncate(string(f.State), 40))
+	}
+	infos, err := s.sup.List(r.Context(), c.sup, f)
+	if err != nil {
+		return err
+	}
+	out := SandboxList{Sandboxes: make([]Sandbox, 0, len(infos))}
+	for _, in := range infos {
+		out.Sandboxes = append(out.Sandboxes, wireSandbox(in))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	info, err := s.sup.Get(r.Context(), c.sup, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireSandbox(info))
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.sup.Kill(r.Context(), c.sup, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutRequest struct {
+	// TTLSeconds is the new lifetime, counted from now.
+	TTLSeconds int64 `json:"ttl_seconds"`
+}
+
+func (s *Server) extendTimeout(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	var body TimeoutRequest
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	d, err := seconds("ttl_seconds", body.TTLSeconds)
+	if err != nil {
+		return err
+	}
+	info, err := s.sup.ExtendTimeout(r.Context(), c.sup, id, d)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireSandbox(info))
+	return nil
+}

@@ -1,0 +1,220 @@
+package store
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Role says what a key may do.
+type Role string
+
+const (
+	// RoleAgent may manage its own sandboxes.
+	RoleAgent Role = "agent"
+	// RoleOperator may also manage keys and see every sandbox.
+	RoleOperator Role = "operator"
+)
+
+// ParseRole checks that s names a role.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAgent, RoleOperator:
+		return r, nil
+	}
+	return "", fmt.Errorf("%w: role %q: use %q or %q", sandbox.ErrInvalid, s, RoleAgent, RoleOperator)
+}
+
+// Quota bounds what one key may hold at once. Zero fields mean the
+// defaults below.
+type Quota struct {
+	// MaxSandboxes is the number of live sandboxes. 10.
+	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+	// MaxMemoryBytes is the sum of the memory limits of its live sandboxes. 8 GiB.
+	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+}
+
+// Default quota values.
+const (
+	DefaultMaxSandboxes   = 10
+	DefaultMaxMemoryBytes = 8 << 30
+)
+
+// WithDefaults fills q's zero fields.
+func (q Quota) WithDefaults() Quota {
+	if q.MaxSandboxes == 0 {
+		q.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if q.MaxMemoryBytes == 0 {
+		q.MaxMemoryBytes = DefaultMaxMemoryBytes
+	}
+	return q
+}
+
+// RateLimits bound how fast one key may act. Zero fields mean the defaults.
+type RateLimits struct {
+	// CreatesPerSecond and CreateBurst bound sandbox creates. 5/s, burst 10.
+	CreatesPerSecond float64 `json:"creates_per_second,omitempty"`
+	CreateBurst      int     `json:"create_burst,omitempty"`
+	// ExecsPerSecond and ExecBurst bound execs and process starts. 200/s, burst 400.
+	ExecsPerSecond float64 `json:"execs_per_second,omitempty"`
+	ExecBurst      int     `json:"exec_burst,omitempty"`
+}
+
+// WithDefaults fills r's zero fields.
+func (r RateLimits) WithDefaults() RateLimits {
+	if r.CreatesPerSecond == 0 {
+		r.CreatesPerSecond = 5
+	}
+	if r.CreateBurst == 0 {
+		r.CreateBurst = 10
+	}
+	if r.ExecsPerSecond == 0 {
+		r.ExecsPerSecond = 200
+	}
+	if r.ExecBurst == 0 {
+		r.ExecBurst = 400
+	}
+	return r
+}
+
+// Key is an API key. The secret itself is never stored: only its SHA-256.
+type Key struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	Role Role   `json:"role"`
+	// Hash is the hex SHA-256 of the secret.
+	Hash    string     `json:"hash"`
+	Quota   Quota      `json:"quota"`
+	Rate    RateLimits `json:"rate"`
+	Created time.Time  `json:"created"`
+}
+
+// Secret is an API key's secret. It prints as REDACTED in logs.
+type Secret string
+
+// LogValue hides the secret from log/slog.
+func (Secret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
+
+// String hides the secret from fmt's %v.
+func (Secret) String() string { return "REDACTED" }
+
+// secretPrefix starts every secret, so that scanners can find leaked ones.
+const secretPrefix = "airlock_"
+
+// HashSecret returns the hex SHA-256 of secret, as Key.Hash holds it.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewKey makes a key with a fresh random secret, stores it, and returns it
+// with the secret, which is shown this once and never again.
+func (s *Store) NewKey(name string, role Role, q Quota, r RateLimits, now time.Time) (Key, Secret, error) {
+	if _, err := ParseRole(string(role)); err != nil {
+		return Key{}, "", err
+	}
+	if len(name) > 128 || strings.ContainsAny(name, "\x00\n\r") {
+		return Key{}, "", fmt.Errorf("%w: key name: at most 128 characters on one line", sandbox.ErrInvalid)
+	}
+	var idb [6]byte
+	var sec [32]byte
+	_, _ = rand.Read(idb[:])
+	_, _ = rand.Read(sec[:])
+	k := Key{
+		ID:   "key-" + hex.EncodeToString(idb[:]),
+		Name: name, Role: role, Quota: q, Rate: r, Created: now.UTC(),
+	}
+	secret := secretPrefix + base64.RawURLEncoding.EncodeToString(sec[:])
+	k.Hash = HashSecret(secret)
+	b, err := json.Marshal(k)
+	if err != nil {
+		return Key{}, "", err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketKeys).Put([]byte(k.ID), b); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketKeyHashes).Put([]byte(k.Hash), []byte(k.ID))
+	})
+	if err != nil {
+		return Key{}, "", fmt.Errorf("store key: %w", err)
+	}
+	return k, Secret(secret), nil
+}
+
+// KeyBySecret finds the key whose secret is secret, or returns an error
+// wrapping sandbox.ErrNotFound.
+func (s *Store) KeyBySecret(secret string) (Key, error) {
+	h := HashSecret(secret)
+	var k Key
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketKeyHashes).Get([]byte(h))
+		if id == nil {
+			return fmt.Errorf("key: %w", sandbox.ErrNotFound)
+		}
+		v := tx.Bucket(bucketKeys).Get(id)
+		if v == nil {
+			return fmt.Errorf("key: %w", sandbox.ErrNotFound)
+		}
+		return json.Unmarshal(v, &k)
+	})
+	return k, err
+}
+
+// GetKey returns the key with id.
+func (s *Store) GetKey(id string) (Key, error) {
+	var k Key
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("key %s: %w", id, sandbox.ErrNotFound)
+		}
+		return json.Unmarshal(v, &k)
+	})
+	return k, err
+}
+
+// Keys lists every key in id order.
+func (s *Store) Keys() ([]Key, error) {
+	var out []Key
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketKeys).ForEach(func(_, v []byte) error {
+			var k Key
+			if err := json.Unmarshal(v, &k); err != nil {
+				return err
+			}
+			out = append(out, k)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteKey removes the key with id; its secret stops working at once.
+func (s *Store) DeleteKey(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("key %s: %w", id, sandbox.ErrNotFound)
+		}
+		var k Key
+		if err := json.Unmarshal(v, &k); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketKeyHashes).Delete([]byte(k.Hash)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketKeys).Delete([]byte(id))
+	})
+}

@@ -1,0 +1,269 @@
+// Package store keeps the daemon's durable records in one embedded bbolt
+// database inside the state directory: every sandbox the daemon made (its
+// spec, owner, driver, state and deadlines) and every API key (its role,
+// quotas, rate limits and the SHA-256 of its secret — never the secret).
+//
+// One process at a time holds the database. Open fails fast with ErrLocked
+// when another process (a running daemon) holds it, instead of waiting.
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// FileName is the database's name inside the state directory.
+const FileName = "airlock.db"
+
+// ErrLocked says another process holds the database.
+var ErrLocked = errors.New("the state directory is in use by another airlock process")
+
+var (
+	bucketSandboxes = []byte("sandboxes")
+	bucketKeys      = []byte("keys")
+	bucketKeyHashes = []byte("key_hashes") // hex SHA-256 -> key id
+)
+
+// Store is the daemon's database. Its methods are safe for concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the database in dir. It waits at most
+// timeout for the lock (zero means 500 ms) and then fails with an error
+// wrapping ErrLocked.
+func Open(dir string, timeout time.Duration) (*Store, error) {
+	if timeout <= 0 {
+		timeout = 500 * time.Millisecond
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("make the state directory: %w", err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{Timeout: timeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("open the registry in %s: %w (a running `airlock serve`?): stop it, or do this through its API", dir, ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the registry in %s: %w", dir, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSandboxes, bucketKeys, bucketKeyHashes} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise the registry: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database and releases its lock.
+func (s *Store) Close() error { return s.db.Close() }
+
+// State is where a sandbox is in its life.
+type State string
+
+const (
+	// StateCreating: the daemon is making it.
+	StateCreating State = "creating"
+	// StatePooled: ready in a warm pool, owned by no key yet.
+	StatePooled State = "pooled"
+	// StateRunning: live and owned by a key.
+	StateRunning State = "running"
+	// StateDestroyed: ended while the daemon ran (deleted, timed out, or its
+	// agent died); nothing of it remains.
+	StateDestroyed State = "destroyed"
+	// StateLost: it was live when a previous daemon died; its processes died
+	// with that daemon and the next start removed what was left.
+	StateLost State = "lost"
+)
+
+// Live reports whether s is a state in which the sandbox may hold host
+// resources.
+func (s State) Live() bool { return s == StateCreating || s == StatePooled || s == StateRunning }
+
+// Sandbox is the record of one sandbox.
+type Sandbox struct {
+	ID string `json:"id"`
+	// Owner is the id of the key that owns it; empty while pooled.
+	Owner    string       `json:"owner,omitempty"`
+	Template string       `json:"template"`
+	Driver   string       `json:"driver"`
+	Spec     sandbox.Spec `json:"spec"`
+	State    State        `json:"state"`
+	Created  time.Time    `json:"created"`
+	// ExpiresAt is the TTL deadline: the sandbox is destroyed then.
+	ExpiresAt time.Time `json:"expires_at"`
+	// IdleTimeout destroys the sandbox after this long without use; zero
+	// means no idle timeout.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// Ended is when it was destroyed or found lost; zero while live.
+	Ended time.Time `json:"ended,omitzero"`
+	// EndReason says why it ended ("deleted", "ttl", "idle", "lost", …).
+	EndReason string `json:"end_reason,omitempty"`
+	// DriverState is the driver's own data to reattach with, if it can.
+	DriverState []byte `json:"driver_state,omitempty"`
+}
+
+// PutSandbox creates or replaces the record of sb.
+func (s *Store) PutSandbox(sb Sandbox) error {
+	if !sandbox.ValidID(sb.ID) {
+		return fmt.Errorf("store sandbox %q: %w: invalid id", sb.ID, sandbox.ErrInvalid)
+	}
+	b, err := json.Marshal(sb)
+	if err != nil {
+		return fmt.Errorf("store sandbox %s: %w", sb.ID, err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).Put([]byte(sb.ID), b)
+	})
+}
+
+// UpdateSandbox applies fn to the record of id in one transaction and
+// returns the new record.
+func (s *Store) UpdateSandbox(id string, fn func(*Sandbox) error) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketSandboxes)
+		v := bk.Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
+		if err := json.Unmarshal(v, &sb); err != nil {
+			return fmt.Errorf("read sandbox %s: %w", id, err)
+		}
+		if err := fn(&sb); err != nil {
+			return err
+		}
+		b, err := json.Marshal(sb)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(id), b)
+	})
+	return sb, err
+}
+
+// GetSandbox returns the record of id, or an error wrapping
+// sandbox.ErrNotFound.
+func (s *Store) GetSandbox(id string) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketSandboxes).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
+		return json.Unmarshal(v, &sb)
+	})
+	return sb, err
+}
+
+// Sandboxes returns every record for which keep returns true (every record
+// when keep is nil), in id order.
+func (s *Store) Sandboxes(keep func(*Sandbox) bool) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
+			var sb Sandbox
+			if err := json.Unmarshal(v, &sb); err != nil {
+				return fmt.Errorf("read sandbox %s: %w", k, err)
+			}
+			if keep == nil || keep(&sb) {
+				out = append(out, sb)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteSandbox removes the record of id; a missing record is no error.
+func (s *Store) DeleteSandbox(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
+	})
+}
+
+// MarkLost marks every live record (creating, pooled, running) as lost,
+// with reason, and returns the records it changed. It is what a daemon does
+// on start: the sandboxes of the previous run died with it.
+func (s *Store) MarkLost(now time.Time, reason string) ([]Sandbox, error) {
+	var changed []Sandbox
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketSandboxes)
+		type kv struct{ k, v []byte }
+		var updates []kv
+		err := bk.ForEach(func(k, v []byte) error {
+			var sb Sandbox
+			if err := json.Unmarshal(v, &sb); err != nil {
+				return fmt.Errorf("read sandbox %s: %w", k, err)
+			}
+			if !sb.State.Live() {
+				return nil
+			}
+			sb.State, sb.Ended, sb.EndReason = StateLost, now, reason
+			b, err := json.Marshal(sb)
+			if err != nil {
+				return err
+			}
+			changed = append(changed, sb)
+			updates = append(updates, kv{bytes.Clone(k), b})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range updates {
+			if err := bk.Put(u.k, u.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return changed, err
+}
+
+// PruneEnded deletes the records of sandboxes that ended before cutoff and
+// returns how many it deleted.
+func (s *Store) PruneEnded(cutoff time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketSandboxes)
+		var dead [][]byte
+		err := bk.ForEach(func(k, v []byte) error {
+			var sb Sandbox
+			if err := json.Unmarshal(v, &sb); err != nil {
+				return nil // an unreadable record is left for a person to see
+			}
+			if !sb.State.Live() && !sb.Ended.IsZero() && sb.Ended.Before(cutoff) {
+				dead = append(dead, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	return n, err
+}

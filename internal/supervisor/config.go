@@ -1,0 +1,226 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Config is the daemon's configuration file (TOML). Every field may be left
+// out; the zero Config gives one template, "default", on the native driver
+// with sandbox's default limits and no pool.
+//
+//	reap_interval = "1s"     # how often TTLs and idle timeouts are checked
+//	sweep_interval = "1m"    # how often the drivers' orphans are swept
+//	retention = "1h"         # how long records of ended sandboxes are kept
+//	memory_reserve = "512M"  # host memory admission keeps free
+//	allowed_hosts = ["airlock.internal"]   # Host names accepted besides localhost
+//	allowed_origins = []     # browser Origins accepted (none by default)
+//
+//	[[template]]
+//	name = "python"
+//	driver = "native"
+//	memory = "256M"
+//	cpus = 0.5
+//	pids = 64
+//	timeout = "30s"          # each exec's default wall-time limit
+//	ttl = "10m"              # sandbox lifetime unless extended
+//	max_ttl = "1h"           # the most a create or extend may ask for
+//	idle_timeout = "5m"      # destroyed after this long unused (0: never)
+//	pool = 2                 # sandboxes kept ready
+type Config struct {
+	ReapInterval   Duration   `toml:"reap_interval"`
+	SweepInterval  Duration   `toml:"sweep_interval"`
+	Retention      Duration   `toml:"retention"`
+	MemoryReserve  Size       `toml:"memory_reserve"`
+	AllowedHosts   []string   `toml:"allowed_hosts"`
+	AllowedOrigins []string   `toml:"allowed_origins"`
+	Templates      []Template `toml:"template"`
+}
+
+// Template is a named preset a create starts from. A create may narrow its
+// limits, never widen them.
+type Template struct {
+	Name string `toml:"name"`
+	// Driver is the driver's name. Empty means "native".
+	Driver string `toml:"driver"`
+	// Root is the host directory used as the read-only root. Empty means
+	// the driver's default root.
+	Root          string   `toml:"root"`
+	Env           []string `toml:"env"`
+	AllowDegraded []string `toml:"allow_degraded"`
+
+	Memory      Size     `toml:"memory"`
+	CPUs        float64  `toml:"cpus"`
+	Pids        int      `toml:"pids"`
+	Timeout     Duration `toml:"timeout"`
+	CPUTime     Duration `toml:"cpu_time"`
+	Disk        Size     `toml:"disk"`
+	Tmp         Size     `toml:"tmp"`
+	OutputLimit Size     `toml:"output_limit"`
+	OpenFiles   int      `toml:"open_files"`
+
+	// TTL is a sandbox's lifetime unless the create asks for less or it is
+	// extended. Zero means sandbox.DefaultLifetime (5 min).
+	TTL Duration `toml:"ttl"`
+	// MaxTTL bounds the TTL a create or an extend may ask for. Zero means 24 h.
+	MaxTTL Duration `toml:"max_ttl"`
+	// IdleTimeout destroys a sandbox unused this long. Zero means never.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// Pool is the number of sandboxes kept ready for claims. Zero: none.
+	Pool int `toml:"pool"`
+}
+
+// Defaults of Config.
+const (
+	DefaultReapInterval  = time.Second
+	DefaultSweepInterval = time.Minute
+	DefaultRetention     = time.Hour
+	DefaultMemoryReserve = 512 << 20
+	DefaultMaxTTL        = 24 * time.Hour
+	DefaultTemplate      = "default"
+)
+
+// LoadConfig reads a TOML configuration file.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return c, fmt.Errorf("config %s: unknown setting %q", path, und[0].String())
+	}
+	c, err = c.withDefaults()
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// withDefaults fills zero fields and checks the templates.
+func (c Config) withDefaults() (Config, error) {
+	if c.ReapInterval <= 0 {
+		c.ReapInterval = Duration(DefaultReapInterval)
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = Duration(DefaultSweepInterval)
+	}
+	if c.Retention <= 0 {
+		c.Retention = Duration(DefaultRetention)
+	}
+	if c.MemoryReserve == 0 {
+		c.MemoryReserve = DefaultMemoryReserve
+	}
+	if len(c.Templates) == 0 {
+		c.Templates = []Template{{Name: DefaultTemplate}}
+	}
+	seen := map[string]bool{}
+	for i := range c.Templates {
+		t := &c.Templates[i]
+		if !sandbox.ValidID(t.Name) {
+			return c, fmt.Errorf("template name %q: use 1-63 lower-case letters, digits, '-' or '_'", t.Name)
+		}
+		if seen[t.Name] {
+			return c, fmt.Errorf("template %q is defined twice", t.Name)
+		}
+		seen[t.Name] = true
+		if t.Driver == "" {
+			t.Driver = "native"
+		}
+		if t.TTL == 0 {
+			t.TTL = Duration(sandbox.DefaultLifetime)
+		}
+		if t.MaxTTL == 0 {
+			t.MaxTTL = Duration(max(DefaultMaxTTL, time.Duration(t.TTL)))
+		}
+		if t.TTL < 0 || t.MaxTTL < t.TTL || t.IdleTimeout < 0 || t.Pool < 0 || t.Pool > 1000 {
+			return c, fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name)
+		}
+		if err := t.spec().Validate(); err != nil {
+			return c, fmt.Errorf("template %q: %w", t.Name, err)
+		}
+	}
+	return c, nil
+}
+
+// spec is the Spec the template makes, every limit filled in.
+func (t Template) spec() sandbox.Spec {
+	s := sandbox.Spec{
+		Root: t.Root,
+		Env:  append([]string(nil), t.Env...),
+		Limits: sandbox.Limits{
+			MemoryBytes: int64(t.Memory), CPUs: t.CPUs, Pids: t.Pids,
+			Timeout: time.Duration(t.Timeout), CPUTime: time.Duration(t.CPUTime),
+			DiskBytes: int64(t.Disk), TmpBytes: int64(t.Tmp), OutputBytes: int64(t.OutputLimit),
+			OpenFiles: t.OpenFiles,
+		},
+	}
+	for _, l := range t.AllowDegraded {
+		s.AllowDegraded = append(s.AllowDegraded, sandbox.Layer(l))
+	}
+	s.Limits = s.Limits.WithDefaults()
+	s.Limits.Lifetime = time.Duration(t.TTL)
+	return s
+}
+
+// Duration is a time.Duration written as "30s" or "5m" in the config.
+type Duration time.Duration
+
+// UnmarshalText reads a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: write it like 30s, 5m or 1h", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size is a number of bytes written as 512M, 1G or 65536 in the config.
+type Size int64
+
+// UnmarshalText reads a size with an optional binary unit k, M, G or T.
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	if err != nil {
+		return err
+	}
+	*s = Size(v)
+	return nil
+}
+
+// ParseSize reads "512M", "1G", "64k" or a plain number of bytes.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult, t = 1<<10, t[:n-1]
+		case 'm':
+			mult, t = 1<<20, t[:n-1]
+		case 'g':
+			mult, t = 1<<30, t[:n-1]
+		case 't':
+			mult, t = 1<<40, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || v*float64(mult) > 1<<50 {
+		return 0, errors.New("size " + strconv.Quote(s) + ": write it like 256M, 1G or 512k")
+	}
+	return int64(v * float64(mult)), nil
+}
