@@ -100,8 +100,6 @@ func liveRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, 
 			{Baseline: "start/true/" + idForkExec, Name: "fork/exec"},
 		},
 	}
-	httpRow := Row{Section: "exec", ID: "exec/http", What: "exec /bin/true over the HTTP API", Unit: UnitMS,
-		Status: StatusNotBuilt, Detail: "no HTTP API yet"}
 
 	var sb *guarded
 	// renew replaces a sandbox that hung, so that one hang fails one row
@@ -138,6 +136,11 @@ func liveRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, 
 			return nil, nil, err
 		}
 		execRow = latencyRow(execRow, s)
+	}
+	httpRow := Row{Section: "exec", ID: "exec/http", What: "exec /bin/true over the HTTP API (native)", Unit: UnitMS,
+		Status: StatusFailed, Detail: "no native driver"}
+	if drvErr == nil {
+		httpRow = httpExecRow(ctx, o, drv, progress)
 	}
 	execRows = []Row{execRow, httpRow}
 
