@@ -7,10 +7,21 @@
 # Both hello and test install what they need (Debian packages, as root).
 GO    ?= go
 AGENT := internal/agentbin/bin/airlock-agent
-# What the tests and the sandboxes use from the host.
-DEBS  := python3 procps iproute2 util-linux bubblewrap runsc
+# What the tests and the sandboxes use from the host: the tools commands
+# run, the baselines the benchmark compares with, a browser for the
+# approval page's test, and Node.js for the MCP clients' tests (unless a
+# node is on PATH already).
+DEBS  := python3 procps iproute2 util-linux bubblewrap runsc chromium curl
+DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
 
-.PHONY: all build agent deps hello test check clean
+# The runsc the gVisor driver uses (docs/decisions.md, 14): gVisor built
+# from its Go module at a pinned version, installed where airlock looks
+# first. hostcap.RunscVersion must name the same version.
+RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
+RUNSC_DIR     := /opt/airlock
+RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)
+
+.PHONY: all build agent deps hello test check clean runsc
 
 all: build
 
@@ -34,12 +45,23 @@ deps:
 		fi; \
 	fi
 
+# runsc builds the pinned runsc (about 2.5 minutes, 100 MB) unless it is
+# installed already.
+runsc: $(RUNSC)
+
+$(RUNSC):
+	@mkdir -p $(RUNSC_DIR)
+	@echo "building runsc $(RUNSC_VERSION) into $(RUNSC) (takes a few minutes)"
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		GOBIN="$$tmp" CGO_ENABLED=0 $(GO) install gvisor.dev/gvisor/runsc@$(RUNSC_VERSION) && \
+		install -m 0755 "$$tmp/runsc" "$@.tmp" && mv "$@.tmp" "$@"
+
 hello: deps build
 	./bin/airlock run -- python3 -c 'print("hello from the sandbox")'
 
 # Packages run one at a time (-p 1): the resource-limit tests measure
 # timeouts and CPU on 2 cores and must not compete with each other.
-test: deps build
+test: deps build runsc
 	@scripts/test.sh
 
 check:

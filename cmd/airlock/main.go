@@ -46,7 +46,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newBenchCmd(), newServeCmd(), newKeysCmd(), newReapCmd(), newSandboxCmd())
+	root.AddCommand(newRunCmd(), newDoctorCmd(), newBenchCmd(),
+		newServeCmd(),
+		newKeysCmd(),
+		newReapCmd(),
+		newSandboxCmd(),
+		newMCPCmd(),
+		newAuditCmd(),
+	)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {

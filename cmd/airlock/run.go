@@ -29,6 +29,11 @@ type runFlags struct {
 	timeout, cpuTime                                      time.Duration
 	env, mounts, degraded                                 []string
 	json                                                  bool
+	// Network flags (addNetworkFlags).
+	network, egressMode    string
+	allowHosts, allowAddrs []string
+	// Policy and audit flags (addPolicyFlags).
+	policyFile, auditLog string
 }
 
 func newRunCmd() *cobra.Command {
@@ -48,7 +53,7 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", "isolation driver")
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock)`)
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -63,6 +68,8 @@ it is not found inside the sandbox.`,
 	fl.StringVar(&f.root, "root", "", "host directory to use as the read-only root file system (default: the host's /usr and an /etc allowlist)")
 	fl.StringArrayVar(&f.degraded, "allow-degraded", nil, "run without this isolation layer if the host lacks it (repeatable): "+layerList())
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with the outcome instead of streaming")
+	addNetworkFlags(cmd, &f)
+	addPolicyFlags(cmd, &f)
 	return cmd
 }
 
@@ -110,10 +117,15 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	if f.driver != "native" {
-		return fail(fmt.Errorf("driver %q is not available in this build; use --driver native", f.driver))
+	guard, err := newRunGuard(f.policyFile, f.auditLog)
+	if err != nil {
+		return fail(err)
 	}
-	drv, err := native.New(native.Options{})
+	defer guard.close(context.WithoutCancel(ctx))
+	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
+		return guardFail(err, f.json, stdout, stderr, fail)
+	}
+	drv, err := newDriver(f.driver)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,7 +142,11 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	} else {
 		req.Stdout, req.Stderr = stdout, stderr
 	}
+	if req.Stdout, req.Stderr, err = guard.created(ctx, sb.ID(), req.Stdout, req.Stderr); err != nil {
+		return fail(err)
+	}
 	res, err := sb.Exec(ctx, req)
+	guard.ran(ctx, argv, res, err)
 	if err != nil {
 		return fail(err)
 	}
@@ -157,6 +173,15 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 		return err
 	}
 	return exitWith(code)
+}
+
+// newDriver makes the driver --driver names.
+func newDriver(name string) (sandbox.Driver, error) {
+	switch name {
+	case "native":
+		return native.New(native.Options{})
+	}
+	return nil, fmt.Errorf("driver %q is not available in this build; use --driver native", name)
 }
 
 func exitWith(code int) error {
@@ -215,6 +240,9 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 	}
 	for _, d := range f.degraded {
 		s.AllowDegraded = append(s.AllowDegraded, sandbox.Layer(d))
+	}
+	if s.Network, err = f.networkSpec(); err != nil {
+		return s, err
 	}
 	return s, s.Validate()
 }
@@ -277,4 +305,33 @@ func parseSize(flag, s string) (int64, error) {
 		return 0, fmt.Errorf("%s %q: give a positive size like 256M, 1G or 512k", flag, s)
 	}
 	return int64(n), nil
+}
+
+// addNetworkFlags adds --network, --allow-host, --allow-address and
+// --egress-mode.
+func addNetworkFlags(cmd *cobra.Command, f *runFlags) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.network, "network", "", `network mode: "none" (loopback only) or "egress" (an HTTP proxy that reaches only the allowed hosts); default none, or egress when an allow flag is given`)
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "let the sandbox reach this host through the proxy: example.com, '*.pypi.org', either with :PORT (without one: 80 and 443) (repeatable; implies --network egress)")
+	fl.StringArrayVar(&f.allowAddrs, "allow-address", nil, "let the sandbox reach this IP:PORT, even a private or loopback one (repeatable; implies --network egress)")
+	fl.StringVar(&f.egressMode, "egress-mode", "enforce", `"enforce" refuses what the rules do not allow; "report" lets it through and logs it (private and metadata addresses stay blocked)`)
+}
+
+// networkSpec turns the network flags into the spec's Network.
+func (f runFlags) networkSpec() (sandbox.Network, error) {
+	n := sandbox.Network{Mode: sandbox.NetworkMode(f.network), AllowHosts: f.allowHosts, AllowAddresses: f.allowAddrs}
+	if n.Mode == "" && (len(f.allowHosts) > 0 || len(f.allowAddrs) > 0 || f.egressMode == "report") {
+		n.Mode = sandbox.NetworkEgress
+	}
+	switch f.egressMode {
+	case "enforce", "":
+	case "report":
+		n.Report = true
+	default:
+		return n, fmt.Errorf("--egress-mode %q: use enforce or report", f.egressMode)
+	}
+	if n.Mode == sandbox.NetworkNone && (len(f.allowHosts) > 0 || len(f.allowAddrs) > 0) {
+		return n, fmt.Errorf("--allow-host and --allow-address need --network egress, not --network none")
+	}
+	return n, n.Validate()
 }

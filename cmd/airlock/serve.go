@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -27,7 +28,7 @@ import (
 const defaultStateDir = "/var/lib/airlock"
 
 type serveFlags struct {
-	listen, stateDir, config, logFormat string
+	listen, stateDir, config, logFormat, policy string
 }
 
 func newServeCmd() *cobra.Command {
@@ -53,6 +54,7 @@ The config file is TOML; see docs/daemon.md.`,
 	fl.StringVar(&f.stateDir, "state-dir", defaultStateDir, "directory of the registry")
 	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, intervals)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply")
 	return cmd
 }
 
@@ -79,7 +81,24 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	drv, err := native.New(native.Options{Logger: log})
+	// Every action is decided by the policy and recorded in the audit log
+	// (STATE/audit.log, signed with STATE/audit.key).
+	pol, alog, err := openDaemonGuard(f.stateDir, f.policy, log)
+	if err != nil {
+		return err
+	}
+	defer alog.Close()
+	// The egress proxy runs in the daemon; secrets stay here.
+	popts := cfg.Egress.ProxyOptions(log)
+	popts.Decided = func(sandboxID, host, ip, rule, reason string, allow bool) {
+		// The audit log fsyncs; the request does not wait for it.
+		go func() {
+			if err := alog.Egress(context.Background(), "", sandboxID, host, ip, rule, reason, allow); err != nil {
+				log.Error("audit an egress decision", "err", err)
+			}
+		}()
+	}
+	drv, err := native.New(native.Options{Logger: log, Egress: egress.New(popts)})
 	if err != nil {
 		return err
 	}
@@ -87,7 +106,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sup, err := supervisor.New(supervisor.Options{
 		Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}, Config: cfg,
-		Logger: log, Metrics: supervisor.NewMetrics(reg),
+		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,
 	})
 	if err != nil {
 		return err

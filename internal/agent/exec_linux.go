@@ -258,6 +258,11 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 			return 0, nil, fmt.Errorf("enter the exec's cgroup namespace: %w", err)
 		}
 	}
+	if e.cfg.workloadRoot > 0 {
+		if err := chrootThread(e.cfg.workloadRoot); err != nil {
+			return 0, nil, err
+		}
+	}
 	if err := confine.SetNoNewPrivs(); err != nil {
 		return 0, nil, err
 	}
@@ -301,6 +306,22 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 		}
 	}
 	return pid, status, nil
+}
+
+// chrootThread gives the calling thread a file-system context of its own
+// (root, working directory) and makes the directory fd its root. The
+// command forked from it inherits that root; see setupGVisor for why.
+func chrootThread(fd int) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare the file-system context: %w", err)
+	}
+	if err := unix.Fchdir(fd); err != nil {
+		return fmt.Errorf("enter the commands' root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot into the commands' root: %w", err)
+	}
+	return nil
 }
 
 // enterThread moves the calling thread (not the process) into group on

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,21 +36,37 @@ func Main() int {
 func run() error {
 	// Nothing the host passed may reach a command: mark every inherited
 	// descriptor close-on-exec before anything else.
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := markCloexec(); err != nil {
 		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
-	cfgFile := os.NewFile(FDConfig, "config")
 	var cfg Config
-	err := json.NewDecoder(io.LimitReader(cfgFile, MaxMessage)).Decode(&cfg)
-	cfgFile.Close()
-	if err != nil {
-		return fmt.Errorf("read config: %w", err)
+	var conn net.Conn // set here in stdio mode, below otherwise
+	if len(os.Args) > 1 && os.Args[1] == StdioArg {
+		c, sc, err := openStdio()
+		if err != nil {
+			return err
+		}
+		cfg, conn = *c, sc
+	} else {
+		cfgFile := os.NewFile(FDConfig, "config")
+		err := json.NewDecoder(io.LimitReader(cfgFile, MaxMessage)).Decode(&cfg)
+		cfgFile.Close()
+		if err != nil {
+			return fmt.Errorf("read config: %w", err)
+		}
 	}
-	if err := enterAgentGroup(cfg.AgentTasks); err != nil {
-		return err
-	}
-	if err := setup(&cfg); err != nil {
-		return err
+	if cfg.GVisor != nil {
+		// The runtime built the root; what remains lives in gVisor's kernel.
+		if err := setupGVisor(&cfg); err != nil {
+			return err
+		}
+	} else {
+		if err := enterAgentGroup(cfg.AgentTasks); err != nil {
+			return err
+		}
+		if err := setup(&cfg); err != nil {
+			return err
+		}
 	}
 	// Harden before the engine starts threads of its own: dropping
 	// capabilities stops every thread, and would wait for one that is
@@ -61,15 +78,32 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	root, err := fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
+	s := &server{cfg: &cfg, eng: eng}
+	if s.egress, err = startEgress(cfg.Egress); err != nil {
+		return err
+	}
+	if cfg.GVisor != nil {
+		// gVisor has no setfsuid: file operations run on threads that are
+		// the workload's uid and gid altogether (see idThreads).
+		s.root, err = fsroot.Open("/", -1, -1, sandbox.Workspace)
+		s.ids = &idThreads{uid: cfg.UID, gid: cfg.GID}
+		if errors.Is(err, sandbox.ErrUnsupported) {
+			// gVisor before 2023 has no openat2, without which no path
+			// is safely resolved inside the root: no file API, then.
+			s.rootErr = fmt.Errorf("the file API needs openat2, which this gVisor lacks (build a current runsc with `make runsc`): %w", sandbox.ErrUnsupported)
+			s.root, err = nil, nil
+		}
+	} else {
+		s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
+	}
 	if err != nil {
 		return fmt.Errorf("open the file API's root: %w", err)
 	}
-	conn, err := net.FileConn(os.NewFile(FDConn, "conn"))
-	if err != nil {
-		return fmt.Errorf("open the host connection: %w", err)
+	if conn == nil {
+		if conn, err = net.FileConn(os.NewFile(FDConn, "conn")); err != nil {
+			return fmt.Errorf("open the host connection: %w", err)
+		}
 	}
-	s := &server{cfg: &cfg, eng: eng, root: root}
 	// An idle sandbox should cost the host little: a tight heap (the agent's
 	// live heap is about 2 MiB), and what building the sandbox took goes
 	// back to the OS once it is built.
@@ -90,10 +124,70 @@ func run() error {
 	return nil
 }
 
+// markCloexec marks every descriptor from 3 on close-on-exec: with one
+// close_range call, or one by one where the kernel lacks its
+// CLOSE_RANGE_CLOEXEC (Linux before 5.11, gVisor before 2023).
+func markCloexec() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		// The directory's own descriptor is among them, and gone by now.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return err
+		}
+	}
+	return nil
+}
+
+// openStdio reads the Config from standard input and returns the host
+// connection on standard input and output (see StdioArg).
+func openStdio() (*Config, net.Conn, error) {
+	// Pollable descriptors give the connection deadlines.
+	for _, fd := range []int{0, 1} {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return nil, nil, fmt.Errorf("prepare the host connection: %w", err)
+		}
+	}
+	in, out := os.NewFile(0, "stdin"), os.NewFile(1, "stdout")
+	cfg, err := ReadConfig(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, PipeConn(in, out), nil
+}
+
 type server struct {
 	cfg  *Config
 	eng  *engine
 	root *fsroot.Root
+	// ids, when set, runs the file operations as the workload (gVisor);
+	// otherwise fsroot switches the file-system identity itself.
+	ids *idThreads
+	// rootErr, when set, is why there is no root and so no file API.
+	rootErr error
+	// egress serves the tunnels of network mode egress; nil otherwise.
+	egress *egressServer
+}
+
+// files runs the file operation f with the workload's identity.
+func (s *server) files(f func() error) error {
+	if s.rootErr != nil {
+		return s.rootErr
+	}
+	if s.ids == nil {
+		return f()
+	}
+	return s.ids.do(f)
 }
 
 func (s *server) handler() http.Handler {
@@ -109,6 +203,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(procMkdir, connect.NewUnaryHandlerSimple(procMkdir, s.mkdir, o...))
 	mux.Handle(procRemove, connect.NewUnaryHandlerSimple(procRemove, s.remove, o...))
 	mux.Handle(procRename, connect.NewUnaryHandlerSimple(procRename, s.rename, o...))
+	s.egress.register(mux)
 	return mux
 }
 
@@ -369,7 +464,10 @@ func diskFull() bool {
 
 func (s *server) readFile(_ context.Context, req *PathRequest, stream *connect.ServerStream[FileChunk]) error {
 	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&FileChunk{Data: b}) }}
-	_, err := s.root.ReadFile(req.Path, req.Offset, req.Limit, w)
+	err := s.files(func() error {
+		_, err := s.root.ReadFile(req.Path, req.Offset, req.Limit, w)
+		return err
+	})
 	if err == nil {
 		err = w.flush()
 	}
@@ -394,17 +492,28 @@ func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[FileC
 	if mode == 0 {
 		mode = 0o644
 	}
-	_, err := s.root.WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
+	err := s.files(func() error {
+		_, err := s.root.WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
+		return err
+	})
 	return &Empty{}, wireError(err)
 }
 
 func (s *server) readDir(_ context.Context, req *PathRequest) (*FileList, error) {
-	fi, err := s.root.ReadDir(req.Path)
+	var fi []sandbox.FileInfo
+	err := s.files(func() (err error) {
+		fi, err = s.root.ReadDir(req.Path)
+		return err
+	})
 	return &FileList{Files: fi}, wireError(err)
 }
 
 func (s *server) stat(_ context.Context, req *PathRequest) (*FileList, error) {
-	fi, err := s.root.Stat(req.Path)
+	var fi sandbox.FileInfo
+	err := s.files(func() (err error) {
+		fi, err = s.root.Stat(req.Path)
+		return err
+	})
 	return &FileList{Files: []sandbox.FileInfo{fi}}, wireError(err)
 }
 
@@ -413,15 +522,15 @@ func (s *server) mkdir(_ context.Context, req *PathRequest) (*Empty, error) {
 	if mode == 0 {
 		mode = 0o755
 	}
-	return &Empty{}, wireError(s.root.Mkdir(req.Path, mode))
+	return &Empty{}, wireError(s.files(func() error { return s.root.Mkdir(req.Path, mode) }))
 }
 
 func (s *server) remove(_ context.Context, req *PathRequest) (*Empty, error) {
-	return &Empty{}, wireError(s.root.Remove(req.Path))
+	return &Empty{}, wireError(s.files(func() error { return s.root.Remove(req.Path) }))
 }
 
 func (s *server) rename(_ context.Context, req *PathRequest) (*Empty, error) {
-	return &Empty{}, wireError(s.root.Rename(req.Path, req.To))
+	return &Empty{}, wireError(s.files(func() error { return s.root.Rename(req.Path, req.To) }))
 }
 
 // chunkWriter sends what is written in chunks of at most chunkSize.

@@ -9,23 +9,12 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // staging is where the new root is assembled before pivot_root. The mount
 // namespace is the agent's own, so covering the host's /tmp here hides it
 // from nobody but the sandbox.
 const staging = "/tmp"
-
-// etcAllowlist is all of the host's /etc a composed root sees: what TLS,
-// the dynamic linker, time zones and name-service switch need.
-var etcAllowlist = []string{
-	"alternatives", "ca-certificates", "ca-certificates.conf", "debian_version",
-	"gai.conf", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-	"localtime", "mime.types", "nsswitch.conf", "os-release", "protocols",
-	"services", "ssl", "timezone",
-}
 
 // maskedProc are covered so the workload cannot read them (as runc does).
 var maskedProc = []string{
@@ -116,7 +105,7 @@ func composeRoot(cfg *Config) error {
 	if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
 		return fmt.Errorf("mount the root tmpfs: %w", err)
 	}
-	for _, d := range []string{"usr", "etc", "proc", "dev", "tmp", "workspace", "mnt", "root", "home", "var", "run", "opt", "srv"} {
+	for _, d := range RootDirs {
 		if err := os.Mkdir(filepath.Join(staging, d), 0o755); err != nil {
 			return fmt.Errorf("make root directory /%s: %w", d, err)
 		}
@@ -125,36 +114,22 @@ func composeRoot(cfg *Config) error {
 		return err
 	}
 	// Merged /usr: /bin, /lib… are symlinks into /usr; a split /usr gets binds.
-	for _, d := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+	for _, d := range UsrLinks {
 		if err := mirror("/"+d, filepath.Join(staging, d)); err != nil {
 			return err
 		}
 	}
-	for _, name := range etcAllowlist {
+	for _, name := range EtcAllowlist {
 		if err := mirror("/etc/"+name, filepath.Join(staging, "etc", name)); err != nil {
 			return err
 		}
 	}
-	for name, content := range etcFiles(cfg) {
+	for name, content := range EtcFiles(cfg.UID, cfg.GID, cfg.Hostname) {
 		if err := os.WriteFile(filepath.Join(staging, "etc", name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
 	}
 	return nil
-}
-
-// etcFiles are generated, so nothing of the host's users, hosts or
-// resolvers shows through.
-func etcFiles(cfg *Config) map[string]string {
-	return map[string]string{
-		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-			fmt.Sprintf("sandbox:x:%d:%d:sandbox:%s:/bin/sh\n", cfg.UID, cfg.GID, sandbox.Workspace) +
-			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":       fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", cfg.GID),
-		"hosts":       fmt.Sprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n", cfg.Hostname),
-		"hostname":    cfg.Hostname + "\n",
-		"resolv.conf": "# no network: this sandbox has loopback only\n",
-	}
 }
 
 // mirror makes dst look like the host's src: a symlink is copied, a
@@ -403,7 +378,36 @@ func harden(cfg *Config) error {
 			return fmt.Errorf("set rlimit %d: %w", l.res, err)
 		}
 	}
-	return dropCaps()
+	keep := keptCaps
+	if cfg.GVisor != nil {
+		// Inside gVisor each command is chrooted (see chrootTarget).
+		keep = append(keep[:len(keep):len(keep)], unix.CAP_SYS_CHROOT)
+		// The runtime started the agent with these and no others (the
+		// bundle's spec says so); then there is nothing to drop, and no
+		// reason to stop every thread to drop it.
+		if holdsOnly(keep) {
+			return nil
+		}
+	}
+	return dropCaps(keep)
+}
+
+// holdsOnly says whether the calling thread's effective and permitted
+// capabilities are among caps. The agent's threads all have the ones it
+// was started with, until dropCaps.
+func holdsOnly(caps []uintptr) bool {
+	keep := uint64(0)
+	for _, c := range caps {
+		keep |= 1 << c
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	eff := uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+	prm := uint64(data[0].Permitted) | uint64(data[1].Permitted)<<32
+	return eff&^keep == 0 && prm&^keep == 0
 }
 
 // keptCaps are what the agent needs after setup, all of them only inside
@@ -413,12 +417,13 @@ func harden(cfg *Config) error {
 // workload's uid.
 var keptCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
 
-// dropCaps keeps only keptCaps in the effective and permitted sets of
-// every thread. The bounding set is left alone: the agent never executes
-// anything, and the thread a command is forked from drops all of it.
-func dropCaps() error {
+// dropCaps keeps only the capabilities caps in the effective and permitted
+// sets of every thread. The bounding set is left alone: the agent never
+// executes anything, and the thread a command is forked from drops all of
+// it.
+func dropCaps(caps []uintptr) error {
 	keep := uint64(0)
-	for _, c := range keptCaps {
+	for _, c := range caps {
 		keep |= 1 << c
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}

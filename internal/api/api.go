@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -73,6 +74,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[string]*keyLimiters
+
+	mcph mcpHandler // /mcp, made on first use (mcp.go)
 }
 
 type keyLimiters struct {
@@ -101,6 +104,7 @@ var routes = []route{
 	{method: "GET", path: "/v1/sandboxes/{id}", h: (*Server).getSandbox},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
+	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
 
 	{method: "POST", path: "/v1/sandboxes/{id}/exec", h: (*Server).exec},
 
@@ -123,6 +127,12 @@ var routes = []route{
 	{method: "POST", path: "/v1/keys", operator: true, h: (*Server).createKey},
 	{method: "GET", path: "/v1/keys", operator: true, h: (*Server).listKeys},
 	{method: "DELETE", path: "/v1/keys/{id}", operator: true, h: (*Server).deleteKey},
+
+	{method: "GET", path: "/v1/approvals", operator: true, h: (*Server).listApprovals},
+	{method: "POST", path: "/v1/approvals/{id}", operator: true, h: (*Server).decideApproval},
+	{method: "GET", path: "/v1/audit", operator: true, h: (*Server).recentAudit},
+
+	{method: "POST", path: "/mcp", h: (*Server).mcp}, {method: "GET", path: "/mcp", h: (*Server).mcp}, {method: "DELETE", path: "/mcp", h: (*Server).mcp},
 }
 
 // New makes the API server.
@@ -170,6 +180,10 @@ func New(opts Options) (*Server, error) {
 
 // ServeHTTP checks Host and Origin, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isUIPath(r.URL.Path) {
+		s.serveUI(w, r) // the approvals web page (ui.go) checks Host and Origin itself
+		return
+	}
 	if err := s.checkHost(r); err != nil {
 		writeError(w, s.log, r, err)
 		return
@@ -323,6 +337,10 @@ func classify(err error) *Error {
 	switch {
 	case errors.As(err, &le):
 		return &Error{http.StatusNotImplemented, "unsupported", le.Error(), 0}
+	case errors.As(err, new(*policy.Denied)):
+		return &Error{http.StatusForbidden, "denied", m, 0}
+	case errors.Is(err, supervisor.ErrAudit):
+		return &Error{http.StatusServiceUnavailable, "audit_unavailable", "the audit log cannot record actions; the daemon's log has the details", 0}
 	case errors.Is(err, supervisor.ErrForbidden):
 		return &Error{http.StatusForbidden, "forbidden", m, 0}
 	case errors.Is(err, supervisor.ErrQuota):

@@ -52,6 +52,9 @@ type CreateSandboxRequest struct {
 	Env                map[string]string `json:"env,omitempty"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+	// Network asks for network mode egress and its rules, within the
+	// template's; absent means the template's network.
+	Network *sandbox.Network `json:"network,omitempty"`
 }
 
 // request checks the body and turns it into the supervisor's request.
@@ -73,6 +76,9 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 	}
 	if req.IdleTimeout, err = seconds("idle_timeout_seconds", b.IdleTimeoutSeconds); err != nil {
 		return req, err
+	}
+	if b.Network != nil {
+		req.Network = *b.Network
 	}
 	return req, nil
 }

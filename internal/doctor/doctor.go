@@ -98,7 +98,9 @@ var driverNeeds = []struct {
 	needs [][]string
 }{
 	{"native", true, [][]string{{"root"}, {"userns"}, {"cgroupv1", "cgroupv2"}, {"seccomp"}, {"landlock"}}},
-	{"gvisor", false, [][]string{{"runsc"}}},
+	// runsc runs rootful here: it makes the sandbox's namespaces and
+	// cgroups (the driver's own cgroup holds gVisor and the workload).
+	{"gvisor", false, [][]string{{"root"}, {"cgroupv1", "cgroupv2"}, {"runsc"}}},
 	// QEMU is the VMM; KVM only speeds it up (see microvmNote).
 	{"microvm", false, [][]string{{"qemu"}}},
 	{"docker", false, [][]string{{"docker"}}},
@@ -144,6 +146,12 @@ func drivers(layers []hostcap.Result) []DriverStatus {
 		}
 
 		switch d.name {
+		case "gvisor":
+			// Which runsc, which platform: the probe says
+			// ("runsc v0.0.0-…, platform systrap, built by make runsc").
+			if r := layer("runsc"); r.OK {
+				s.Note = r.Detail
+			}
 		case "microvm":
 			if s.OK {
 				s.Note = microvmNote(layer("kvm"))

@@ -71,11 +71,16 @@ func TestDrivers(t *testing.T) {
 			wantFix: []string{"fix root", "fix landlock"},
 		},
 		{
-			name: "gvisor", layers: layersWith("runsc"), driver: "gvisor", wantOK: true, wantNeeds: []string{"runsc"},
+			name: "gvisor", layers: layersWith("root", "cgroupv1", "runsc"), driver: "gvisor", wantOK: true,
+			wantNeeds: []string{"root", "cgroupv1|cgroupv2", "runsc"}, wantNote: "runsc works",
 		},
 		{
-			name: "gvisor without runsc", layers: layersWith(), driver: "gvisor",
+			name: "gvisor without runsc", layers: layersWith("root", "cgroupv2"), driver: "gvisor",
 			wantWhy: []string{"runsc: runsc is broken"}, wantFix: []string{"fix runsc"},
+		},
+		{
+			name: "gvisor without root", layers: layersWith("cgroupv1", "runsc"), driver: "gvisor",
+			wantWhy: []string{"root: root is broken"}, wantFix: []string{"fix root"},
 		},
 		{
 			name: "microvm with kvm", layers: layersWith("kvm", "qemu"), driver: "microvm", wantOK: true,
@@ -283,7 +288,7 @@ func TestWriteTextFixedReport(t *testing.T) {
 		"  root      ok       root works\n",
 		"  cgroupv1  missing\n            why: cgroupv1 is broken\n            fix: fix cgroupv1\n",
 		"  microvm   ok       software emulation (TCG): slow; kvm: kvm is broken; needs qemu\n",
-		"  gvisor    missing  needs runsc\n            why: runsc: runsc is broken\n            fix: fix runsc\n",
+		"  gvisor    missing  needs root, cgroupv1|cgroupv2, runsc\n            why: cgroupv1: cgroupv1 is broken; cgroupv2: cgroupv2 is broken; runsc: runsc is broken\n            fix: fix cgroupv1; fix cgroupv2; fix runsc\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
@@ -343,7 +348,7 @@ func TestFormatBytes(t *testing.T) {
 func TestMarkUnbuilt(t *testing.T) {
 	in := []DriverStatus{
 		{Name: "native", OK: true, Needs: []string{"root"}},
-		{Name: "gvisor", OK: true, Needs: []string{"runsc"}},
+		{Name: "microvm", OK: true, Needs: []string{"qemu"}},
 		{Name: "docker", OK: false, Why: "docker: no engine", Fix: "apt-get install docker.io", Needs: []string{"docker"}},
 	}
 	out := markUnbuilt(in)
@@ -351,7 +356,7 @@ func TestMarkUnbuilt(t *testing.T) {
 		t.Errorf("native, which this airlock has, was marked missing: %+v", out[0])
 	}
 	if out[1].OK || !strings.Contains(out[1].Why, notBuilt) || out[1].Note != "the host has what it needs" || out[1].Fix != "use --driver native" {
-		t.Errorf("gvisor, which this airlock lacks, = %+v", out[1])
+		t.Errorf("microvm, which this airlock lacks, = %+v", out[1])
 	}
 	if out[2].OK || !strings.HasPrefix(out[2].Why, notBuilt+"; docker: no engine") || out[2].Fix != "apt-get install docker.io" {
 		t.Errorf("docker = %+v", out[2])

@@ -49,6 +49,8 @@ var Names = []string{
 	"qemu",
 	"docker",
 	"bwrap",
+	"node",     // Node.js and npm, for the tests that drive airlock from npm clients
+	"chromium", // a headless browser, for the test of the approval page
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

@@ -28,6 +28,8 @@ var probes = map[string]probe{
 	"qemu":     {run: probeQEMU},
 	"docker":   {run: probeDocker},
 	"bwrap":    {run: probeBwrap, timeout: 15 * time.Second},
+	"node":     {run: probeNode, timeout: 15 * time.Second},
+	"chromium": {run: probeChromium, timeout: 30 * time.Second},
 }
 
 // ok is a working capability.

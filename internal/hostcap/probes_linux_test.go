@@ -308,7 +308,13 @@ func TestTools(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := probeTimed(t, tt.name, tt.limit)
-			if !lookPathIn(tt.bin) {
+			installed := lookPathIn(tt.bin)
+			if tt.name == "runsc" {
+				// The runsc airlock uses need not be on PATH.
+				_, err := FindRunsc(context.Background())
+				installed = !errors.Is(err, ErrNoRunsc)
+			}
+			if !installed {
 				if r.OK || !strings.Contains(r.Why, "not installed") || !strings.Contains(r.Fix, tt.fix) {
 					t.Fatalf("%s = %+v without %s on PATH, want not OK, \"not installed\", fix %q", tt.name, r, tt.bin, tt.fix)
 				}
@@ -392,9 +398,14 @@ func TestDockerProbe(t *testing.T) {
 	}
 }
 
-// fakeTools puts shell scripts on a fresh PATH.
+// fakeTools puts shell scripts on a fresh PATH, where the probes find them
+// (the runsc `make runsc` built is moved out of the way).
 func fakeTools(t *testing.T, scripts map[string]string) {
 	t.Helper()
+	pinned := runscPinned
+	runscPinned = filepath.Join(t.TempDir(), "no-runsc")
+	t.Cleanup(func() { runscPinned = pinned })
+	t.Setenv(EnvRunsc, "")
 	dir := t.TempDir()
 	for name, body := range scripts {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
@@ -422,7 +433,7 @@ func TestToolProbesWithFakes(t *testing.T) {
 			probe:      "runsc",
 			scripts:    map[string]string{"runsc": `[ "$1" = --version ] && { echo "runsc version 0.0~2022"; echo "spec: 1.0.2"; exit 0; }; case "$*" in *systrap*) echo "unknown platform: systrap" >&2; exit 128;; esac; exit 0`},
 			wantOK:     true,
-			wantDetail: "runsc 0.0~2022, platform ptrace (systrap: unknown to this build)",
+			wantDetail: "runsc 0.0~2022, platform ptrace (systrap: unknown to this build); an old build without systrap: build a current one with `make runsc`",
 		},
 		{
 			name:       "new runsc uses systrap",

@@ -62,30 +62,39 @@ const runscFix = "apt-get install runsc (Debian's build is old: ptrace platform 
 // runscTimeout bounds one `runsc do` attempt.
 const runscTimeout = 20 * time.Second
 
-// probeRunsc runs `runsc do true` with no network, on the systrap platform
-// when this runsc knows it, else on ptrace.
+// probeRunsc runs `runsc do true` with no network with the runsc airlock
+// uses (FindRunsc), on the systrap platform when this runsc knows it, else
+// on ptrace.
 func probeRunsc(ctx context.Context) Result {
-	path, err := exec.LookPath("runsc")
-	if err != nil {
-		return fail("runsc is not installed (not found on PATH)", runscFix)
+	r, err := FindRunsc(ctx)
+	if errors.Is(err, ErrNoRunsc) {
+		return fail(fmt.Sprintf("runsc is not installed (not at %s, not found on PATH)", runscPinned), runscFix)
 	}
-	out, err := runTool(ctx, 5*time.Second, path, "--version")
 	if err != nil {
-		return fail(fmt.Sprintf("runsc does not run: %v", err), runscFix)
+		return fail(err.Error(), runscFix)
 	}
-	version := strings.TrimPrefix(firstLine(out), "runsc version ")
 	var failures []string
 	for _, platform := range []string{"systrap", "ptrace"} {
+		if len(r.Platforms) > 0 && !r.HasPlatform(platform) {
+			failures = append(failures, platform+": unknown to this build")
+			continue
+		}
 		args := []string{"--network=none", "--platform=" + platform}
 		if !isRoot() {
 			args = append(args, "--rootless")
 		}
 		args = append(args, "do", "true")
-		out, err := runTool(ctx, runscTimeout, path, args...)
+		out, err := runTool(ctx, runscTimeout, r.Path, args...)
 		if err == nil {
-			detail := fmt.Sprintf("runsc %s, platform %s", version, platform)
+			detail := fmt.Sprintf("runsc %s, platform %s", r.Version, platform)
 			if len(failures) > 0 {
 				detail += " (" + strings.Join(failures, "; ") + ")"
+			}
+			switch {
+			case r.Pinned:
+				detail += ", built by make runsc"
+			case platform != "systrap":
+				detail += "; an old build without systrap: build a current one with `make runsc`"
 			}
 			return ok(detail)
 		}
@@ -98,7 +107,7 @@ func probeRunsc(ctx context.Context) Result {
 			break
 		}
 	}
-	why := fmt.Sprintf("runsc %s cannot run a sandbox: %s", version, strings.Join(failures, "; "))
+	why := fmt.Sprintf("runsc %s cannot run a sandbox: %s", r.Version, strings.Join(failures, "; "))
 	if !isRoot() {
 		return fail(why+notRoot(), rootFix+", or "+runscFix)
 	}

@@ -3,9 +3,11 @@ package sandbox
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -88,12 +90,101 @@ type NetworkMode string
 const (
 	// NetworkNone gives the sandbox loopback only.
 	NetworkNone NetworkMode = "none"
+	// NetworkEgress gives the sandbox an HTTP proxy at 127.0.0.1:3128 inside
+	// it, which reaches only what AllowHosts and AllowAddresses name. The
+	// sandbox still has no route out of its own.
+	NetworkEgress NetworkMode = "egress"
 )
 
 // Network is a sandbox's network policy.
 type Network struct {
 	// Mode is NetworkNone when empty.
 	Mode NetworkMode `json:"mode,omitempty"`
+	// AllowHosts are the host names the proxy lets through: "example.com",
+	// "*.example.com" (any name below it, not itself), each optionally with
+	// ":port". Without a port, 80 and 443 are allowed. Empty: none.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// AllowAddresses are "IP:port" destinations allowed although they are
+	// IP literals or in a private, loopback or metadata range: the only way
+	// through that block. Empty: none.
+	AllowAddresses []string `json:"allow_addresses,omitempty"`
+	// Deny are host patterns (as AllowHosts), IP addresses or CIDR prefixes
+	// that are refused even when an allow rule matches. Empty: none.
+	Deny []string `json:"deny,omitempty"`
+	// Report lets through what the allowlist and deny rules would refuse and
+	// logs it as "would deny". Private and metadata addresses stay blocked.
+	// False: enforce.
+	Report bool `json:"report,omitempty"`
+}
+
+// Validate checks n and says what is wrong.
+func (n Network) Validate() error {
+	switch n.Mode {
+	case "", NetworkNone:
+		if len(n.AllowHosts) > 0 || len(n.AllowAddresses) > 0 || len(n.Deny) > 0 || n.Report {
+			return invalid("network rules given with network mode %q: use mode %q", NetworkNone, NetworkEgress)
+		}
+		return nil
+	case NetworkEgress:
+	default:
+		return invalid("network mode %q: use %q or %q", n.Mode, NetworkNone, NetworkEgress)
+	}
+	for _, h := range n.AllowHosts {
+		if _, _, err := ParseHostPattern(h); err != nil {
+			return err
+		}
+	}
+	for _, a := range n.AllowAddresses {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" {
+			return invalid("allow address %q: give IP:PORT, e.g. 10.1.2.3:443 or [fd00::1]:443", a)
+		}
+	}
+	for _, d := range n.Deny {
+		if _, err := netip.ParsePrefix(d); err == nil {
+			continue
+		}
+		if _, err := netip.ParseAddr(d); err == nil {
+			continue
+		}
+		if _, _, err := ParseHostPattern(d); err != nil {
+			return invalid("deny rule %q: give a host pattern, an IP address or a CIDR prefix", d)
+		}
+	}
+	return nil
+}
+
+// ParseHostPattern splits an allow-host pattern ("example.com",
+// "*.example.com", either with ":port") into its lower-case name and port
+// (0: none given).
+func ParseHostPattern(p string) (name string, port int, err error) {
+	bad := func(why string) (string, int, error) {
+		return "", 0, invalid("host pattern %q: %s (e.g. example.com, *.pypi.org:443)", p, why)
+	}
+	name = strings.ToLower(strings.TrimSpace(p))
+	if i := strings.LastIndexByte(name, ':'); i >= 0 {
+		n, err := strconv.Atoi(name[i+1:])
+		if err != nil || n < 1 || n > 65535 {
+			return bad("port must be 1-65535")
+		}
+		name, port = name[:i], n
+	}
+	name = strings.TrimSuffix(name, ".")
+	label := strings.TrimPrefix(name, "*.")
+	if label == "" || len(label) > 253 {
+		return bad("no host name")
+	}
+	for _, l := range strings.Split(label, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return bad("not a host name")
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return bad("not a host name")
+			}
+		}
+	}
+	return name, port, nil
 }
 
 // Layer names one isolation layer.
@@ -186,10 +277,8 @@ func (s Spec) Validate() error {
 			return err
 		}
 	}
-	switch s.Network.Mode {
-	case "", NetworkNone:
-	default:
-		return invalid("network mode %q: only %q is supported", s.Network.Mode, NetworkNone)
+	if err := s.Network.Validate(); err != nil {
+		return err
 	}
 	for _, d := range s.AllowDegraded {
 		if !slices.Contains(DegradableLayers, d) {

@@ -143,7 +143,16 @@ func TestSpecValidate(t *testing.T) {
 		// network
 		{name: "network none", spec: Spec{Network: Network{Mode: "none"}}},
 		{name: "network host", spec: Spec{Network: Network{Mode: "host"}}, wantErr: `network mode "host"`},
-		{name: "network NONE", spec: Spec{Network: Network{Mode: "NONE"}}, wantErr: `only "none" is supported`},
+		{name: "network NONE", spec: Spec{Network: Network{Mode: "NONE"}}, wantErr: `network mode "NONE": use "none" or "egress"`},
+		{name: "egress no rules", spec: Spec{Network: Network{Mode: NetworkEgress}}},
+		{name: "egress rules", spec: Spec{Network: Network{Mode: NetworkEgress, AllowHosts: []string{"example.com", "*.pypi.org:443", "Example.COM."}, AllowAddresses: []string{"10.1.2.3:443", "[fd00::1]:8443"}, Deny: []string{"bad.example.com", "10.0.0.0/8", "::1"}, Report: true}}},
+		{name: "rules without egress", spec: Spec{Network: Network{AllowHosts: []string{"example.com"}}}, wantErr: `network rules given with network mode "none"`},
+		{name: "host with scheme", spec: Spec{Network: Network{Mode: NetworkEgress, AllowHosts: []string{"http://example.com"}}}, wantErr: `host pattern "http://example.com"`},
+		{name: "host port zero", spec: Spec{Network: Network{Mode: NetworkEgress, AllowHosts: []string{"example.com:0"}}}, wantErr: `port must be 1-65535`},
+		{name: "host inner wildcard", spec: Spec{Network: Network{Mode: NetworkEgress, AllowHosts: []string{"a.*.com"}}}, wantErr: `not a host name`},
+		{name: "address without port", spec: Spec{Network: Network{Mode: NetworkEgress, AllowAddresses: []string{"10.1.2.3"}}}, wantErr: `allow address "10.1.2.3": give IP:PORT`},
+		{name: "address name", spec: Spec{Network: Network{Mode: NetworkEgress, AllowAddresses: []string{"example.com:443"}}}, wantErr: `allow address "example.com:443"`},
+		{name: "deny garbage", spec: Spec{Network: Network{Mode: NetworkEgress, Deny: []string{"a b"}}}, wantErr: `deny rule "a b"`},
 
 		// degraded layers
 		{name: "degrade cgroups", spec: Spec{AllowDegraded: []Layer{"cgroups"}}},

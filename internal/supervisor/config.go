@@ -43,6 +43,8 @@ type Config struct {
 	AllowedHosts   []string   `toml:"allowed_hosts"`
 	AllowedOrigins []string   `toml:"allowed_origins"`
 	Templates      []Template `toml:"template"`
+	// Egress configures the egress proxy (see EgressConfig).
+	Egress EgressConfig `toml:"egress"`
 }
 
 // Template is a named preset a create starts from. A create may narrow its
@@ -76,6 +78,9 @@ type Template struct {
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// Pool is the number of sandboxes kept ready for claims. Zero: none.
 	Pool int `toml:"pool"`
+	// Network is the sandboxes' default network and the most a create may
+	// ask for (see TemplateNetwork). Zero: none, and nothing more.
+	Network TemplateNetwork `toml:"network"`
 }
 
 // Defaults of Config.
@@ -151,6 +156,12 @@ func (c Config) withDefaults() (Config, error) {
 		if err := t.spec().Validate(); err != nil {
 			return c, fmt.Errorf("template %q: %w", t.Name, err)
 		}
+		if err := t.Network.check(); err != nil {
+			return c, fmt.Errorf("template %q: %w", t.Name, err)
+		}
+	}
+	if err := c.Egress.check(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -158,8 +169,9 @@ func (c Config) withDefaults() (Config, error) {
 // spec is the Spec the template makes, every limit filled in.
 func (t Template) spec() sandbox.Spec {
 	s := sandbox.Spec{
-		Root: t.Root,
-		Env:  append([]string(nil), t.Env...),
+		Root:    t.Root,
+		Env:     append([]string(nil), t.Env...),
+		Network: t.Network.defaultNetwork(),
 		Limits: sandbox.Limits{
 			MemoryBytes: int64(t.Memory), CPUs: t.CPUs, Pids: t.Pids,
 			Timeout: time.Duration(t.Timeout), CPUTime: time.Duration(t.CPUTime),

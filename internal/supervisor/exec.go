@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -92,9 +94,21 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}()
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language})
+	if err := s.decide(ctx, c, pr); err != nil {
+		return sandbox.Result{}, err
+	}
+	// Output is masked by the policy's redactor, then hashed for the audit
+	// log, then passed on: the digest is of what the caller gets.
+	stdout, stderr := newHashWriter(req.Stdout), newHashWriter(req.Stderr)
+	red := s.policy.Redactor()
+	rout, rerr := red.Writer(stdout), red.Writer(stderr)
+	req.Stdout, req.Stderr = rout, rerr
 	start := time.Now()
 	res, err := l.inst.Exec(ctx, req)
+	_, _ = rout.Flush(), rerr.Flush()
 	s.m.ExecSeconds.Observe(time.Since(start).Seconds())
+	s.recordExec(ctx, c, pr, res, stdout.sum(), stderr.sum(), err)
 	if errors.Is(err, sandbox.ErrClosed) {
 		return res, fmt.Errorf("sandbox %s ended: %w", id, ErrNotRunning)
 	}
@@ -110,7 +124,7 @@ func (s *Supervisor) Files(ctx context.Context, c Caller, id string) (sandbox.Fi
 	}
 	l.busy.Add(1)
 	l.touch(s.opts.Now())
-	return l.inst.Files(), func() {
+	return &guardedFiles{Files: l.inst.Files(), s: s, c: c, l: l}, func() {
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}, nil
@@ -179,12 +193,17 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language})
+	if err := s.decide(ctx, c, pr); err != nil {
+		return ProcessInfo{}, err
+	}
 	l.touch(s.opts.Now())
 	l.mu.Lock()
 	limit := l.rec.Spec.Limits.WithDefaults().OutputBytes
 	l.mu.Unlock()
 	p := &proc{argv: req.Argv, started: time.Now().UTC(), stdout: &capBuffer{max: limit}, stderr: &capBuffer{max: limit}, done: make(chan struct{})}
-	req.Stdout, req.Stderr, req.Background = p.stdout, p.stderr, true
+	rout, rerr := s.policy.Redactor().Writer(p.stdout), s.policy.Redactor().Writer(p.stderr)
+	req.Stdout, req.Stderr, req.Background = rout, rerr, true
 	if r.KeepStdinOpen {
 		pr, pw := io.Pipe()
 		p.stdin = pw
@@ -217,8 +236,10 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	l.mu.Unlock()
 	go func() {
 		res, err := sp.Wait(context.Background())
+		_, _ = rout.Flush(), rerr.Flush()
 		p.closeStdin()
 		p.result, p.err = res, err
+		s.recordExec(context.Background(), c, pr, res, audit.Digest(p.stdout.Bytes()), audit.Digest(p.stderr.Bytes()), err)
 		close(p.done)
 		l.mu.Lock()
 		l.finished = append(l.finished, p.id)

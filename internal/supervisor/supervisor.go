@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
@@ -70,6 +72,11 @@ type Options struct {
 	MemAvailable func() (int64, error)
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Policy decides every create, exec and file write or delete (see
+	// guard.go). Nil means policy.Default(): the verifier's checks deny.
+	Policy *policy.Policy
+	// Audit records every action. Nil records nothing.
+	Audit *audit.Log
 }
 
 // Caller is who asks: the key's id, whether it is an operator, and its
@@ -96,6 +103,9 @@ type Supervisor struct {
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
+
+	policy    *policy.Policy
+	approvals approvals
 }
 
 // live is a sandbox that may hold host resources.
@@ -147,6 +157,11 @@ func New(opts Options) (*Supervisor, error) {
 		live:      map[string]*live{}, pools: map[string]*pool{},
 		stop: make(chan struct{}),
 	}
+	s.policy = opts.Policy
+	if s.policy == nil {
+		s.policy = policy.Default()
+	}
+	s.approvals.pending = map[string]*pendingApproval{}
 	for _, t := range cfg.Templates {
 		if _, ok := opts.Drivers[t.Driver]; !ok {
 			return nil, fmt.Errorf("template %q: driver %q is not available in this daemon", t.Name, t.Driver)
@@ -185,6 +200,9 @@ type CreateRequest struct {
 	// IdleTimeout overrides the template's idle timeout when set; it may not
 	// exceed it when the template has one.
 	IdleTimeout time.Duration
+	// Network replaces the template's network when set; it may ask only for
+	// what the template's network allows (see Template.network).
+	Network sandbox.Network
 }
 
 // Info describes a sandbox to its owner.
@@ -224,6 +242,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	if err != nil {
 		return Info{}, err
 	}
+	if spec.Network, err = t.network(req.Network); err != nil {
+		return Info{}, err
+	}
 	ttl := time.Duration(t.TTL)
 	if req.TTL > 0 {
 		ttl = req.TTL
@@ -238,6 +259,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		}
 		idle = req.IdleTimeout
 	}
+	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: t.Driver, Limits: &spec.Limits}); err != nil {
+		return Info{}, err
+	}
 	if p := s.pools[name]; p != nil {
 		if claimable(t, req) {
 			info, ok, err := s.claim(c, p, ttl, idle)
@@ -245,6 +269,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 				if ok {
 					s.m.PoolHits.WithLabelValues(name).Inc()
 					s.m.ClaimSeconds.Observe(time.Since(start).Seconds())
+					s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: info.ID, Template: name, Reason: "claimed from the warm pool"})
 				}
 				return info, err
 			}
@@ -267,6 +292,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	s.m.Creates.WithLabelValues(name, "ok").Inc()
 	s.m.CreateSeconds.Observe(time.Since(start).Seconds())
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name})
 	return s.info(l), nil
 }
 
@@ -330,7 +356,7 @@ func narrow(t Template, req CreateRequest) (sandbox.Spec, error) {
 // claimable says a request can be served by a sandbox made from the
 // template as it is: it narrows no limit and adds no environment.
 func claimable(t Template, req CreateRequest) bool {
-	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0
+	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network)
 }
 
 // memoryOf is what admission and quotas count for a sandbox.
@@ -680,6 +706,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 		s.m.Live.WithLabelValues(drv).Dec()
 	}
 	s.m.Kills.WithLabelValues(reason).Inc()
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: l.owner, Sandbox: id, Reason: reason + ": " + why})
 	s.log.Info("sandbox destroyed", "sandbox_id", id, "reason", reason, "why", why)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/confine"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -41,6 +42,9 @@ type Driver struct {
 	hierErr error
 	sweep   sync.Once
 	oomOnce sync.Once
+
+	egressOnce sync.Once
+	egress     *egress.Proxy // see proxy
 }
 
 var _ sandbox.Driver = (*Driver)(nil)
@@ -161,6 +165,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		Hostname: "sandbox", DiskBytes: spec.Limits.DiskBytes, TmpBytes: spec.Limits.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: spec.Limits.OpenFiles,
 		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
+	}
+	if err := in.setupEgress(&cfg, &undo); err != nil {
+		return nil, err
 	}
 	if d.hier == nil {
 		// Without cgroups RLIMIT_NPROC is the process limit; with them it
@@ -299,6 +306,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, fmt.Errorf("start the sandbox: %w%s", err, in.agentErr())
 	}
 	in.client = client
+	in.startEgress()
 	in.layers = append(hostLayers, agentLayers...)
 	in.created = time.Now()
 	in.lifetime = time.AfterFunc(spec.Limits.Lifetime, func() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -33,6 +34,9 @@ type instance struct {
 
 	lock, slot *os.File
 	base       int
+
+	egress     *egress.Sandbox    // network mode egress; nil otherwise
+	egressStop context.CancelFunc // ends the egress tunnels
 
 	group, agentGroup, workload *cgroup.Group
 
@@ -169,6 +173,7 @@ func (in *instance) Close(ctx context.Context) error {
 		if in.lifetime != nil {
 			in.lifetime.Stop()
 		}
+		in.stopEgress()
 		if in.client != nil {
 			in.client.Close()
 		}

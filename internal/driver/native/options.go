@@ -5,7 +5,11 @@
 // in-sandbox agent.
 package native
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+)
 
 // Options configure the driver. The zero value is ready to use.
 type Options struct {
@@ -17,4 +21,8 @@ type Options struct {
 	StateDir string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
+	// Egress is the proxy that sandboxes in network mode egress reach. Nil
+	// means one of the driver's own, with the default limits and no
+	// secrets.
+	Egress *egress.Proxy
 }

@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// exitAuditBroken is what `airlock audit verify` exits with when the log
+// is not intact.
+const exitAuditBroken = 1
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Check and read an audit log",
+	}
+	cmd.AddCommand(newAuditVerifyCmd(), newAuditTailCmd())
+	return cmd
+}
+
+func newAuditVerifyCmd() *cobra.Command {
+	var keyPath, headPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Prove an audit log intact, or say at which line it is not",
+		Long: `Check an audit log's hash chain, sequence numbers and signed checkpoints.
+Each edited, removed or reordered line, a torn final line and a log rewritten
+without the daemon's key is reported with its line number.
+
+--key takes the daemon's public key file (audit.key.pub in its state
+directory); without it a rewritten log that signs itself is not detected.
+--head takes the daemon's head file (audit.head): with it, a log truncated
+past its last checkpoint is detected too. Exits 0 when intact, 1 when not.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts audit.VerifyOptions
+			if keyPath != "" {
+				k, err := audit.ReadPublicKey(keyPath)
+				if err != nil {
+					return err
+				}
+				opts.PublicKey = k
+			}
+			if headPath != "" {
+				h, err := audit.ReadHead(headPath)
+				if err != nil {
+					return err
+				}
+				if opts.PublicKey != nil {
+					if err := audit.VerifyHead(h, opts.PublicKey); err != nil {
+						return err
+					}
+				}
+				opts.Head = &h
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("open audit log: %w", err)
+			}
+			defer f.Close()
+			rep, err := audit.Verify(f, opts)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				e := json.NewEncoder(out)
+				e.SetIndent("", "  ")
+				if err := e.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printReport(out, args[0], rep, opts.PublicKey)
+			}
+			if !rep.OK() {
+				return &exitError{code: exitAuditBroken}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyPath, "key", "", "the daemon's public key file (or its private key file)")
+	cmd.Flags().StringVar(&headPath, "head", "", "the daemon's head file, to detect truncation past the last checkpoint")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func printReport(w io.Writer, name string, rep audit.Report, key ed25519.PublicKey) {
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "%s:%d: %s\n", name, p.Line, p.Msg)
+	}
+	for _, n := range rep.Recovered {
+		fmt.Fprintf(w, "%s:%d: note: a torn tail left by a crash was cut off here when the log was reopened\n", name, n)
+	}
+	if rep.Unsealed > 0 {
+		fmt.Fprintf(w, "%s: note: %d line(s) after the last checkpoint (line %d) are not sealed: the writer did not close cleanly or is still writing\n", name, rep.Unsealed, rep.LastCheckpoint)
+	}
+	if key == nil {
+		fmt.Fprintf(w, "%s: note: no --key given: checkpoints were checked against the key the log names itself, which does not detect a rewrite\n", name)
+	}
+	if rep.OK() {
+		fmt.Fprintf(w, "%s: OK: %d lines, %d checkpoints\n", name, rep.Lines, rep.Checkpoints)
+	} else {
+		fmt.Fprintf(w, "%s: NOT INTACT: %d problem(s) in %d lines\n", name, len(rep.Problems), rep.Lines)
+	}
+}
+
+func newAuditTailCmd() *cobra.Command {
+	var follow bool
+	var n int
+	cmd := &cobra.Command{
+		Use:   "tail FILE",
+		Short: "Print the last events of an audit log, and follow it with -f",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("open audit log: %w", err)
+			}
+			defer f.Close()
+			out := cmd.OutOrStdout()
+			br := bufio.NewReaderSize(f, 1<<20)
+			var ring []string
+			var partial string
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil && !errors.Is(err, io.EOF) {
+					return fmt.Errorf("read audit log: %w", err)
+				}
+				if errors.Is(err, io.EOF) {
+					partial = line
+					break
+				}
+				ring = append(ring, line)
+				if len(ring) > n {
+					ring = ring[1:]
+				}
+			}
+			for _, l := range ring {
+				fmt.Fprint(out, l)
+			}
+			if !follow {
+				return nil
+			}
+			ctx := cmd.Context()
+			for {
+				line, err := br.ReadString('\n')
+				partial += line
+				if err == nil {
+					fmt.Fprint(out, partial)
+					partial = ""
+					continue
+				}
+				if !errors.Is(err, io.EOF) {
+					return fmt.Errorf("read audit log: %w", err)
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they are appended")
+	cmd.Flags().IntVarP(&n, "lines", "n", 10, "how many of the last events to print")
+	return cmd
+}
+
+// exitDenied is what `airlock run` exits with when the policy (or the
+// lack of a person to approve) refuses the run: EX_NOPERM of sysexits.h.
+const exitDenied = 77
+
+// runGuard is the policy and audit log of one `airlock run`.
+type runGuard struct {
+	pol            *policy.Policy
+	log            *audit.Log
+	sandbox        string
+	stdout, stderr *auditHash
+	rout, rerr     *policy.RedactWriter
+}
+
+// newRunGuard loads --policy (none: the safe defaults) and opens
+// --audit-log (none: no log). The log's signing key is FILE.key (made
+// with mode 0600 when missing), its public key FILE.key.pub and its head
+// FILE.head.
+func newRunGuard(policyFile, auditFile string) (*runGuard, error) {
+	g := &runGuard{pol: policy.Default()}
+	if policyFile != "" {
+		p, err := policy.Load(policyFile)
+		if err != nil {
+			return nil, err
+		}
+		g.pol = p
+	}
+	if auditFile != "" {
+		key, err := audit.LoadOrCreateKey(auditFile + ".key")
+		if err != nil {
+			return nil, err
+		}
+		if g.log, err = audit.Open(auditFile, audit.Options{Key: key, HeadPath: auditFile + ".head"}); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+func (g *runGuard) record(ctx context.Context, ev audit.Event) error {
+	if g.log == nil {
+		return nil
+	}
+	ev.Key = "cli"
+	if ev.Sandbox == "" {
+		ev.Sandbox = g.sandbox
+	}
+	return g.log.Append(context.WithoutCancel(ctx), ev)
+}
+
+// check decides a create and the exec of argv. A verdict of ask is a
+// denial here: the one-shot CLI has nobody to ask.
+func (g *runGuard) check(ctx context.Context, driver string, spec sandbox.Spec, argv []string) error {
+	var mounts []string
+	for _, m := range spec.Mounts {
+		mode := "ro"
+		if m.Writable {
+			mode = "rw"
+		}
+		mounts = append(mounts, m.Source+":"+m.Target+":"+mode)
+	}
+	limits := spec.Limits
+	for _, r := range []policy.Request{
+		{Action: policy.ActionCreate, Driver: driver, Limits: &limits, Mounts: mounts, Key: "cli"},
+		{Action: policy.ActionExec, Driver: driver, Argv: argv, Key: "cli"},
+	} {
+		d, err := g.pol.Decide(ctx, r)
+		if err != nil {
+			d = policy.Decision{Verdict: policy.Deny, Rule: d.Rule, Reason: err.Error()}
+		}
+		if d.Verdict == policy.Ask {
+			d = policy.Decision{Verdict: policy.Deny, Rule: d.Rule, Reason: d.Reason + " (needs a person's approval; the one-shot CLI has no approver: run it through `airlock serve`)"}
+		}
+		ev := audit.Event{Kind: audit.KindPolicy, Decision: string(d.Verdict), Rule: d.Rule, Reason: string(r.Action) + ": " + d.Reason}
+		if r.Action == policy.ActionExec {
+			ev.Argv = g.pol.Redactor().Strings(argv)
+		}
+		if err := g.record(ctx, ev); err != nil {
+			return err
+		}
+		if d.Verdict != policy.Allow {
+			return &policy.Denied{Decision: d}
+		}
+	}
+	return nil
+}
+
+// created records the sandbox's creation and returns writers that mask
+// the policy's secrets in the output and hash it on its way to w.
+func (g *runGuard) created(ctx context.Context, id string, stdout, stderr io.Writer) (io.Writer, io.Writer, error) {
+	g.sandbox = id
+	g.stdout, g.stderr = &auditHash{w: stdout, h: sha256.New()}, &auditHash{w: stderr, h: sha256.New()}
+	g.rout, g.rerr = g.pol.Redactor().Writer(g.stdout), g.pol.Redactor().Writer(g.stderr)
+	return g.rout, g.rerr, g.record(ctx, audit.Event{Kind: audit.KindCreate})
+}
+
+// ran records the exec.
+func (g *runGuard) ran(ctx context.Context, argv []string, res sandbox.Result, err error) {
+	_, _ = g.rout.Flush(), g.rerr.Flush()
+	ev := audit.ExecEvent("cli", g.sandbox, g.pol.Redactor().Strings(argv), "", "", res, nil, nil, err)
+	if err == nil {
+		ev.StdoutSHA256, ev.StderrSHA256 = hex.EncodeToString(g.stdout.h.Sum(nil)), hex.EncodeToString(g.stderr.h.Sum(nil))
+	}
+	_ = g.record(ctx, ev)
+}
+
+// close records the sandbox's end and closes the log.
+func (g *runGuard) close(ctx context.Context) error {
+	if g.log == nil {
+		return nil
+	}
+	if g.sandbox != "" {
+		_ = g.record(ctx, audit.Event{Kind: audit.KindDestroy, Reason: "the run ended"})
+	}
+	return g.log.Close()
+}
+
+// deniedExit reports a denial as `airlock run` does: one line on stderr
+// naming the rule (or, with --json, reason "denied" and the rule in the
+// message) and exit code 77.
+func deniedExit(d *policy.Denied, asJSON bool, stdout, stderr io.Writer) error {
+	if asJSON {
+		_ = json.NewEncoder(stdout).Encode(outcome{
+			ExitCode: exitDenied, Reason: sandbox.Reason("denied"), LimitsHit: []sandbox.Limit{}, Layers: []sandbox.Layer{},
+			Message:        fmt.Sprintf("denied by policy (%s): %s", d.Decision.Rule, d.Decision.Reason),
+			StdoutEncoding: "utf-8", StderrEncoding: "utf-8",
+		})
+	} else {
+		fmt.Fprintf(stderr, "airlock: denied by policy (%s): %s\n", d.Decision.Rule, d.Decision.Reason)
+	}
+	return &exitError{code: exitDenied}
+}
+
+type auditHash struct {
+	w io.Writer
+	h hash.Hash
+}
+
+func (a *auditHash) Write(p []byte) (int, error) {
+	a.h.Write(p)
+	if a.w == nil {
+		return len(p), nil
+	}
+	return a.w.Write(p)
+}
+
+// addPolicyFlags adds --policy and --audit-log to `airlock run`.
+func addPolicyFlags(cmd *cobra.Command, f *runFlags) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.policyFile, "policy", "", "policy file (TOML, see examples/policies); without one the verifier's built-in checks deny. A denied run exits 77")
+	fl.StringVar(&f.auditLog, "audit-log", "", "append this run's actions to an audit log (hash-chained JSON lines; its signing key is FILE.key)")
+}
+
+// guardFail turns a refusal of the guard into exit code 77, and anything
+// else into airlock's own failure.
+func guardFail(err error, asJSON bool, stdout, stderr io.Writer, fail func(error) error) error {
+	var d *policy.Denied
+	if errors.As(err, &d) {
+		return deniedExit(d, asJSON, stdout, stderr)
+	}
+	return fail(err)
+}
+
+// openDaemonGuard loads the daemon's policy (policyFile; empty: the safe
+// defaults) and opens its audit log STATE-DIR/audit.log, signed with
+// STATE-DIR/audit.key (mode 0600, made when missing; the public key is
+// audit.key.pub) and sealed in STATE-DIR/audit.head. For `airlock serve`:
+//
+//	pol, alog, err := openDaemonGuard(f.stateDir, f.policy, log)
+//	... supervisor.Options{..., Policy: pol, Audit: alog}
+//	defer alog.Close() // after sup.Close
+func openDaemonGuard(stateDir, policyFile string, log *slog.Logger) (*policy.Policy, *audit.Log, error) {
+	pol := policy.Default()
+	if policyFile != "" {
+		var err error
+		if pol, err = policy.Load(policyFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	key, err := audit.LoadOrCreateKey(filepath.Join(stateDir, "audit.key"))
+	if err != nil {
+		return nil, nil, err
+	}
+	alog, err := audit.Open(filepath.Join(stateDir, "audit.log"), audit.Options{
+		Key: key, HeadPath: filepath.Join(stateDir, "audit.head"), Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pol, alog, nil
+}

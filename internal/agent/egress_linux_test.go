@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+)
+
+// tunnelPair serves the Egress procedure on one end of a socketpair (the
+// agent's side, listening on a free loopback port) and returns the host's
+// Client on the other, and the address commands would connect to.
+func tunnelPair(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	agentEnd, hostEnd := conn(fds[0]), conn(fds[1])
+	e, err := startEgress(&EgressConfig{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	e.register(mux)
+	ctx, cancel := context.WithCancel(context.Background())
+	go serveConn(ctx, agentEnd, mux)
+	hc, cc, err := dialConn(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = hc
+	cl := &Client{cc: cc}
+	go cl.ServeEgress(ctx, serve)
+	t.Cleanup(func() { cancel(); cc.Close(); agentEnd.Close(); e.ln.Close() })
+	return e.ln.Addr().String()
+}
+
+// TestEgressTunnel carries connections both ways through the tunnel,
+// half-closes included.
+func TestEgressTunnel(t *testing.T) {
+	addr := tunnelPair(t, func(c net.Conn) {
+		// An echo server that upper-cases nothing: it returns what it got
+		// once the client half-closes, then closes.
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		c.Write(b)
+	})
+	for i := range 20 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := bytes.Repeat([]byte{byte(i)}, 1<<20+i)
+		go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("conn %d: got %d bytes, %v; want %d", i, len(got), err, len(msg))
+		}
+	}
+}
+
+// TestEgressWithoutListener checks that a sandbox without egress refuses
+// the procedure.
+func TestEgressWithoutListener(t *testing.T) {
+	var e *egressServer
+	err := e.serve(context.Background(), nil)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("serve without a listener: %v", err)
+	}
+}
+
+func BenchmarkEgressTunnel(b *testing.B) {
+	const size = 64 << 20
+	addr := tunnelPair(b, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 256<<10)
+		for n := 0; n < size; n += len(buf) {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	b.SetBytes(size)
+	for b.Loop() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		if n != size {
+			b.Fatalf("got %d bytes", n)
+		}
+	}
+}
+
+// TestEgressReadDeadline checks that a read deadline on the host's side
+// of a tunnel ends a read that nothing answers.
+func TestEgressReadDeadline(t *testing.T) {
+	got := make(chan error, 1)
+	addr := tunnelPair(t, func(c net.Conn) {
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		got <- err
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read past the deadline: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline did not end the read")
+	}
+}

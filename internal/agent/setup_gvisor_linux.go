@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// cgroupStaging is where setupGVisor mounts gVisor's cgroup file system for
+// a moment, before any command runs: long enough to open it.
+const cgroupStaging = "/tmp/.cgroup"
+
+// setupGVisor finishes a sandbox whose root, mounts, namespaces, hostname
+// and loopback runsc built from the OCI bundle. What is left is inside
+// gVisor's own kernel:
+//
+//   - the agent's binary and /sys (which runsc always mounts) are unmounted
+//     and their mount points removed, so no command sees them;
+//   - gVisor's cgroup v2 file system gives every exec its own group below a
+//     "workload" group that holds the pids limit, as cgroups do on the host
+//     in the native driver; the agent sits in a group of its own beside it;
+//   - commands are chrooted into a bind of the whole tree, so that gVisor
+//     refuses them user namespaces (see chrootTarget).
+//
+// Without gVisor's cgroup v2 file system (runsc older than 2026, or one
+// started without --in-sandbox-cgroup=v2) the agent falls back to
+// RLIMIT_NPROC for the pids limit and to process groups for kills.
+func setupGVisor(cfg *Config) error {
+	g := cfg.GVisor
+	var remove []string
+	if g.AgentMount != "" {
+		if err := unix.Unmount(g.AgentMount, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount the agent's binary: %w", err)
+		}
+		remove = append(remove, g.AgentMount)
+	}
+	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
+		remove = append(remove, "/sys")
+	} else if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount /sys: %w", err)
+	}
+	if err := removeMountPoints(remove); err != nil {
+		return err
+	}
+	dir, err := innerCgroups(g.Pids)
+	if err != nil {
+		// No cgroups inside: the process limit per uid stands in for them.
+		// Without them the agent forks with clone, and the seccomp filter
+		// refuses clone3 and so every new user namespace; no chroot is
+		// needed.
+		fmt.Fprintf(os.Stderr, "airlock-agent: no cgroups inside gVisor, falling back to RLIMIT_NPROC: %v\n", err)
+		cfg.Pids = g.Pids
+		cfg.Skip = append(cfg.Skip, sandbox.LayerCgroups)
+		if g.AgentMount != "" {
+			_ = removeMountPoints([]string{path.Dir(g.AgentMount)})
+		}
+		return nil
+	}
+	cfg.Cgroup = CgroupConfig{V2: true, FDs: []int{dir}, Controllers: [][]string{cgroup.V2Controllers}}
+	if g.AgentMount != "" {
+		fd, err := chrootTarget(path.Dir(g.AgentMount))
+		if err != nil {
+			return err
+		}
+		cfg.workloadRoot = fd
+	}
+	return nil
+}
+
+// chrootTarget binds the whole tree at dir, which it then denies to
+// everybody but root, and returns a descriptor of it: the root commands are
+// chrooted into.
+//
+// The tree is the same (the same file systems, mounted the same), but a
+// chrooted process cannot make a user namespace (clone(2): EPERM), and
+// that is the point. Inside gVisor the agent forks commands with clone3
+// (CLONE_INTO_CGROUP puts them in their exec's cgroup), so the seccomp
+// filter must allow clone3, whose flags it cannot see; and gVisor has no
+// user.max_user_namespaces to set to 0 as the native agent does. The
+// chroot refuses CLONE_NEWUSER instead, in gVisor's kernel itself.
+// Within the bound tree dir is an empty directory again: commands see it
+// as such.
+func chrootTarget(dir string) (int, error) {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return -1, fmt.Errorf("close the commands' root to others: %w", err)
+	}
+	if err := unix.Mount("/", dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return -1, fmt.Errorf("bind the commands' root: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the commands' root: %w", err)
+	}
+	return fd, nil
+}
+
+// removeMountPoints removes what was left of mounts: the files and
+// directories gVisor made as their mount points. Those on the read-only
+// root (gVisor makes up /sys's in memory) need the root writable for a
+// moment, while only the agent runs. A name that is really in the root's
+// directory on the host stays: the runtime keeps the host's directory
+// read-only whatever gVisor is told.
+func removeMountPoints(names []string) error {
+	var readOnly []string
+	for _, name := range names {
+		if err := removeName(name); errors.Is(err, unix.EROFS) {
+			readOnly = append(readOnly, name)
+		}
+	}
+	if len(readOnly) == 0 {
+		return nil
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND, ""); err != nil {
+		// Old gVisor (2022) cannot remount the root: the empty mount
+		// points stay visible, nothing more.
+		fmt.Fprintf(os.Stderr, "airlock-agent: cannot remove the mount points %v: make the root writable: %v\n", readOnly, err)
+		return nil
+	}
+	for _, name := range readOnly {
+		_ = removeName(name)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("make the root read-only again: %w", err)
+	}
+	return nil
+}
+
+// removeName removes the file or empty directory name.
+func removeName(name string) error {
+	err := unix.Rmdir(name)
+	if errors.Is(err, unix.ENOTDIR) {
+		err = unix.Unlink(name)
+	}
+	return err
+}
+
+// innerCgroups mounts gVisor's cgroup v2 file system for a moment, moves the
+// agent into a group of its own, makes the workload's group with the pids
+// limit, and returns a descriptor of the workload's group, which outlives
+// the mount.
+func innerCgroups(pids int) (int, error) {
+	if err := os.Mkdir(cgroupStaging, 0o700); err != nil {
+		return -1, fmt.Errorf("make the cgroup mount point: %w", err)
+	}
+	defer os.Remove(cgroupStaging)
+	if err := unix.Mount("none", cgroupStaging, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return -1, fmt.Errorf("mount gVisor's cgroup file system: %w", err)
+	}
+	defer unix.Unmount(cgroupStaging, unix.MNT_DETACH)
+	root := cgroupStaging
+	agent, workload := root+"/agent", root+"/workload"
+	for _, d := range []string{agent, workload} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return -1, fmt.Errorf("make cgroup %s: %w", d, err)
+		}
+	}
+	// A group with processes in it cannot pass controllers down: the agent
+	// leaves the root first.
+	if err := os.WriteFile(agent+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return -1, fmt.Errorf("move the agent into its cgroup: %w", err)
+	}
+	if err := cgroup.EnableControllers(root); err != nil {
+		return -1, err
+	}
+	if err := cgroup.EnableControllers(workload); err != nil {
+		return -1, err
+	}
+	if pids > 0 {
+		if err := os.WriteFile(workload+"/pids.max", []byte(strconv.Itoa(pids)), 0); err != nil {
+			return -1, fmt.Errorf("set the workload's pids limit: %w", err)
+		}
+	}
+	fd, err := unix.Open(workload, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the workload's cgroup: %w", err)
+	}
+	return fd, nil
+}

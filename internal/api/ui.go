@@ -1,0 +1,249 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// The approvals web page, served under /ui: an operator logs in with an
+// operator key, sees pending approvals (with the code, the sandbox and the
+// rule that asked) and recent audit events, and approves or denies with
+// one click.
+//
+// Defences: the page's script renders everything with textContent (code is
+// shown, never run); a strict Content-Security-Policy allows only the
+// page's own script and style; the session cookie is HttpOnly and
+// SameSite=Strict; every POST needs an Origin of the page itself and
+// (after login) the session's CSRF token in X-CSRF-Token; the Host check
+// of the API applies. The key is kept by the daemon, never by the page.
+
+//go:embed ui/index.html ui/app.js ui/app.css
+var uiFiles embed.FS
+
+const (
+	uiCookie     = "airlock_ui"
+	uiSessionTTL = 8 * time.Hour
+	uiMaxSession = 1000
+	uiCSP        = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+type uiSession struct {
+	secret  string // the operator key, re-checked on every request
+	keyID   string
+	csrf    string
+	expires time.Time
+}
+
+// uiState is the web page's sessions.
+type uiState struct {
+	mu       sync.Mutex
+	sessions map[string]*uiSession
+}
+
+var uiStates sync.Map // *Server → *uiState
+
+func (s *Server) uiState() *uiState {
+	v, _ := uiStates.LoadOrStore(s, &uiState{sessions: map[string]*uiSession{}})
+	return v.(*uiState)
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// isUIPath says the request is for the web page.
+func isUIPath(p string) bool { return p == "/ui" || strings.HasPrefix(p, "/ui/") }
+
+// serveUI serves the web page and its JSON endpoints.
+func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", uiCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	if err := s.checkUIOrigin(r); err != nil {
+		writeError(w, s.log, r, err)
+		return
+	}
+	if err := s.routeUI(w, r); err != nil {
+		writeError(w, s.log, r, err)
+	}
+}
+
+// checkUIOrigin applies the API's Host check, and accepts an Origin only
+// when it is the page's own (or an allowed one). A POST must carry one.
+func (s *Server) checkUIOrigin(r *http.Request) error {
+	bare := r.Clone(r.Context())
+	bare.Header.Del("Origin")
+	if err := s.checkHost(bare); err != nil {
+		return err
+	}
+	forbidden := &Error{Status: http.StatusForbidden, Code: "origin_not_allowed", Message: "this request must come from the airlock page itself"}
+	o, set := r.Header["Origin"]
+	if !set {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return forbidden
+		}
+		return nil
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if len(o) != 1 || (o[0] != scheme+"://"+r.Host && !s.origins[o[0]]) {
+		return forbidden
+	}
+	return nil
+}
+
+func (s *Server) routeUI(w http.ResponseWriter, r *http.Request) error {
+	p, m := r.URL.Path, r.Method
+	switch {
+	case m == "GET" && (p == "/ui" || p == "/ui/"):
+		return serveAsset(w, "ui/index.html", "text/html; charset=utf-8")
+	case m == "GET" && p == "/ui/app.js":
+		return serveAsset(w, "ui/app.js", "text/javascript; charset=utf-8")
+	case m == "GET" && p == "/ui/app.css":
+		return serveAsset(w, "ui/app.css", "text/css; charset=utf-8")
+	case m == "POST" && p == "/ui/login":
+		return s.uiLogin(w, r)
+	}
+	sess, c, err := s.uiCaller(r)
+	if err != nil {
+		return err
+	}
+	if m != "GET" {
+		got := r.Header.Get("X-CSRF-Token")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) != 1 {
+			return &Error{Status: http.StatusForbidden, Code: "csrf", Message: "missing or wrong CSRF token: reload the page"}
+		}
+	}
+	switch {
+	case m == "GET" && p == "/ui/session":
+		writeJSON(w, http.StatusOK, map[string]string{"key": sess.keyID, "csrf": sess.csrf})
+		return nil
+	case m == "POST" && p == "/ui/logout":
+		st := s.uiState()
+		st.mu.Lock()
+		for id, x := range st.sessions {
+			if x == sess {
+				delete(st.sessions, id)
+			}
+		}
+		st.mu.Unlock()
+		http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	case m == "GET" && p == "/ui/api/approvals":
+		return s.listApprovals(w, r, c)
+	case m == "GET" && p == "/ui/api/audit":
+		return s.recentAudit(w, r, c)
+	case m == "POST" && strings.HasPrefix(p, "/ui/api/approvals/"):
+		var b DecideApprovalRequest
+		if err := decodeJSON(w, r, &b); err != nil {
+			return err
+		}
+		a, err := s.decideApprovalAs(r, c, strings.TrimPrefix(p, "/ui/api/approvals/"), b)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, a)
+		return nil
+	}
+	return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such page: " + truncate(p, 100)}
+}
+
+func serveAsset(w http.ResponseWriter, name, ctype string) error {
+	b, err := uiFiles.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", ctype)
+	_, _ = w.Write(b)
+	return nil
+}
+
+// uiLogin checks an operator key and starts a session.
+func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		Key string `json:"key"`
+	}
+	if err := decodeJSON(w, r, &b); err != nil {
+		return err
+	}
+	k, err := s.store.KeyBySecret(strings.TrimSpace(b.Key))
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unknown or revoked API key"}
+	}
+	if err != nil {
+		return err
+	}
+	if k.Role != store.RoleOperator {
+		return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this page needs an operator key; this key's role is " + string(k.Role)}
+	}
+	id := randomToken()
+	sess := &uiSession{secret: strings.TrimSpace(b.Key), keyID: k.ID, csrf: randomToken(), expires: time.Now().Add(uiSessionTTL)}
+	st := s.uiState()
+	st.mu.Lock()
+	now := time.Now()
+	for sid, x := range st.sessions {
+		if now.After(x.expires) {
+			delete(st.sessions, sid)
+		}
+	}
+	if len(st.sessions) >= uiMaxSession {
+		st.mu.Unlock()
+		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "too many open sessions; log out elsewhere or wait"}
+	}
+	st.sessions[id] = sess
+	st.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: id, Path: "/ui", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(uiSessionTTL / time.Second)})
+	writeJSON(w, http.StatusOK, map[string]string{"key": k.ID, "csrf": sess.csrf})
+	return nil
+}
+
+// uiCaller finds the session of r and re-checks its key.
+func (s *Server) uiCaller(r *http.Request) (*uiSession, *caller, error) {
+	unauth := &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "not logged in"}
+	ck, err := r.Cookie(uiCookie)
+	if err != nil {
+		return nil, nil, unauth
+	}
+	st := s.uiState()
+	st.mu.Lock()
+	sess := st.sessions[ck.Value]
+	if sess != nil && time.Now().After(sess.expires) {
+		delete(st.sessions, ck.Value)
+		sess = nil
+	}
+	st.mu.Unlock()
+	if sess == nil {
+		return nil, nil, unauth
+	}
+	rr := r.Clone(r.Context())
+	rr.Header.Set("Authorization", "Bearer "+sess.secret)
+	c, err := s.authenticate(rr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.key.Role != store.RoleOperator {
+		return nil, nil, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this key is no longer an operator key"}
+	}
+	return sess, c, nil
+}

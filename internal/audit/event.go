@@ -1,0 +1,141 @@
+// Package audit keeps airlock's audit log: an append-only file of JSON
+// lines, one per action (create, destroy, exec, file write and delete,
+// egress decision, policy decision, approval), each carrying the SHA-256 of
+// the line before it, so that editing, removing or reordering any line
+// breaks the chain at that line.
+//
+// # Format
+//
+// Every line is one JSON object (an Event) ending in "\n". Field "prev" is
+// the lower-case hex SHA-256 of the previous line's bytes, without its
+// newline; the first line's prev is empty. Field "seq" counts lines from 1,
+// so a removed or reordered line shows as a jump in seq.
+//
+// # Checkpoints
+//
+// The log's first line, a line after every Options.CheckpointEvery events
+// or Options.CheckpointInterval, and the last line written by Close are
+// checkpoints: events of kind "checkpoint" whose "sig" is an ed25519
+// signature, by a key the daemon keeps outside the log, over the line's seq,
+// time and prev — and so, through the chain, over every line before it. A
+// wholesale rewrite with a fresh chain cannot carry valid signatures. After
+// each checkpoint the writer also stores it in a head file beside the key
+// (see Head); Verify given that head finds a log truncated past its last
+// checkpoint.
+//
+// # Durability
+//
+// One goroutine writes. Append hands it an event and waits until the batch
+// holding it is written with one write(2) and fsync'ed. A crash can leave
+// at most a torn final line (no newline); Verify reports it, and Open
+// cuts it off and records what it cut in a "recover" event, so it is never
+// silently accepted.
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Kind names what an Event records.
+type Kind string
+
+// The kinds of events.
+const (
+	KindCreate     Kind = "create"
+	KindDestroy    Kind = "destroy"
+	KindExec       Kind = "exec"
+	KindFileWrite  Kind = "file_write"
+	KindFileDelete Kind = "file_delete"
+	KindEgress     Kind = "egress"
+	KindPolicy     Kind = "policy"
+	KindApproval   Kind = "approval"
+	KindCheckpoint Kind = "checkpoint"
+	// KindRecover records a torn tail that Open cut off after a crash.
+	KindRecover Kind = "recover"
+)
+
+// Event is one line of the log. The writer fills Seq, Time (when zero) and
+// Prev; the rest is the caller's.
+type Event struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Kind Kind      `json:"kind"`
+	// Key is the id of the API key that asked ("" for the daemon itself,
+	// "cli" for the one-shot CLI).
+	Key      string   `json:"key,omitempty"`
+	Sandbox  string   `json:"sandbox,omitempty"`
+	Template string   `json:"template,omitempty"`
+	Argv     []string `json:"argv,omitempty"`
+	Code     string   `json:"code,omitempty"`
+	Language string   `json:"language,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	Host     string   `json:"host,omitempty"`
+	IP       string   `json:"ip,omitempty"`
+	// Decision is allow, deny or ask (policy, egress) or approve or deny
+	// (approval).
+	Decision string `json:"decision,omitempty"`
+	Rule     string `json:"rule,omitempty"`
+	// Reason is why: the exec's end reason, a decision's reason.
+	Reason   string `json:"reason,omitempty"`
+	Approval string `json:"approval,omitempty"`
+	// Exit is an exec's exit code.
+	Exit         *int           `json:"exit,omitempty"`
+	Usage        *sandbox.Usage `json:"usage,omitempty"`
+	StdoutSHA256 string         `json:"stdout_sha256,omitempty"`
+	StderrSHA256 string         `json:"stderr_sha256,omitempty"`
+	// SHA256 and Size describe a written file's content.
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	// Error says why an action failed.
+	Error string `json:"error,omitempty"`
+	// PubKey (hex) and Sig (hex) are set on checkpoints.
+	PubKey string `json:"pubkey,omitempty"`
+	Sig    string `json:"sig,omitempty"`
+	Prev   string `json:"prev"`
+}
+
+// Digest returns the lower-case hex SHA-256 of b, as events carry it.
+func Digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// ExecEvent returns the event of a finished exec.
+func ExecEvent(key, sandboxID string, argv []string, code, language string, res sandbox.Result, stdout, stderr []byte, err error) Event {
+	ev := Event{Kind: KindExec, Key: key, Sandbox: sandboxID, Code: code, Language: language}
+	if code == "" {
+		ev.Argv = argv
+	}
+	if err != nil {
+		ev.Error = err.Error()
+		return ev
+	}
+	exit := res.ExitCode
+	usage := res.Usage
+	ev.Exit, ev.Usage, ev.Reason = &exit, &usage, string(res.Reason)
+	ev.StdoutSHA256, ev.StderrSHA256 = Digest(stdout), Digest(stderr)
+	return ev
+}
+
+// checkpointMessage is what a checkpoint's signature covers.
+func checkpointMessage(seq uint64, t time.Time, prev string) []byte {
+	return []byte("airlock-audit-checkpoint\x00" + uitoa(seq) + "\x00" + t.UTC().Format(time.RFC3339Nano) + "\x00" + prev)
+}
+
+func uitoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}

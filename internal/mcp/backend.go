@@ -1,0 +1,101 @@
+package mcp
+
+import (
+	"context"
+	"io/fs"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Backend is the sandbox layer as one caller sees it. The tools are written
+// once against it: Local calls the daemon's supervisor in this process,
+// Remote calls a running daemon through the Go SDK in client/.
+type Backend interface {
+	// Create makes a sandbox.
+	Create(ctx context.Context, req CreateRequest) (SandboxInfo, error)
+	// List describes the caller's sandboxes, live and recently ended.
+	List(ctx context.Context) ([]SandboxInfo, error)
+	// Kill destroys a sandbox; killing one that has ended is not an error.
+	Kill(ctx context.Context, id string) error
+	// SetTimeout sets the sandbox's lifetime to d from now.
+	SetTimeout(ctx context.Context, id string, d time.Duration) (SandboxInfo, error)
+
+	// Exec runs a command to its end.
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	// Start starts a background process; keepStdin leaves its standard
+	// input open for WriteStdin.
+	Start(ctx context.Context, id string, req ExecRequest, keepStdin bool) (ProcessInfo, error)
+	// Processes lists the background processes of a sandbox.
+	Processes(ctx context.Context, id string) ([]ProcessInfo, error)
+	// Wait waits at most d for process pid to end and returns it, with its
+	// output once it has ended.
+	Wait(ctx context.Context, id, pid string, d time.Duration) (ProcessInfo, error)
+	// Signal sends sig to process pid.
+	Signal(ctx context.Context, id, pid string, sig syscall.Signal) error
+	// WriteStdin writes data to the standard input of process pid, then
+	// closes it when eof is set.
+	WriteStdin(ctx context.Context, id, pid string, data []byte, eof bool) error
+
+	// ReadFile returns at most limit bytes (0: no limit) from offset of a file.
+	ReadFile(ctx context.Context, id, path string, offset, limit int64) ([]byte, error)
+	// WriteFile creates or replaces a file with mode's permission bits.
+	WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error
+	// ReadDir lists a directory.
+	ReadDir(ctx context.Context, id, path string) ([]sandbox.FileInfo, error)
+	// Stat describes a file without following a final symlink.
+	Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error)
+	// Mkdir creates a directory and its missing parents.
+	Mkdir(ctx context.Context, id, path string) error
+	// Remove removes a file or a whole directory tree.
+	Remove(ctx context.Context, id, path string) error
+	// Rename moves from to to.
+	Rename(ctx context.Context, id, from, to string) error
+}
+
+// CreateRequest asks for a sandbox; zero fields take the template's values.
+type CreateRequest struct {
+	Template string
+	TTL      time.Duration
+	Env      map[string]string
+}
+
+// SandboxInfo describes a sandbox.
+type SandboxInfo struct {
+	ID        string
+	Template  string
+	State     string
+	Created   time.Time
+	ExpiresAt time.Time
+	EndReason string
+}
+
+// ExecRequest says what to run: Argv, or Code in Language.
+type ExecRequest struct {
+	Argv     []string
+	Code     string
+	Language string
+	Env      map[string]string
+	Dir      string
+	Stdin    []byte
+	// Timeout bounds the wall time; zero means the sandbox's default.
+	Timeout time.Duration
+}
+
+// ExecResult is a finished command.
+type ExecResult struct {
+	Stdout, Stderr []byte
+	Result         sandbox.Result
+}
+
+// ProcessInfo describes a background process.
+type ProcessInfo struct {
+	ID      string
+	Argv    []string
+	Started time.Time
+	Running bool
+	// Result is set once it has ended; Stdout and Stderr only by Wait.
+	Result         *sandbox.Result
+	Stdout, Stderr []byte
+}

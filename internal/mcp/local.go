@@ -1,0 +1,227 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+)
+
+// Local is a Backend that calls a Supervisor in this process on behalf of
+// one caller: the embedded supervisor of `airlock mcp`, or the daemon's own
+// for a request to /mcp.
+type Local struct {
+	Sup    *supervisor.Supervisor
+	Caller supervisor.Caller
+	// Allow, when set, is asked before every create (create true), exec and
+	// process start (create false); its error refuses the call. The daemon
+	// applies the key's rate limits here.
+	Allow func(create bool) error
+}
+
+var _ Backend = (*Local)(nil)
+
+func (l *Local) allow(create bool) error {
+	if l.Allow == nil {
+		return nil
+	}
+	return l.Allow(create)
+}
+
+func localInfo(in supervisor.Info) SandboxInfo {
+	return SandboxInfo{ID: in.ID, Template: in.Template, State: string(in.State), Created: in.Created, ExpiresAt: in.ExpiresAt, EndReason: in.EndReason}
+}
+
+// Create makes a sandbox owned by the caller.
+func (l *Local) Create(ctx context.Context, req CreateRequest) (SandboxInfo, error) {
+	if err := l.allow(true); err != nil {
+		return SandboxInfo{}, err
+	}
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	in, err := l.Sup.Create(ctx, l.Caller, supervisor.CreateRequest{Template: req.Template, TTL: req.TTL, Env: env})
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return localInfo(in), nil
+}
+
+// List describes the caller's sandboxes.
+func (l *Local) List(ctx context.Context) ([]SandboxInfo, error) {
+	ins, err := l.Sup.List(ctx, l.Caller, supervisor.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SandboxInfo, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, localInfo(in))
+	}
+	return out, nil
+}
+
+// Kill destroys a sandbox.
+func (l *Local) Kill(ctx context.Context, id string) error { return l.Sup.Kill(ctx, l.Caller, id) }
+
+// SetTimeout sets the sandbox's lifetime to d from now.
+func (l *Local) SetTimeout(ctx context.Context, id string, d time.Duration) (SandboxInfo, error) {
+	in, err := l.Sup.ExtendTimeout(ctx, l.Caller, id, d)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return localInfo(in), nil
+}
+
+func (r ExecRequest) supervisor() supervisor.ExecRequest {
+	env := make([]string, 0, len(r.Env))
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+}
+
+// Exec runs a command to its end.
+func (l *Local) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	if err := l.allow(false); err != nil {
+		return ExecResult{}, err
+	}
+	var out, errb bytes.Buffer
+	sr := req.supervisor()
+	sr.Stdout, sr.Stderr = &out, &errb
+	res, err := l.Sup.Exec(ctx, l.Caller, id, sr)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	return ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes(), Result: res}, nil
+}
+
+func localProcess(p supervisor.ProcessInfo) ProcessInfo {
+	return ProcessInfo{ID: p.ID, Argv: p.Argv, Started: p.Started, Running: p.Running, Result: p.Result, Stdout: p.Stdout, Stderr: p.Stderr}
+}
+
+// Start starts a background process.
+func (l *Local) Start(ctx context.Context, id string, req ExecRequest, keepStdin bool) (ProcessInfo, error) {
+	if err := l.allow(false); err != nil {
+		return ProcessInfo{}, err
+	}
+	p, err := l.Sup.StartProcess(ctx, l.Caller, id, supervisor.StartRequest{ExecRequest: req.supervisor(), KeepStdinOpen: keepStdin})
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	return localProcess(p), nil
+}
+
+// Processes lists the background processes of a sandbox.
+func (l *Local) Processes(ctx context.Context, id string) ([]ProcessInfo, error) {
+	ps, err := l.Sup.Processes(ctx, l.Caller, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ProcessInfo, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, localProcess(p))
+	}
+	return out, nil
+}
+
+// Wait waits at most d for process pid to end.
+func (l *Local) Wait(ctx context.Context, id, pid string, d time.Duration) (ProcessInfo, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	p, err := l.Sup.Wait(wctx, l.Caller, id, pid)
+	if err == nil {
+		return localProcess(p), nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return ProcessInfo{}, err
+	}
+	ps, err := l.Processes(ctx, id)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	for _, p := range ps {
+		if p.ID == pid {
+			return p, nil
+		}
+	}
+	return ProcessInfo{}, fmt.Errorf("process %q of sandbox %s: %w", pid, id, sandbox.ErrNotFound)
+}
+
+// Signal sends sig to process pid.
+func (l *Local) Signal(ctx context.Context, id, pid string, sig syscall.Signal) error {
+	return l.Sup.Signal(ctx, l.Caller, id, pid, sig)
+}
+
+// WriteStdin writes to the standard input of process pid.
+func (l *Local) WriteStdin(ctx context.Context, id, pid string, data []byte, eof bool) error {
+	return l.Sup.WriteStdin(ctx, l.Caller, id, pid, data, eof)
+}
+
+// files runs fn on the sandbox's file API.
+func (l *Local) files(ctx context.Context, id string, fn func(f sandbox.Files) error) error {
+	f, done, err := l.Sup.Files(ctx, l.Caller, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(f)
+}
+
+// ReadFile reads part of a file.
+func (l *Local) ReadFile(ctx context.Context, id, path string, offset, limit int64) ([]byte, error) {
+	var b bytes.Buffer
+	err := l.files(ctx, id, func(f sandbox.Files) error { return f.ReadFile(ctx, path, offset, limit, &b) })
+	return b.Bytes(), err
+}
+
+// WriteFile creates or replaces a file.
+func (l *Local) WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
+	return l.files(ctx, id, func(f sandbox.Files) error {
+		return f.WriteFile(ctx, path, bytes.NewReader(data), mode)
+	})
+}
+
+// ReadDir lists a directory.
+func (l *Local) ReadDir(ctx context.Context, id, path string) ([]sandbox.FileInfo, error) {
+	var out []sandbox.FileInfo
+	err := l.files(ctx, id, func(f sandbox.Files) (err error) {
+		out, err = f.ReadDir(ctx, path)
+		return err
+	})
+	return out, err
+}
+
+// Stat describes a file.
+func (l *Local) Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error) {
+	var out sandbox.FileInfo
+	err := l.files(ctx, id, func(f sandbox.Files) (err error) {
+		out, err = f.Stat(ctx, path)
+		return err
+	})
+	return out, err
+}
+
+// Mkdir creates a directory and its parents.
+func (l *Local) Mkdir(ctx context.Context, id, path string) error {
+	return l.files(ctx, id, func(f sandbox.Files) error { return f.Mkdir(ctx, path, 0o755) })
+}
+
+// Remove removes a file or a directory tree.
+func (l *Local) Remove(ctx context.Context, id, path string) error {
+	return l.files(ctx, id, func(f sandbox.Files) error { return f.Remove(ctx, path) })
+}
+
+// Rename moves from to to.
+func (l *Local) Rename(ctx context.Context, id, from, to string) error {
+	return l.files(ctx, id, func(f sandbox.Files) error { return f.Rename(ctx, from, to) })
+}

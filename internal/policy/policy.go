@@ -1,0 +1,634 @@
+// Package policy decides whether an action may happen: allow, deny (with
+// the rule and a reason the agent sees) or ask a person.
+//
+// A Policy is read from a TOML file (see examples/policies/). It has, in
+// the order Decide applies them:
+//
+//   - allowlists: drivers, templates, languages, commands (argv patterns)
+//     and mounts; a request outside a non-empty list is denied;
+//   - ceilings on limits: a create asking for more is denied, never lowered;
+//   - rules: CEL expressions over the Request, each with a decision;
+//   - the verifier's built-in checks on code and command lines (Checks),
+//     each set to deny, ask or off;
+//   - an optional webhook that is asked last, with a timeout after which
+//     the policy's default applies.
+//
+// It also names secrets to mask in exec output and the audit log (Redact).
+//
+// Precedence: the strictest verdict of everything that matched wins (deny
+// over ask over allow); the first match of that verdict names the rule.
+// When nothing matched, Default applies ("allow" unless set).
+//
+// With no policy file at all, Default() applies: no allowlists or ceilings,
+// and every built-in check set to deny.
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/google/cel-go/cel"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Action is what a Request asks to do.
+type Action string
+
+// The actions.
+const (
+	ActionCreate     Action = "create"
+	ActionExec       Action = "exec"
+	ActionFileWrite  Action = "file_write"
+	ActionFileDelete Action = "file_delete"
+	ActionEgress     Action = "egress"
+)
+
+// Request is what an action asks. In rules it is seen as these variables:
+//
+//	action   string               "create", "exec", "file_write", "file_delete", "egress"
+//	sandbox  string               the sandbox id ("" on create)
+//	template string               the sandbox's template
+//	driver   string               the sandbox's driver
+//	argv     list(string)         the command line (for code: the interpreter's argv)
+//	code     string               the program text of a code exec
+//	language string               its language ("python", "bash", "sh")
+//	path     string               the file written or deleted
+//	host     string               the host of an egress request
+//	key      string               the id of the API key that asked
+//	labels   map(string, string)  the key's or sandbox's labels
+//	limits   map(string, double)  a create's limits: memory_bytes, cpus, pids, timeout_seconds,
+//	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files
+//
+// Reading a missing map key is an error in CEL, and a rule that fails to
+// evaluate denies: test for a label first ("team" in labels && ...).
+type Request struct {
+	Action   Action            `json:"action"`
+	Sandbox  string            `json:"sandbox,omitempty"`
+	Template string            `json:"template,omitempty"`
+	Driver   string            `json:"driver,omitempty"`
+	Argv     []string          `json:"argv,omitempty"`
+	Code     string            `json:"code,omitempty"`
+	Language string            `json:"language,omitempty"`
+	Path     string            `json:"path,omitempty"`
+	Host     string            `json:"host,omitempty"`
+	Key      string            `json:"key,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Limits are a create's limits (the template's, narrowed by the request).
+	Limits *sandbox.Limits `json:"limits,omitempty"`
+	// Mounts are a create's host mounts, as "HOST:PATH[:ro|:rw]".
+	Mounts []string `json:"mounts,omitempty"`
+}
+
+// Verdict is a Decision's outcome.
+type Verdict string
+
+// The verdicts, from least to most strict.
+const (
+	Allow Verdict = "allow"
+	Ask   Verdict = "ask"
+	Deny  Verdict = "deny"
+)
+
+func (v Verdict) rank() int {
+	switch v {
+	case Deny:
+		return 2
+	case Ask:
+		return 1
+	}
+	return 0
+}
+
+// Decision is Decide's answer.
+type Decision struct {
+	Verdict Verdict `json:"decision"`
+	// Rule names what decided: "rule:NAME", "check:NAME", "commands",
+	// "ceiling:memory", "webhook", "default".
+	Rule string `json:"rule"`
+	// Reason is one line the agent can read and act on.
+	Reason string `json:"reason"`
+}
+
+// Denied is the error an action refused by policy (or by a person) fails
+// with. It is not a failure of airlock: callers report it as "denied".
+type Denied struct {
+	Decision Decision
+}
+
+func (e *Denied) Error() string {
+	return fmt.Sprintf("denied by policy (%s): %s", e.Decision.Rule, e.Decision.Reason)
+}
+
+// ErrDenied matches every *Denied with errors.Is.
+var ErrDenied = errors.New("denied by policy")
+
+// Is makes errors.Is(err, ErrDenied) true for a *Denied.
+func (e *Denied) Is(target error) bool { return target == ErrDenied }
+
+// File is the policy file's schema (TOML).
+type File struct {
+	// Default is the verdict when nothing matched: "allow" (the default)
+	// or "deny" (then only what an allow rule matches may happen).
+	Default   Verdict  `toml:"default"`
+	Drivers   []string `toml:"drivers"`
+	Templates []string `toml:"templates"`
+	Languages []string `toml:"languages"`
+	// Commands are argv patterns: space-separated globs matched one per
+	// argument ("python3 *.py"); a last "**" matches any further arguments.
+	// They apply to argv execs; code execs are governed by Languages.
+	Commands []string `toml:"commands"`
+	// Mounts are the host mounts a create may ask for: "HOST:PATH:ro" or
+	// "HOST:PATH:rw" (an rw entry also allows ro). Empty allows any.
+	Mounts []string `toml:"mounts"`
+	// Network is carried for the egress proxy.
+	Network  Network  `toml:"network"`
+	Ceilings Ceilings `toml:"ceilings"`
+	Checks   Checks   `toml:"checks"`
+	Rules    []Rule   `toml:"rule"`
+	Approval Approval `toml:"approval"`
+	Webhook  Webhook  `toml:"webhook"`
+	Redact   Redact   `toml:"redact"`
+}
+
+// Network is the egress allowlist: hosts ("example.com", "*.pypi.org",
+// "api.example.com:443"). Empty means no egress.
+type Network struct {
+	Allow []string `toml:"allow"`
+	Deny  []string `toml:"deny"`
+}
+
+// Ceilings bound a create's limits. Zero fields bound nothing. Sizes are
+// like "512M"; durations like "30s".
+type Ceilings struct {
+	Memory      string  `toml:"memory"`
+	CPUs        float64 `toml:"cpus"`
+	Pids        int     `toml:"pids"`
+	Timeout     string  `toml:"timeout"`
+	CPUTime     string  `toml:"cpu_time"`
+	Disk        string  `toml:"disk"`
+	Tmp         string  `toml:"tmp"`
+	OutputLimit string  `toml:"output_limit"`
+	OpenFiles   int     `toml:"open_files"`
+}
+
+// Rule is a CEL expression over the Request and what to do when it is true.
+type Rule struct {
+	Name string `toml:"name"`
+	// When is a CEL expression that must evaluate to a bool.
+	When string `toml:"when"`
+	// Decision is "allow", "deny" or "ask".
+	Decision Verdict `toml:"decision"`
+	// Reason is what the agent is told.
+	Reason string `toml:"reason"`
+}
+
+// Approval configures actions that ask a person.
+type Approval struct {
+	// Timeout is how long an action waits for a person before it is
+	// denied. Empty means five minutes.
+	Timeout string `toml:"timeout"`
+}
+
+// maxRuleCost bounds the work one rule may do on one request (CEL's cost
+// units, about one per operation or byte scanned); a rule past it fails,
+// and so denies.
+const maxRuleCost = 1_000_000
+
+// Policy is a loaded, compiled policy. It is safe for concurrent use.
+type Policy struct {
+	f               File
+	rules           []compiled
+	ceilings        []ceiling
+	approvalTimeout time.Duration
+	hook            *webhook
+	redactor        *Redactor
+}
+
+type compiled struct {
+	Rule
+	prg cel.Program
+}
+
+// Default returns the policy that applies with no policy file: every
+// built-in check denies; nothing else is restricted.
+func Default() *Policy {
+	p, err := New(File{})
+	if err != nil {
+		panic(err) // the empty file always compiles
+	}
+	return p
+}
+
+// Load reads and compiles a policy file.
+func Load(file string) (*Policy, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	var f File
+	md, err := toml.Decode(string(b), &f)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", file, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, fmt.Errorf("policy %s: unknown setting %q", file, und[0].String())
+	}
+	p, err := New(f)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", file, err)
+	}
+	return p, nil
+}
+
+// New compiles f.
+func New(f File) (*Policy, error) {
+	switch f.Default {
+	case "":
+		f.Default = Allow
+	case Allow, Deny, Ask:
+	default:
+		return nil, fmt.Errorf("default %q: use allow, deny or ask", f.Default)
+	}
+	if err := f.Checks.validate(); err != nil {
+		return nil, err
+	}
+	p := &Policy{f: f, approvalTimeout: 5 * time.Minute}
+	if f.Approval.Timeout != "" {
+		d, err := time.ParseDuration(f.Approval.Timeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("approval timeout %q: use a positive duration like \"5m\"", f.Approval.Timeout)
+		}
+		p.approvalTimeout = d
+	}
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("make CEL environment: %w", err)
+	}
+	seen := map[string]bool{}
+	for i, r := range f.Rules {
+		if r.Name == "" {
+			return nil, fmt.Errorf("rule %d has no name", i+1)
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("rule %q is defined twice", r.Name)
+		}
+		seen[r.Name] = true
+		switch r.Decision {
+		case Allow, Deny, Ask:
+		default:
+			return nil, fmt.Errorf("rule %q: decision %q: use allow, deny or ask", r.Name, r.Decision)
+		}
+		ast, iss := env.Compile(r.When)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, iss.Err())
+		}
+		if ast.OutputType() != cel.BoolType {
+			return nil, fmt.Errorf("rule %q: when is %s, not a bool", r.Name, ast.OutputType())
+		}
+		prg, err := env.Program(ast, cel.CostLimit(maxRuleCost))
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		p.rules = append(p.rules, compiled{Rule: r, prg: prg})
+	}
+	if p.ceilings, err = f.Ceilings.compile(); err != nil {
+		return nil, err
+	}
+	for _, m := range f.Mounts {
+		if _, _, _, err := splitMount(m); err != nil {
+			return nil, fmt.Errorf("mounts: %w", err)
+		}
+	}
+	if p.redactor, err = f.Redact.compile(); err != nil {
+		return nil, err
+	}
+	if f.Webhook.URL != "" {
+		if p.hook, err = newWebhook(f.Webhook); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Network returns the egress allowlist, for the egress proxy.
+func (p *Policy) Network() Network { return p.f.Network }
+
+// Redactor masks the secrets the policy names; nil when it names none.
+func (p *Policy) Redactor() *Redactor { return p.redactor }
+
+// ApprovalTimeout is how long an action waits for a person.
+func (p *Policy) ApprovalTimeout() time.Duration { return p.approvalTimeout }
+
+// Decide says whether r may happen. An error means the policy could not be
+// evaluated (a rule failed at run time); callers treat it as deny.
+func (p *Policy) Decide(ctx context.Context, r Request) (Decision, error) {
+	var best *Decision
+	consider := func(d Decision) {
+		if best == nil || d.Verdict.rank() > best.Verdict.rank() {
+			best = &d
+		}
+	}
+	for _, d := range p.static(r) {
+		consider(d)
+	}
+	if best != nil && best.Verdict == Deny {
+		return *best, nil
+	}
+	vars := r.vars()
+	for _, c := range p.rules {
+		out, _, err := c.prg.ContextEval(ctx, vars)
+		if err != nil {
+			return Decision{Verdict: Deny, Rule: "rule:" + c.Name, Reason: "the policy rule could not be evaluated"},
+				fmt.Errorf("evaluate rule %q: %w", c.Name, err)
+		}
+		if b, ok := out.Value().(bool); ok && b {
+			reason := c.Reason
+			if reason == "" {
+				reason = fmt.Sprintf("policy rule %q matched", c.Name)
+			}
+			consider(Decision{Verdict: c.Decision, Rule: "rule:" + c.Name, Reason: reason})
+		}
+	}
+	for _, f := range Verify(r, p.f.Network) {
+		v := p.f.Checks.verdict(f.Check)
+		if v == "" {
+			continue
+		}
+		consider(Decision{Verdict: v, Rule: "check:" + f.Check, Reason: f.Reason})
+	}
+	if best != nil && best.Verdict == Deny {
+		return *best, nil
+	}
+	if p.hook != nil {
+		consider(p.hook.decide(ctx, r, p.f.Default))
+	}
+	if best == nil {
+		return Decision{Verdict: p.f.Default, Rule: "default", Reason: "no rule matched; the policy's default applies"}, nil
+	}
+	return *best, nil
+}
+
+// static applies the allowlists and ceilings.
+func (p *Policy) static(r Request) []Decision {
+	var out []Decision
+	deny := func(rule, format string, a ...any) {
+		out = append(out, Decision{Verdict: Deny, Rule: rule, Reason: fmt.Sprintf(format, a...)})
+	}
+	f := p.f
+	if r.Driver != "" && len(f.Drivers) > 0 && !contains(f.Drivers, r.Driver) {
+		deny("drivers", "driver %q is not allowed by policy (allowed: %s)", r.Driver, strings.Join(f.Drivers, ", "))
+	}
+	if r.Template != "" && len(f.Templates) > 0 && !contains(f.Templates, r.Template) {
+		deny("templates", "template %q is not allowed by policy (allowed: %s)", r.Template, strings.Join(f.Templates, ", "))
+	}
+	if r.Action == ActionExec {
+		if r.Language != "" && len(f.Languages) > 0 && !contains(f.Languages, r.Language) {
+			deny("languages", "language %q is not allowed by policy (allowed: %s)", r.Language, strings.Join(f.Languages, ", "))
+		}
+		if r.Code == "" && len(f.Commands) > 0 && !matchAny(f.Commands, r.Argv) {
+			deny("commands", "command %q matches no allowed command pattern (allowed: %s)", strings.Join(r.Argv, " "), strings.Join(f.Commands, "; "))
+		}
+	}
+	if r.Action == ActionCreate {
+		for _, m := range r.Mounts {
+			if len(f.Mounts) > 0 && !mountAllowed(f.Mounts, m) {
+				deny("mounts", "mount %q is not allowed by policy", m)
+			}
+		}
+		if r.Limits != nil {
+			for _, c := range p.ceilings {
+				if got := c.get(*r.Limits); got > c.max {
+					deny("ceiling:"+c.name, "%s %s is above the policy's ceiling of %s: ask for less", c.name, c.show(got), c.show(c.max))
+				}
+			}
+		}
+	}
+	if r.Action == ActionEgress && r.Host != "" {
+		if hostIn(f.Network.Deny, r.Host) || !hostIn(f.Network.Allow, r.Host) {
+			deny("network", "host %q is not on the policy's network allowlist", r.Host)
+		}
+	}
+	return out
+}
+
+func (r Request) vars() map[string]any {
+	var l0 sandbox.Limits
+	l := &l0
+	if r.Limits != nil {
+		l = r.Limits
+	}
+	limits := map[string]float64{
+		"memory_bytes": float64(l.MemoryBytes), "cpus": l.CPUs, "pids": float64(l.Pids),
+		"timeout_seconds": l.Timeout.Seconds(), "cpu_time_seconds": l.CPUTime.Seconds(),
+		"disk_bytes": float64(l.DiskBytes), "tmp_bytes": float64(l.TmpBytes),
+		"output_bytes": float64(l.OutputBytes), "open_files": float64(l.OpenFiles),
+	}
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	argv := r.Argv
+	if argv == nil {
+		argv = []string{}
+	}
+	return map[string]any{
+		"action": string(r.Action), "sandbox": r.Sandbox, "template": r.Template, "driver": r.Driver,
+		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host,
+		"key": r.Key, "labels": labels, "limits": limits,
+	}
+}
+
+func celEnv() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("action", cel.StringType),
+		cel.Variable("sandbox", cel.StringType),
+		cel.Variable("template", cel.StringType),
+		cel.Variable("driver", cel.StringType),
+		cel.Variable("argv", cel.ListType(cel.StringType)),
+		cel.Variable("code", cel.StringType),
+		cel.Variable("language", cel.StringType),
+		cel.Variable("path", cel.StringType),
+		cel.Variable("host", cel.StringType),
+		cel.Variable("key", cel.StringType),
+		cel.Variable("labels", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),
+	)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// matchAny says argv matches one of the patterns.
+func matchAny(patterns, argv []string) bool {
+	for _, p := range patterns {
+		if matchArgv(strings.Fields(p), argv) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchArgv(pat, argv []string) bool {
+	for i, g := range pat {
+		if g == "**" && i == len(pat)-1 {
+			return true
+		}
+		if i >= len(argv) {
+			return false
+		}
+		if ok, _ := path.Match(g, argv[i]); !ok {
+			return false
+		}
+	}
+	return len(argv) == len(pat)
+}
+
+func splitMount(m string) (host, dst, mode string, err error) {
+	parts := strings.Split(m, ":")
+	switch len(parts) {
+	case 2:
+		parts = append(parts, "ro")
+	case 3:
+	default:
+		return "", "", "", fmt.Errorf("mount %q: use HOST:PATH[:ro|:rw]", m)
+	}
+	if parts[2] != "ro" && parts[2] != "rw" {
+		return "", "", "", fmt.Errorf("mount %q: mode must be ro or rw", m)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+func mountAllowed(allowed []string, m string) bool {
+	h, d, mode, err := splitMount(m)
+	if err != nil {
+		return false
+	}
+	for _, a := range allowed {
+		ah, ad, amode, _ := splitMount(a)
+		if ah == h && ad == d && (amode == mode || amode == "rw") {
+			return true
+		}
+	}
+	return false
+}
+
+// hostIn says host (optionally "host:port") matches one of the patterns:
+// "example.com", "*.example.com" (subdomains only), "example.com:443".
+func hostIn(patterns []string, host string) bool {
+	h, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i+1:], "]") {
+		h, port = host[:i], host[i+1:]
+	}
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
+	for _, p := range patterns {
+		ph, pport := strings.ToLower(p), ""
+		if i := strings.LastIndexByte(p, ':'); i >= 0 {
+			ph, pport = strings.ToLower(p[:i]), p[i+1:]
+		}
+		if pport != "" && pport != port {
+			continue
+		}
+		if ph == h || (strings.HasPrefix(ph, "*.") && strings.HasSuffix(h, ph[1:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// ceiling is one compiled limit ceiling.
+type ceiling struct {
+	name string
+	max  float64
+	get  func(sandbox.Limits) float64
+	show func(float64) string
+}
+
+func (c Ceilings) compile() ([]ceiling, error) {
+	var out []ceiling
+	size := func(name, s string, get func(sandbox.Limits) int64) error {
+		if s == "" {
+			return nil
+		}
+		n, err := parseSize(s)
+		if err != nil {
+			return fmt.Errorf("ceiling %s: %w", name, err)
+		}
+		out = append(out, ceiling{name, float64(n), func(l sandbox.Limits) float64 { return float64(get(l)) },
+			func(f float64) string { return strconv.FormatInt(int64(f), 10) + " bytes" }})
+		return nil
+	}
+	dur := func(name, s string, get func(sandbox.Limits) time.Duration) error {
+		if s == "" {
+			return nil
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("ceiling %s %q: use a duration like \"30s\"", name, s)
+		}
+		out = append(out, ceiling{name, d.Seconds(), func(l sandbox.Limits) float64 { return get(l).Seconds() },
+			func(f float64) string { return time.Duration(f * float64(time.Second)).String() }})
+		return nil
+	}
+	num := func(name string, n float64, get func(sandbox.Limits) float64) {
+		if n > 0 {
+			out = append(out, ceiling{name, n, get, func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }})
+		}
+	}
+	for _, err := range []error{
+		size("memory", c.Memory, func(l sandbox.Limits) int64 { return l.MemoryBytes }),
+		size("disk", c.Disk, func(l sandbox.Limits) int64 { return l.DiskBytes }),
+		size("tmp", c.Tmp, func(l sandbox.Limits) int64 { return l.TmpBytes }),
+		size("output_limit", c.OutputLimit, func(l sandbox.Limits) int64 { return l.OutputBytes }),
+		dur("timeout", c.Timeout, func(l sandbox.Limits) time.Duration { return l.Timeout }),
+		dur("cpu_time", c.CPUTime, func(l sandbox.Limits) time.Duration { return l.CPUTime }),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	num("cpus", c.CPUs, func(l sandbox.Limits) float64 { return l.CPUs })
+	num("pids", float64(c.Pids), func(l sandbox.Limits) float64 { return float64(l.Pids) })
+	num("open_files", float64(c.OpenFiles), func(l sandbox.Limits) float64 { return float64(l.OpenFiles) })
+	return out, nil
+}
+
+// parseSize reads "512M", "1G", "4096" (bytes; K, M, G, T are powers of 1024).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
+	t = strings.TrimSuffix(t, "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: use bytes or a suffix K, M, G", s)
+	}
+	return int64(n * float64(mult)), nil
+}

@@ -1,0 +1,170 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Approval states.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+	ApprovalExpired  = "expired"
+	// ApprovalCancelled: the caller that asked went away first.
+	ApprovalCancelled = "cancelled"
+)
+
+// Approval is an action waiting for (or decided by) a person.
+type Approval struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"`
+	Created time.Time `json:"created"`
+	// Expires is when a pending approval is denied by itself.
+	Expires time.Time `json:"expires"`
+	// Key is the id of the key that asked; it may not decide.
+	Key     string         `json:"key"`
+	Sandbox string         `json:"sandbox"`
+	Request policy.Request `json:"request"`
+	// Rule and Why are the policy's: which rule asked, and why.
+	Rule string `json:"rule"`
+	Why  string `json:"why"`
+	// DecidedBy, Reason and Decided are set once decided.
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Decided   time.Time `json:"decided,omitzero"`
+}
+
+// approvals holds pending approvals and the recently decided ones.
+type approvals struct {
+	mu      sync.Mutex
+	pending map[string]*pendingApproval
+	recent  []Approval // decided, newest last
+}
+
+type pendingApproval struct {
+	a    Approval
+	done chan struct{} // closed once decided
+}
+
+const maxRecentApprovals = 200
+
+// ask parks an action until a person decides, the timeout passes or ctx
+// ends. It returns nil when approved, or a *policy.Denied.
+func (s *Supervisor) ask(ctx context.Context, c Caller, r policy.Request, d policy.Decision) error {
+	now := s.opts.Now().UTC()
+	p := &pendingApproval{done: make(chan struct{}), a: Approval{
+		ID: "ap-" + strings.TrimPrefix(newID(), "sb-"), State: ApprovalPending, Created: now, Expires: now.Add(s.policy.ApprovalTimeout()),
+		Key: c.KeyID, Sandbox: r.Sandbox, Request: r, Rule: d.Rule, Why: d.Reason,
+	}}
+	s.approvals.mu.Lock()
+	s.approvals.pending[p.a.ID] = p
+	s.approvals.mu.Unlock()
+	s.log.Info("action waits for approval", "approval", p.a.ID, "sandbox_id", r.Sandbox, "rule", d.Rule)
+	timer := time.NewTimer(s.policy.ApprovalTimeout())
+	defer timer.Stop()
+	var a Approval
+	select {
+	case <-p.done:
+		a = p.a
+	case <-timer.C:
+		a = s.settle(p.a.ID, ApprovalExpired, "", "nobody approved it within "+s.policy.ApprovalTimeout().String())
+	case <-ctx.Done():
+		a = s.settle(p.a.ID, ApprovalCancelled, "", "the caller stopped waiting")
+	}
+	if a.State == "" { // decided just as the timer fired: take the decision
+		<-p.done
+		a = p.a
+	}
+	approve := "deny"
+	if a.State == ApprovalApproved {
+		approve = "approve"
+	}
+	ev := s.auditEvent(kindApproval, c, r)
+	ev.Approval, ev.Decision, ev.Rule, ev.Reason = a.ID, approve, d.Rule, a.State+": "+a.Reason
+	if a.DecidedBy != "" {
+		ev.Reason = a.State + " by " + a.DecidedBy + ": " + a.Reason
+	}
+	if err := s.record(ctx, ev); err != nil {
+		return err
+	}
+	if a.State == ApprovalApproved {
+		return nil
+	}
+	why := fmt.Sprintf("approval %s %s", a.ID, a.State)
+	if a.Reason != "" {
+		why += ": " + a.Reason
+	}
+	return &policy.Denied{Decision: policy.Decision{Verdict: policy.Deny, Rule: d.Rule, Reason: why}}
+}
+
+// settle decides approval id if it is still pending, and returns it; the
+// zero Approval when someone else settled it first.
+func (s *Supervisor) settle(id, state, by, reason string) Approval {
+	s.approvals.mu.Lock()
+	defer s.approvals.mu.Unlock()
+	p := s.approvals.pending[id]
+	if p == nil {
+		return Approval{}
+	}
+	delete(s.approvals.pending, id)
+	p.a.State, p.a.DecidedBy, p.a.Reason, p.a.Decided = state, by, reason, s.opts.Now().UTC()
+	s.approvals.recent = append(s.approvals.recent, p.a)
+	if len(s.approvals.recent) > maxRecentApprovals {
+		s.approvals.recent = s.approvals.recent[1:]
+	}
+	close(p.done)
+	return p.a
+}
+
+// Approvals lists pending approvals (oldest first), then recently decided
+// ones (newest first). Operators only.
+func (s *Supervisor) Approvals(ctx context.Context, c Caller) ([]Approval, error) {
+	if !c.Operator {
+		return nil, fmt.Errorf("%w: listing approvals needs an operator key", ErrForbidden)
+	}
+	s.approvals.mu.Lock()
+	defer s.approvals.mu.Unlock()
+	var out []Approval
+	for _, p := range s.approvals.pending {
+		out = append(out, p.a)
+	}
+	slices.SortFunc(out, func(a, b Approval) int { return a.Created.Compare(b.Created) })
+	for i := len(s.approvals.recent) - 1; i >= 0; i-- {
+		out = append(out, s.approvals.recent[i])
+	}
+	return out, nil
+}
+
+// DecideApproval approves or denies a pending approval. Only an operator
+// key that is not the key that asked may decide.
+func (s *Supervisor) DecideApproval(ctx context.Context, c Caller, id string, approve bool, reason string) (Approval, error) {
+	if !c.Operator {
+		return Approval{}, fmt.Errorf("%w: deciding approvals needs an operator key", ErrForbidden)
+	}
+	s.approvals.mu.Lock()
+	p := s.approvals.pending[id]
+	s.approvals.mu.Unlock()
+	if p == nil {
+		return Approval{}, fmt.Errorf("%w: approval %q is not pending", sandbox.ErrNotFound, id)
+	}
+	if p.a.Key == c.KeyID {
+		return Approval{}, fmt.Errorf("%w: the key that asked for an action cannot approve it", ErrForbidden)
+	}
+	state := ApprovalDenied
+	if approve {
+		state = ApprovalApproved
+	}
+	a := s.settle(id, state, c.KeyID, reason)
+	if a.ID == "" {
+		return Approval{}, fmt.Errorf("%w: approval %q was decided meanwhile", sandbox.ErrNotFound, id)
+	}
+	return a, nil
+}

@@ -1,0 +1,191 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// TemplateNetwork is a template's network: the default of its sandboxes
+// and the ceiling of what a create may ask for.
+//
+//	[template.network]
+//	mode = "egress"                        # default "none"
+//	allow_hosts = ["*.pypi.org:443", "files.pythonhosted.org"]
+//	allow_addresses = ["10.1.2.3:443"]
+//	deny = ["evil.pypi.org"]
+//	report = false                         # true lets creates ask for report mode
+type TemplateNetwork struct {
+	Mode           string   `toml:"mode"`
+	AllowHosts     []string `toml:"allow_hosts"`
+	AllowAddresses []string `toml:"allow_addresses"`
+	Deny           []string `toml:"deny"`
+	Report         bool     `toml:"report"`
+}
+
+// EgressConfig configures the daemon's egress proxy.
+//
+//	[egress]
+//	requests_per_second = 20   # per sandbox
+//	burst = 40
+//	max_conns = 32             # concurrent connections per sandbox
+//	max_bytes = "1G"           # per sandbox, both directions
+//
+//	[[egress.secret]]          # added to plain-HTTP requests only
+//	host = "api.example.com"
+//	header = "Authorization"
+//	value = "Bearer ..."
+type EgressConfig struct {
+	RequestsPerSecond float64        `toml:"requests_per_second"`
+	Burst             int            `toml:"burst"`
+	MaxConns          int            `toml:"max_conns"`
+	MaxBytes          Size           `toml:"max_bytes"`
+	Secrets           []EgressSecret `toml:"secret"`
+}
+
+// EgressSecret binds a header to a host.
+type EgressSecret struct {
+	Host   string             `toml:"host"`
+	Header string             `toml:"header"`
+	Value  egress.SecretValue `toml:"value"`
+}
+
+// ProxyOptions returns the egress proxy's options for this configuration.
+func (c EgressConfig) ProxyOptions(log *slog.Logger) egress.Options {
+	o := egress.Options{Logger: log, Limits: egress.Limits{
+		RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst, MaxConns: c.MaxConns, MaxBytes: int64(c.MaxBytes),
+	}}
+	for _, s := range c.Secrets {
+		o.Secrets = append(o.Secrets, egress.Secret{Host: s.Host, Header: s.Header, Value: s.Value})
+	}
+	return o
+}
+
+// check says what is wrong with the egress section.
+func (c EgressConfig) check() error {
+	if c.RequestsPerSecond < 0 || c.Burst < 0 || c.MaxConns < 0 || c.MaxBytes < 0 {
+		return fmt.Errorf("egress limits cannot be negative")
+	}
+	for _, s := range c.Secrets {
+		if _, _, err := sandbox.ParseHostPattern(s.Host); err != nil || strings.ContainsAny(s.Host, "*:") {
+			return fmt.Errorf("egress secret for %q: give one host name, without wildcard or port", s.Host)
+		}
+		if s.Header == "" || strings.ContainsAny(s.Header, " :\r\n") || strings.ContainsAny(string(s.Value), "\r\n") {
+			return fmt.Errorf("egress secret for %q: give a header name and a one-line value", s.Host)
+		}
+	}
+	return nil
+}
+
+// defaultNetwork is the network of the template's sandboxes when a create
+// does not ask for one.
+func (n TemplateNetwork) defaultNetwork() sandbox.Network {
+	mode := sandbox.NetworkMode(n.Mode)
+	if mode == "" {
+		mode = sandbox.NetworkNone
+	}
+	if mode == sandbox.NetworkNone {
+		return sandbox.Network{Mode: mode}
+	}
+	return sandbox.Network{
+		Mode: mode, AllowHosts: slices.Clone(n.AllowHosts), AllowAddresses: slices.Clone(n.AllowAddresses),
+		Deny: slices.Clone(n.Deny),
+	}
+}
+
+// zeroNetwork reports whether a create leaves the network to the template.
+func zeroNetwork(n sandbox.Network) bool {
+	return n.Mode == "" && len(n.AllowHosts) == 0 && len(n.AllowAddresses) == 0 && len(n.Deny) == 0 && !n.Report
+}
+
+// network returns the network a create gets: the template's when it asks
+// for none, else what it asks for if the template allows all of it. A
+// request asking for more is refused, not trimmed. The template's deny
+// rules always apply.
+func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
+	n := t.Network.defaultNetwork()
+	if zeroNetwork(req) {
+		return n, nil
+	}
+	if req.Mode == "" && (len(req.AllowHosts) > 0 || len(req.AllowAddresses) > 0 || req.Report) {
+		req.Mode = sandbox.NetworkEgress
+	}
+	if err := req.Validate(); err != nil {
+		return req, err
+	}
+	refuse := func(what string) (sandbox.Network, error) {
+		return req, fmt.Errorf("%w: network %s: template %q does not allow it", sandbox.ErrInvalid, what, t.Name)
+	}
+	if req.Mode == sandbox.NetworkNone || req.Mode == "" {
+		return sandbox.Network{Mode: sandbox.NetworkNone}, nil
+	}
+	if sandbox.NetworkMode(t.Network.Mode) != sandbox.NetworkEgress {
+		return refuse("mode egress")
+	}
+	if req.Report && !t.Network.Report {
+		return refuse("report mode")
+	}
+	for _, h := range req.AllowHosts {
+		if !covered(h, t.Network.AllowHosts) {
+			return refuse(fmt.Sprintf("allow host %q", h))
+		}
+	}
+	for _, a := range req.AllowAddresses {
+		if !slices.Contains(t.Network.AllowAddresses, a) {
+			return refuse(fmt.Sprintf("allow address %q", a))
+		}
+	}
+	req.Deny = append(slices.Clone(req.Deny), t.Network.Deny...)
+	return req, nil
+}
+
+// covered reports whether host pattern p allows nothing that one of the
+// patterns in ceiling does not.
+func covered(p string, ceiling []string) bool {
+	name, port, err := sandbox.ParseHostPattern(p)
+	if err != nil {
+		return false
+	}
+	for _, c := range ceiling {
+		cname, cport, err := sandbox.ParseHostPattern(c)
+		if err != nil {
+			continue
+		}
+		portOK := cport == port || (cport == 0 && (port == 80 || port == 443))
+		nameOK := cname == name || (strings.HasPrefix(cname, "*.") && strings.HasSuffix(name, cname[1:]))
+		if portOK && nameOK {
+			return true
+		}
+	}
+	return false
+}
+
+// Egress says what sandbox id did through the egress proxy.
+func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summary, error) {
+	l, err := s.lookup(c, id)
+	if err != nil {
+		return egress.Summary{}, err
+	}
+	l.mu.Lock()
+	inst := l.inst
+	l.mu.Unlock()
+	if r, ok := inst.(egress.Reporter); ok {
+		if sum, ok := r.EgressSummary(); ok {
+			return sum, nil
+		}
+	}
+	return egress.Summary{}, fmt.Errorf("sandbox %s has no egress (network mode none): %w", id, sandbox.ErrNotFound)
+}
+
+// check validates the template's network as written.
+func (n TemplateNetwork) check() error {
+	return sandbox.Network{
+		Mode: sandbox.NetworkMode(n.Mode), AllowHosts: n.AllowHosts, AllowAddresses: n.AllowAddresses,
+		Deny: n.Deny, Report: n.Report,
+	}.Validate()
+}

@@ -1,0 +1,100 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+func TestTemplateNetworkCeiling(t *testing.T) {
+	tmpl := Template{Name: "py", Network: TemplateNetwork{
+		Mode: "egress", AllowHosts: []string{"*.pypi.org:443", "example.com"},
+		AllowAddresses: []string{"10.1.2.3:443"}, Deny: []string{"evil.pypi.org"},
+	}}
+	egress := sandbox.NetworkEgress
+	tests := []struct {
+		name    string
+		req     sandbox.Network
+		want    sandbox.Network
+		wantErr string
+	}{
+		{name: "default is the template's", want: sandbox.Network{Mode: egress, AllowHosts: tmpl.Network.AllowHosts, AllowAddresses: tmpl.Network.AllowAddresses, Deny: tmpl.Network.Deny}},
+		{name: "narrower", req: sandbox.Network{AllowHosts: []string{"files.pypi.org:443", "example.com:80"}}, want: sandbox.Network{Mode: egress, AllowHosts: []string{"files.pypi.org:443", "example.com:80"}, Deny: []string{"evil.pypi.org"}}},
+		{name: "none", req: sandbox.Network{Mode: sandbox.NetworkNone}, want: sandbox.Network{Mode: sandbox.NetworkNone}},
+		{name: "own deny kept", req: sandbox.Network{Mode: egress, Deny: []string{"x.pypi.org"}}, want: sandbox.Network{Mode: egress, Deny: []string{"x.pypi.org", "evil.pypi.org"}}},
+		{name: "wider host", req: sandbox.Network{AllowHosts: []string{"*.org:443"}}, wantErr: `allow host "*.org:443"`},
+		{name: "other port", req: sandbox.Network{AllowHosts: []string{"files.pypi.org:80"}}, wantErr: `allow host "files.pypi.org:80"`},
+		{name: "any port", req: sandbox.Network{AllowHosts: []string{"example.com:22"}}, wantErr: `allow host "example.com:22"`},
+		{name: "address", req: sandbox.Network{AllowAddresses: []string{"10.1.2.4:443"}}, wantErr: `allow address "10.1.2.4:443"`},
+		{name: "report", req: sandbox.Network{Mode: egress, Report: true}, wantErr: "report mode"},
+		{name: "invalid", req: sandbox.Network{AllowHosts: []string{"http://x"}}, wantErr: `host pattern "http://x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tmpl.network(tt.req)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("network(%+v) = %v, want error containing %q", tt.req, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Mode != tt.want.Mode || !slices.Equal(got.AllowHosts, tt.want.AllowHosts) || !slices.Equal(got.AllowAddresses, tt.want.AllowAddresses) || !slices.Equal(got.Deny, tt.want.Deny) || got.Report != tt.want.Report {
+				t.Fatalf("network(%+v) = %+v, want %+v", tt.req, got, tt.want)
+			}
+		})
+	}
+	// A template without egress allows none.
+	if _, err := (Template{Name: "d"}).network(sandbox.Network{AllowHosts: []string{"example.com"}}); err == nil || !strings.Contains(err.Error(), "mode egress") {
+		t.Fatalf("default template allowed egress: %v", err)
+	}
+}
+
+func TestEgressConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := LoadConfig(write(`
+[egress]
+max_bytes = "10M"
+[[egress.secret]]
+host = "api.example.com"
+header = "Authorization"
+value = "Bearer top-secret"
+[[template]]
+name = "py"
+[template.network]
+mode = "egress"
+allow_hosts = ["*.pypi.org:443"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Egress.ProxyOptions(nil)
+	if o.Limits.MaxBytes != 10<<20 || len(o.Secrets) != 1 || string(o.Secrets[0].Value) != "Bearer top-secret" {
+		t.Fatalf("proxy options %+v", o)
+	}
+	if s := c.Templates[0].spec(); s.Network.Mode != sandbox.NetworkEgress || len(s.Network.AllowHosts) != 1 {
+		t.Fatalf("template spec network %+v", s.Network)
+	}
+	for _, bad := range []string{
+		"[[egress.secret]]\nhost = \"*.example.com\"\nheader = \"A\"\nvalue = \"x\"\n",
+		"[[egress.secret]]\nhost = \"a.com\"\nheader = \"A\"\nvalue = \"x\\ny\"\n",
+		"[[template]]\nname = \"t\"\n[template.network]\nmode = \"none\"\nallow_hosts = [\"a.com\"]\n",
+	} {
+		if _, err := LoadConfig(write(bad)); err == nil {
+			t.Errorf("config accepted:\n%s", bad)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// This file holds the policy and audit hooks: every create, exec and
+// file write or delete is decided by the policy before it happens, and
+// recorded in the audit log (when there is one) after.
+
+const kindApproval = audit.KindApproval
+
+// ErrAudit: the audit log could not record an action, so it was refused.
+var ErrAudit = errors.New("audit log unavailable")
+
+// auditEvent starts an event for r on behalf of c.
+func (s *Supervisor) auditEvent(kind audit.Kind, c Caller, r policy.Request) audit.Event {
+	red := s.policy.Redactor()
+	ev := audit.Event{Kind: kind, Key: c.KeyID, Sandbox: r.Sandbox, Template: r.Template, Path: r.Path, Host: r.Host, Language: r.Language, Code: red.String(r.Code)}
+	if r.Code == "" {
+		ev.Argv = red.Strings(r.Argv)
+	}
+	return ev
+}
+
+// record appends ev to the audit log, if there is one. Failing to record
+// refuses the action (fail closed).
+func (s *Supervisor) record(ctx context.Context, ev audit.Event) error {
+	if s.opts.Audit == nil {
+		return nil
+	}
+	if err := s.opts.Audit.Append(context.WithoutCancel(ctx), ev); err != nil {
+		s.log.Error("audit append failed", "kind", ev.Kind, "err", err)
+		return fmt.Errorf("%w: %v", ErrAudit, err)
+	}
+	return nil
+}
+
+// recordAfter records an action that already happened; a failure is only
+// logged.
+func (s *Supervisor) recordAfter(ctx context.Context, ev audit.Event) {
+	_ = s.record(ctx, ev)
+}
+
+// decide asks the policy about r, records the decision, and waits for a
+// person when the policy asks for one. It returns nil when r may go
+// ahead, or a *policy.Denied.
+func (s *Supervisor) decide(ctx context.Context, c Caller, r policy.Request) error {
+	r.Key = c.KeyID
+	d, err := s.policy.Decide(ctx, r)
+	if err != nil {
+		s.log.Error("policy evaluation failed; denying", "err", err)
+		d = policy.Decision{Verdict: policy.Deny, Rule: d.Rule, Reason: "the policy could not be evaluated"}
+	}
+	ev := s.auditEvent(audit.KindPolicy, c, r)
+	ev.Decision, ev.Rule, ev.Reason = string(d.Verdict), d.Rule, string(r.Action)+": "+d.Reason
+	if err := s.record(ctx, ev); err != nil {
+		return err
+	}
+	switch d.Verdict {
+	case policy.Allow:
+		return nil
+	case policy.Ask:
+		return s.ask(ctx, c, r, d)
+	}
+	return &policy.Denied{Decision: d}
+}
+
+// sandboxRequest fills the sandbox's identity into r.
+func (l *live) request(r policy.Request) policy.Request {
+	l.mu.Lock()
+	r.Sandbox, r.Template, r.Driver = l.rec.ID, l.rec.Template, l.rec.Driver
+	l.mu.Unlock()
+	return r
+}
+
+// hashWriter passes writes on to w (when not nil) and hashes them.
+type hashWriter struct {
+	w io.Writer
+	h hash.Hash
+}
+
+func newHashWriter(w io.Writer) *hashWriter { return &hashWriter{w: w, h: sha256.New()} }
+
+func (h *hashWriter) Write(p []byte) (int, error) {
+	h.h.Write(p)
+	if h.w == nil {
+		return len(p), nil
+	}
+	return h.w.Write(p)
+}
+
+func (h *hashWriter) sum() string { return hex.EncodeToString(h.h.Sum(nil)) }
+
+// guardedFiles puts the policy and the audit log in front of a sandbox's
+// file API: writes, directory creation, moves and removals are decided
+// first and recorded after. Reads pass through.
+type guardedFiles struct {
+	sandbox.Files
+	s *Supervisor
+	c Caller
+	l *live
+}
+
+func (g *guardedFiles) check(ctx context.Context, a policy.Action, path string) error {
+	return g.s.decide(ctx, g.c, g.l.request(policy.Request{Action: a, Path: path}))
+}
+
+func (g *guardedFiles) done(ctx context.Context, kind audit.Kind, path string, sum string, size int64, err error) {
+	ev := g.s.auditEvent(kind, g.c, g.l.request(policy.Request{Path: path}))
+	ev.SHA256, ev.Size = sum, size
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	g.s.recordAfter(ctx, ev)
+}
+
+type countReader struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+func (g *guardedFiles) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+		return err
+	}
+	cr := &countReader{r: r, h: sha256.New()}
+	err := g.Files.WriteFile(ctx, path, cr, mode)
+	g.done(ctx, audit.KindFileWrite, path, hex.EncodeToString(cr.h.Sum(nil)), cr.n, err)
+	return err
+}
+
+func (g *guardedFiles) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
+	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+		return err
+	}
+	err := g.Files.Mkdir(ctx, path, mode)
+	g.done(ctx, audit.KindFileWrite, path, "", 0, err)
+	return err
+}
+
+func (g *guardedFiles) Remove(ctx context.Context, path string) error {
+	if err := g.check(ctx, policy.ActionFileDelete, path); err != nil {
+		return err
+	}
+	err := g.Files.Remove(ctx, path)
+	g.done(ctx, audit.KindFileDelete, path, "", 0, err)
+	return err
+}
+
+func (g *guardedFiles) Rename(ctx context.Context, oldpath, newpath string) error {
+	if err := g.check(ctx, policy.ActionFileDelete, oldpath); err != nil {
+		return err
+	}
+	if err := g.check(ctx, policy.ActionFileWrite, newpath); err != nil {
+		return err
+	}
+	err := g.Files.Rename(ctx, oldpath, newpath)
+	g.done(ctx, audit.KindFileDelete, oldpath, "", 0, err)
+	g.done(ctx, audit.KindFileWrite, newpath, "", 0, err)
+	return err
+}
+
+// recordExec records a finished exec.
+func (s *Supervisor) recordExec(ctx context.Context, c Caller, r policy.Request, res sandbox.Result, stdoutSum, stderrSum string, err error) {
+	red := s.policy.Redactor()
+	ev := audit.ExecEvent(c.KeyID, r.Sandbox, red.Strings(r.Argv), red.String(r.Code), r.Language, res, nil, nil, err)
+	if err == nil {
+		ev.StdoutSHA256, ev.StderrSHA256 = stdoutSum, stderrSum
+	}
+	ev.Template = r.Template
+	s.recordAfter(ctx, ev)
+}
+
+// AuditLog returns the audit log, or nil when there is none.
+func (s *Supervisor) AuditLog() *audit.Log { return s.opts.Audit }
