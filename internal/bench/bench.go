@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Rows = append(r.Rows, startR...)
 	r.Rows = append(r.Rows, execR...)
 	r.Rows = append(r.Rows, densR...)
-	r.Rows = append(r.Rows, egressRows()...)
+	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, tputR...)
 	if steps != nil {
 		r.Density = steps
@@ -154,14 +154,4 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	fillRatios(r.Rows)
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
-}
-
-// egressRows are section 4, which waits for the egress proxy.
-func egressRows() []Row {
-	return []Row{
-		{Section: "egress", ID: "egress/latency", What: "added latency per request, proxy vs direct (loopback)", Unit: UnitMS,
-			Status: StatusNotBuilt, Detail: "no egress proxy yet"},
-		{Section: "egress", ID: "egress/throughput", What: "throughput through the proxy vs direct (loopback)", Unit: UnitRequests,
-			Status: StatusNotBuilt, Detail: "no egress proxy yet"},
-	}
 }

@@ -37,6 +37,7 @@ const (
 	UnitRate      = "execs/s"
 	UnitSandboxes = "sandboxes"
 	UnitRequests  = "requests/s"
+	UnitMiBps     = "MiB/s"
 )
 
 // Report is the outcome of one bench run; `airlock bench --json FILE`

@@ -159,6 +159,8 @@ func num(v float64, unit string) string {
 		return s + "/s"
 	case UnitRequests:
 		return s + " req/s"
+	case UnitMiBps:
+		return s + " MiB/s"
 	}
 	return s
 }
