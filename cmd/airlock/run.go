@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -281,30 +280,14 @@ func parseMount(s string) (sandbox.Mount, error) {
 	return m, nil
 }
 
-// parseSize reads sizes as Docker does: a number with an optional binary
-// unit b, k, m or g (any case, optional "iB"/"B").
+// parseSize reads a positive size like 256M, 1G or 512k (see
+// sandbox.ParseSize).
 func parseSize(flag, s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToLower(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			mult, t = 1<<10, t[:n-1]
-		case 'm':
-			mult, t = 1<<20, t[:n-1]
-		case 'g':
-			mult, t = 1<<30, t[:n-1]
-		case 't':
-			mult, t = 1<<40, t[:n-1]
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	n := v * float64(mult)
-	if err != nil || math.IsNaN(n) || n < 1 || n > 1<<50 {
+	n, err := sandbox.ParseSize(s)
+	if err != nil || n < 1 {
 		return 0, fmt.Errorf("%s %q: give a positive size like 256M, 1G or 512k", flag, s)
 	}
-	return int64(n), nil
+	return n, nil
 }
 
 // addNetworkFlags adds --network, --allow-host, --allow-address and

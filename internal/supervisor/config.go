@@ -1,11 +1,8 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -214,25 +211,4 @@ func (s *Size) UnmarshalText(b []byte) error {
 }
 
 // ParseSize reads "512M", "1G", "64k" or a plain number of bytes.
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToLower(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			mult, t = 1<<10, t[:n-1]
-		case 'm':
-			mult, t = 1<<20, t[:n-1]
-		case 'g':
-			mult, t = 1<<30, t[:n-1]
-		case 't':
-			mult, t = 1<<40, t[:n-1]
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || v*float64(mult) > 1<<50 {
-		return 0, errors.New("size " + strconv.Quote(s) + ": write it like 256M, 1G or 512k")
-	}
-	return int64(v * float64(mult)), nil
-}
+func ParseSize(s string) (int64, error) { return sandbox.ParseSize(s) }
