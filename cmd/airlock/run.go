@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -52,7 +53,7 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock)`)
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock) or "gvisor" (runsc's user-space kernel)`)
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -179,8 +180,10 @@ func newDriver(name string) (sandbox.Driver, error) {
 	switch name {
 	case "native":
 		return native.New(native.Options{})
+	case "gvisor":
+		return gvisor.New(gvisor.Options{})
 	}
-	return nil, fmt.Errorf("driver %q is not available in this build; use --driver native", name)
+	return nil, fmt.Errorf("driver %q is not available in this build; use --driver native or --driver gvisor", name)
 }
 
 func exitWith(code int) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -105,7 +106,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sup, err := supervisor.New(supervisor.Options{
-		Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}, Config: cfg,
+		Store: st, Drivers: daemonDrivers(ctx, drv, log), Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,
 	})
 	if err != nil {
@@ -303,4 +304,22 @@ daemon is running on the state directory (it reaps by itself).`,
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "registry directory")
 	return cmd
+}
+
+// daemonDrivers are the drivers templates may name: native always, gvisor
+// when runsc works here (a template that names it fails otherwise, with
+// the reason). Each sweeps what a previous daemon left.
+func daemonDrivers(ctx context.Context, native sandbox.Driver, log *slog.Logger) map[string]sandbox.Driver {
+	drivers := map[string]sandbox.Driver{native.Name(): native}
+	g, err := gvisor.New(gvisor.Options{Logger: log})
+	if err == nil {
+		err = g.Probe(ctx)
+	}
+	if err != nil {
+		log.Info("the gvisor driver is not available", "err", err)
+		return drivers
+	}
+	g.Reap()
+	drivers[g.Name()] = g
+	return drivers
 }

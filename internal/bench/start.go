@@ -76,8 +76,8 @@ func (o Options) launchers(qemu toolVersion) []launcher {
 		{id: idUnshare, what: "unshare user,pid,mount,net,ipc,uts", prefix: unshareArgs, fix: fixUnshare, compare: []string{idForkExec}},
 		{id: idBwrap, what: "bwrap (agent profile)", prefix: bwrapArgs, fix: fixBwrap, compare: []string{idForkExec}},
 		{id: idAirlockNative, what: "airlock run, native driver (whole CLI)", prefix: []string{o.Airlock, "run", "--"}, compare: []string{idBwrap, idForkExec}},
-		{id: idAirlockGVisor, what: "airlock run, gvisor driver", notBuilt: "no gvisor driver yet"},
-		{id: idRunsc, what: "runsc --network=none do (bare gVisor)", prefix: runscArgs, fix: fixRunsc, compare: []string{idForkExec}},
+		{id: idAirlockGVisor, what: "airlock run, gvisor driver (whole CLI)", prefix: []string{o.Airlock, "run", "--driver", "gvisor", "--"}, compare: []string{idRunsc, idBwrap}},
+		{id: idRunsc, what: "runsc --network=none do (bare gVisor, the runsc airlock uses)", prefix: runscPrefix(), fix: fixRunsc, compare: []string{idForkExec}},
 		{id: idAirlockMicroVM, what: "airlock run, microvm driver", notBuilt: "no microvm driver yet"},
 	}
 	q := launcher{id: idQEMU, what: "bare QEMU microVM boot"}

@@ -100,7 +100,7 @@ var driverNeeds = []struct {
 	{"native", true, [][]string{{"root"}, {"userns"}, {"cgroupv1", "cgroupv2"}, {"seccomp"}, {"landlock"}}},
 	// runsc runs rootful here: it makes the sandbox's namespaces and
 	// cgroups (the driver's own cgroup holds gVisor and the workload).
-	{"gvisor", false, [][]string{{"root"}, {"cgroupv1", "cgroupv2"}, {"runsc"}}},
+	{"gvisor", true, [][]string{{"root"}, {"cgroupv1", "cgroupv2"}, {"runsc"}}},
 	// QEMU is the VMM; KVM only speeds it up (see microvmNote).
 	{"microvm", false, [][]string{{"qemu"}}},
 	{"docker", false, [][]string{{"docker"}}},

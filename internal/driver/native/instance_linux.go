@@ -373,7 +373,7 @@ func (p *process) finish() {
 		agent.Classify(r, killedBy, oom, pids, false)
 	}
 	if r.Message == "" {
-		r.Message = message(r, in.spec.Limits, p.timeout, p.cpuTime)
+		r.Message = sandbox.Message(r, in.spec.Limits, p.timeout, p.cpuTime)
 	}
 	in.mu.Lock()
 	delete(in.procs, p.id)

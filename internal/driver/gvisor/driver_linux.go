@@ -1,0 +1,356 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agentbin"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Driver runs sandboxes in gVisor with runsc.
+type Driver struct {
+	opts     Options
+	agent    string
+	runsc    *hostcap.Runsc
+	runscErr error
+	platform string
+	hier     *cgroup.Hierarchy // nil when the host has no usable cgroups
+	hierErr  error
+	swap     bool // the host's memory controller limits swap
+	sweep    sync.Once
+}
+
+var _ sandbox.Driver = (*Driver)(nil)
+
+// New returns a gVisor driver. It fails only when the agent binary cannot
+// be found; what the host lacks (runsc, root, cgroups) is reported by
+// Probe and Create. It asks runsc what it knows (about 10 ms).
+func New(opts Options) (*Driver, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = "airlock"
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/airlock"
+	}
+	d := &Driver{opts: opts}
+	var err error
+	if d.agent, err = agentbin.Path(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if opts.Runsc != "" {
+		d.runsc, d.runscErr = hostcap.InspectRunsc(ctx, opts.Runsc)
+	} else {
+		d.runsc, d.runscErr = hostcap.FindRunsc(ctx)
+	}
+	if d.runsc != nil {
+		d.platform = opts.Platform
+		if d.platform == "" {
+			d.platform = d.runsc.DefaultPlatform()
+		}
+		if !d.runsc.Pinned {
+			opts.Logger.Warn("using a runsc that airlock did not build: run `make runsc` for the pinned one", "runsc", d.runsc.Describe())
+		}
+	}
+	d.hier, d.hierErr = cgroup.Detect()
+	if d.hier != nil {
+		if d.hier.V2 {
+			_, err = os.Stat(filepath.Join(d.hier.Mounts["memory"], d.opts.CgroupParent, "memory.swap.max"))
+		} else {
+			_, err = os.Stat(filepath.Join(d.hier.Mounts["memory"], "memory.memsw.limit_in_bytes"))
+		}
+		d.swap = err == nil
+	}
+	return d, nil
+}
+
+// Name is "gvisor".
+func (d *Driver) Name() string { return "gvisor" }
+
+// Runsc describes the runsc the driver uses, and the platform; nil when
+// none was found.
+func (d *Driver) Runsc() (*hostcap.Runsc, string) { return d.runsc, d.platform }
+
+// probeTimeout bounds Probe's `runsc do true`.
+var probeTimeout = 30 * time.Second
+
+// Probe checks that this host can run gVisor sandboxes: root, cgroups, and
+// a runsc that really runs one (`runsc do true`, within 30 s: on some hosts
+// a platform hangs instead of failing).
+func (d *Driver) Probe(ctx context.Context) error {
+	if _, err := d.layers(nil); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.runsc.Path, "--network=none", "--platform="+d.platform, "do", "true")
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		why := fmt.Sprintf("%s cannot run a sandbox on platform %s: %v: %s", d.runsc.Describe(), d.platform, err, lastLine(string(out)))
+		if ctx.Err() != nil {
+			why = fmt.Sprintf("%s did not finish `runsc do true` on platform %s within %v", d.runsc.Describe(), d.platform, probeTimeout)
+		}
+		return unsupported(why, "build the pinned runsc with `make runsc`, or pick another platform")
+	}
+	return nil
+}
+
+// layers checks what the host must have and returns the host's layers in
+// effect; a missing layer not in allow is an error.
+func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
+	if os.Geteuid() != 0 {
+		return nil, unsupported("the gVisor driver needs root: runsc makes the sandbox's namespaces, and airlock its cgroups", "run airlock as root (sudo airlock …)")
+	}
+	if d.runsc == nil {
+		return nil, unsupported(d.runscErr.Error(), "build the pinned runsc with `make runsc` (or apt-get install runsc: old, ptrace only)")
+	}
+	// The Sentry's own namespaces, and on the host runsc puts the Sentry
+	// and gofer in new namespaces too.
+	on := []sandbox.Layer{sandbox.LayerGVisor, sandbox.LayerPidNS, sandbox.LayerMountNS, sandbox.LayerNetNS, sandbox.LayerIPCNS, sandbox.LayerUTSNS}
+	if d.hier == nil {
+		if !contains(allow, sandbox.LayerCgroups) {
+			return nil, &sandbox.LayerError{Layer: sandbox.LayerCgroups, Why: d.hierErr.Error(), Fix: "mount the memory, pids, cpu, cpuacct and freezer cgroup v1 controllers, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
+		}
+	} else {
+		on = append(on, sandbox.LayerCgroups)
+	}
+	return on, nil
+}
+
+// Create starts a sandbox: its bundle, its host cgroup, `runsc run` with
+// the agent as the container's process, and the agent's handshake.
+// Anything made before an error is removed again.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if m := spec.Network.Mode; m != "" && m != sandbox.NetworkNone {
+		return nil, fmt.Errorf("network mode %q: %w: the gvisor driver runs sandboxes without a network only (--network none)", m, sandbox.ErrUnsupported)
+	}
+	hostLayers, err := d.layers(spec.AllowDegraded)
+	if err != nil {
+		return nil, err
+	}
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	// Leftovers of airlock processes that died uncleanly are swept once per
+	// driver, before its first sandbox.
+	d.sweep.Do(d.sweepStale)
+
+	// The lock first: what is left of a sandbox of this name is removed
+	// below only by whoever holds it.
+	lock, err := lockFile(d.locksDir(), spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	in := &instance{d: d, spec: spec, lock: lock, done: make(chan struct{}), procs: map[string]*process{}}
+	defer func() {
+		if err != nil {
+			in.teardown()
+		}
+	}()
+	in.bundle = filepath.Join(d.bundlesDir(), spec.ID)
+	if err := os.MkdirAll(d.bundlesDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("make the bundle directory: %w", err)
+	}
+	if err := os.Mkdir(in.bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("make the bundle of %s: %w", spec.ID, err)
+	}
+	b := bundle{Agent: d.agent, Limits: spec.Limits, Host: hostLimitsFor(spec.Limits, d.swap)}
+	given, mounts, err := pin(in.bundle, spec.Root, spec.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	b.Mounts = mounts
+	b.Rootfs = filepath.Join(in.bundle, "rootfs")
+	if spec.Root == "" {
+		var etc string
+		if etc, err = d.etcSnapshot(); err != nil {
+			return nil, err
+		}
+		b.Binds, err = composeRoot(b.Rootfs, etc)
+	} else {
+		b.Binds, err = composeGivenRoot(b.Rootfs, given)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.hier != nil {
+		b.CgroupsPath = cgroupsPath(d.opts.CgroupParent, spec.ID)
+		if err := in.makeCgroup(b.Host); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeSpec(filepath.Join(in.bundle, "config.json"), b.spec()); err != nil {
+		return nil, err
+	}
+	if err := in.start(ctx); err != nil {
+		return nil, err
+	}
+	// runsc's gofer has its own copies of the pinned mounts now.
+	if err := unpin(in.bundle); err != nil {
+		return nil, err
+	}
+	if err := in.limitCPU(b.Host); err != nil {
+		return nil, err
+	}
+	in.layers = append(hostLayers, in.agentLayers...)
+	in.lifetime = time.AfterFunc(spec.Limits.Lifetime, func() {
+		d.opts.Logger.Info("sandbox lifetime reached", "sandbox_id", spec.ID)
+		_ = in.Close(context.Background())
+	})
+	return in, nil
+}
+
+// runscArgs are the global flags of every runsc call for this driver's
+// sandboxes, those this runsc knows.
+func (d *Driver) runscArgs() []string {
+	args := []string{"--root=" + d.stateDir(), "--platform=" + d.platform, "--network=none"}
+	if d.runsc.HasFlag("in-sandbox-cgroup") {
+		// gVisor's own cgroup v2 file system: the agent gives every exec a
+		// group there (see agent.GVisorConfig).
+		args = append(args, "--in-sandbox-cgroup=v2")
+	}
+	if d.runsc.HasFlag("overlay2") {
+		// The root is read-only and the writable places are tmpfs: no
+		// overlay is wanted anywhere.
+		args = append(args, "--overlay2=none")
+	}
+	if d.runsc.HasFlag("host-settings") {
+		args = append(args, "--host-settings=ignore")
+	}
+	// airlock starts runsc inside the sandbox's cgroup, which it made and
+	// limited itself (see startInGroup); runsc leaves cgroups alone.
+	args = append(args, "--ignore-cgroups")
+	return args
+}
+
+// runscCmd runs one runsc command for the sandbox id (kill, delete…),
+// within timeout.
+func (d *Driver) runscCmd(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.runsc.Path, append(d.runscArgs(), args...)...)
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("runsc %s: %w: %s", strings.Join(args, " "), err, lastLine(string(out)))
+	}
+	return string(out), nil
+}
+
+func (d *Driver) locksDir() string   { return filepath.Join(d.opts.StateDir, "sandboxes") }
+func (d *Driver) bundlesDir() string { return filepath.Join(d.opts.StateDir, "gvisor", "bundles") }
+func (d *Driver) stateDir() string   { return filepath.Join(d.opts.StateDir, "gvisor", "state") }
+
+// sweepStale removes what the gVisor sandboxes of airlock processes that
+// died without cleaning up left behind: runsc's state and processes,
+// bundles and cgroups. A sandbox is stale when no live process holds its
+// lock (the lock of a live native sandbox is held too, so it is spared).
+func (d *Driver) sweepStale() {
+	if d.runsc == nil {
+		return
+	}
+	ents, _ := os.ReadDir(d.bundlesDir())
+	for _, ent := range ents {
+		id := ent.Name()
+		if !sandbox.ValidID(id) {
+			continue
+		}
+		lock, err := lockFile(d.locksDir(), id)
+		if err != nil {
+			continue // alive, or not ours to judge
+		}
+		in := &instance{d: d, spec: sandbox.Spec{ID: id}, lock: lock, bundle: filepath.Join(d.bundlesDir(), id), done: make(chan struct{})}
+		if d.hier != nil {
+			in.group = d.hier.Open(d.opts.CgroupParent + "/" + id)
+		}
+		d.opts.Logger.Info("removing a stale gVisor sandbox", "sandbox_id", id)
+		in.teardown()
+	}
+}
+
+// Reap removes every stale sandbox's leftovers now.
+func (d *Driver) Reap() {
+	if d.runsc != nil {
+		d.sweepStale()
+	}
+}
+
+// unsupported says why this host cannot run gVisor sandboxes, and how to
+// make it.
+func unsupported(why, fix string) error {
+	return fmt.Errorf("gvisor: %s (fix: %s): %w", why, fix, sandbox.ErrUnsupported)
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// lockFile takes an exclusive lock on dir/name.lock, which this process
+// holds until it closes the file or dies. The native driver uses the same
+// locks, so a sandbox id is taken once across drivers.
+func lockFile(dir, name string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("make state directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, sandbox.ErrExists
+		}
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return f, nil
+}
+
+// lastLine returns the last non-empty line of s, usually the error.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[i+1:])
+	}
+	return s
+}

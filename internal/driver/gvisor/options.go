@@ -1,0 +1,35 @@
+// Package gvisor runs sandboxes in gVisor: each sandbox is an OCI bundle
+// run by runsc, whose user-space kernel (the Sentry) stands between the
+// workload and the host's kernel. Inside, the same agent as the native
+// driver's is the container's only process and serves the host over the
+// container's stdin and stdout; it runs every command as uid 1000 with no
+// capabilities, no_new_privs and the seccomp allowlist, each in its own
+// group of gVisor's cgroup file system. On the host, the sandbox's cgroup
+// bounds gVisor's processes and the workload together.
+//
+// Which runsc: the one `make runsc` builds (a pinned gVisor, platform
+// systrap), else a runsc on PATH (see hostcap.FindRunsc and
+// docs/decisions.md).
+package gvisor
+
+import "log/slog"
+
+// Options configure the driver. The zero value is ready to use.
+type Options struct {
+	// Runsc is the runsc binary. Empty means the one airlock builds
+	// (hostcap.RunscPinnedPath), else runsc on PATH.
+	Runsc string
+	// Platform is runsc's platform. Empty means systrap where this runsc
+	// has it, else ptrace. (KVM is not chosen by default: it hangs on hosts
+	// whose /dev/kvm is not the real thing.)
+	Platform string
+	// StateDir holds the locks shared with the native driver, and below
+	// gvisor/ the sandboxes' bundles and runsc's state. Empty means
+	// /run/airlock.
+	StateDir string
+	// CgroupParent is the group below each hierarchy's root that holds the
+	// sandboxes. Empty means "airlock".
+	CgroupParent string
+	// Logger receives the driver's logs. Nil discards them.
+	Logger *slog.Logger
+}

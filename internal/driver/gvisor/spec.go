@@ -1,0 +1,208 @@
+package gvisor
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// ociVersion is the version the bundles declare: the oldest runsc airlock
+// can fall back to (Debian's, 2022) speaks 1.0.2, and nothing newer is used.
+const ociVersion = "1.0.2"
+
+// Where the agent runs inside, and as what.
+const (
+	// agentDir holds the agent's binary, bound from the host; the agent
+	// unmounts it and removes the directory before any command runs. It is
+	// in /tmp, the sandbox's own tmpfs, so that its mount point is made
+	// there and not in the root's directory on the host.
+	agentDir = "/tmp/.agent"
+	// agentName is the binary's name there, and the agent's argv[0].
+	agentName = "airlock-agent"
+	// hostname is every sandbox's host name.
+	hostname = "sandbox"
+	// Workload uid and gid inside every sandbox; the agent is uid 0 there.
+	workloadUID = 1000
+	workloadGID = 1000
+)
+
+// agentCaps are the agent's capabilities inside gVisor: what it needs to
+// finish the sandbox (unmount, cgroups, the commands' chroot), to start
+// commands as the workload and to signal them. Commands get none: the agent starts each from a
+// thread that dropped the bounding set, as the workload's uid.
+var agentCaps = []string{
+	"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN",
+	"CAP_SYS_CHROOT", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+}
+
+// bind is a host path bound read-only into the composed root.
+type bind struct {
+	Source, Target string
+}
+
+// hostLimits bound the sandbox's cgroup on the host: gVisor's own
+// processes (the Sentry, the gofer, one or two stub processes per process
+// inside) and the workload together.
+type hostLimits struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	// Swap says the host's memory controller limits swap too (v1
+	// memory.memsw); then swap is capped at nothing.
+	Swap bool
+}
+
+// The host cgroup's room for gVisor itself, measured on systrap: runsc, the
+// Sentry, the gofer and the agent take about 35 host tasks and 22 MiB at
+// rest, and every process inside adds up to 2 host tasks (its stub); the
+// Sentry's own memory grows with what the workload does (page tables,
+// file caches), hence the margin.
+const (
+	hostPidsPerProc = 3
+	hostMemoryExtra = 96 << 20
+	cpuPeriod       = 100000 // µs
+)
+
+// hostPidsBase is the host's process room for gVisor itself (a variable
+// for the test that makes it too small).
+var hostPidsBase int64 = 256
+
+// hostLimitsFor sizes the host cgroup for a sandbox with limits l.
+func hostLimitsFor(l sandbox.Limits, swap bool) hostLimits {
+	return hostLimits{
+		MemoryBytes: l.MemoryBytes + hostMemoryExtra,
+		CPUs:        l.CPUs,
+		Pids:        int64(l.Pids)*hostPidsPerProc + hostPidsBase,
+		Swap:        swap,
+	}
+}
+
+// bundle is what one sandbox's OCI spec is made from.
+type bundle struct {
+	// Rootfs is the host directory of the sandbox's root.
+	Rootfs string
+	// Binds are the composed root's read-only binds (/usr, the /etc
+	// allowlist); none for a root given by the caller.
+	Binds []bind
+	// Mounts are the caller's mounts, already checked.
+	Mounts []sandbox.Mount
+	// Agent is the host path of the agent's binary.
+	Agent string
+	// CgroupsPath is the sandbox's cgroup below each hierarchy's root. The
+	// spec names it and its resources for the record; airlock makes and
+	// limits it, and starts runsc inside it with --ignore-cgroups.
+	CgroupsPath string
+	Limits      sandbox.Limits // with defaults
+	Host        hostLimits
+}
+
+// spec returns the OCI runtime spec of b: a read-only root with the
+// composed or given root, /proc, a sized /tmp, /dev/shm and /workspace (the
+// workload's), the caller's mounts (read-only unless writable), no network
+// (runsc --network=none), its own pid, ipc, uts and mount namespaces, the
+// host name "sandbox", and the agent as the one process, as uid 0 with
+// only agentCaps and no_new_privs.
+func (b bundle) spec() *specs.Spec {
+	l := b.Limits
+	ro := []string{"rbind", "ro", "nosuid", "nodev"}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec"}},
+		// gVisor's own /dev (null, zero, full, random, urandom, tty, ptmx),
+		// which it would mount anyway, but nosuid and noexec.
+		{Destination: "/dev", Type: "tmpfs", Source: "dev", Options: []string{"nosuid", "noexec", "mode=0755"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+	}
+	for _, m := range b.Binds {
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: ro})
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{
+			"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}},
+		specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{
+			"nosuid", "nodev", "noexec", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}},
+		specs.Mount{Destination: sandbox.Workspace, Type: "tmpfs", Source: "tmpfs", Options: []string{
+			"nosuid", "nodev", "mode=0755", "size=" + strconv.FormatInt(l.DiskBytes, 10),
+			"uid=" + strconv.Itoa(workloadUID), "gid=" + strconv.Itoa(workloadGID)}},
+	)
+	// Caller's mounts go below everything of the root's own, parents first.
+	user := slices.Clone(b.Mounts)
+	slices.SortStableFunc(user, func(a, b sandbox.Mount) int { return len(a.Target) - len(b.Target) })
+	for _, m := range user {
+		opt := "ro"
+		if m.Writable {
+			opt = "rw"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt, "nosuid", "nodev"}})
+	}
+	mounts = append(mounts, specs.Mount{Destination: path.Join(agentDir, agentName), Type: "bind", Source: b.Agent, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+
+	memory := b.Host.MemoryBytes
+	quota := int64(b.Host.CPUs * cpuPeriod)
+	period := uint64(cpuPeriod)
+	pids := b.Host.Pids
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &memory},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &specs.LinuxPids{Limit: &pids},
+	}
+	if b.Host.Swap {
+		res.Memory.Swap = &memory // memory plus swap: no swap
+	}
+	caps := slices.Clone(agentCaps)
+	return &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: []string{agentName, agent.StdioArg},
+			// Only what finds the agent: commands get their environment
+			// from the agent, never from here.
+			Env: []string{"PATH=" + agentDir},
+			Cwd: "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: b.Rootfs, Readonly: true},
+		Hostname: hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: b.CgroupsPath,
+			Resources:   res,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+			},
+		},
+	}
+}
+
+// agentConfig is the agent's Config for a sandbox made from spec (with
+// defaults). runsc has built the root and mounted everything; the agent
+// gets the limits it enforces inside and how to treat commands.
+func agentConfig(spec sandbox.Spec) *agent.Config {
+	l := spec.Limits
+	return &agent.Config{
+		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
+		FileSize: l.DiskBytes,
+		GVisor:   &agent.GVisorConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
+	}
+}
+
+// cgroupsPath is where a sandbox's host cgroup lives below each hierarchy.
+func cgroupsPath(parent, id string) string { return "/" + path.Join(parent, id) }
+
+// checkID refuses ids that cannot name a sandbox (they become paths).
+func checkID(id string) error {
+	if !sandbox.ValidID(id) {
+		return fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalid)
+	}
+	return nil
+}
