@@ -303,6 +303,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	defer cancel()
 	client, agentLayers, err := agent.Dial(dctx, conn)
 	if err != nil {
+		// An agent that failed says why on stderr; that is read to the end
+		// once it has exited.
+		select {
+		case <-in.done:
+		case <-time.After(2 * time.Second):
+		}
 		return nil, fmt.Errorf("start the sandbox: %w%s", err, in.agentErr())
 	}
 	in.client = client
