@@ -124,6 +124,24 @@ func (e *Exec) SendStdin(data []byte, eof bool) error {
 	return nil
 }
 
+// FeedStdin copies r to the command's stdin until r ends, then closes
+// the command's stdin; it stops early when the command no longer reads.
+func (e *Exec) FeedStdin(r io.Reader) {
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if e.SendStdin(buf[:n], false) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = e.SendStdin(nil, true)
+			return
+		}
+	}
+}
+
 // Next returns the next event. The last one has Exit set; after it Next
 // returns io.EOF.
 func (e *Exec) Next() (*ExecEvent, error) {

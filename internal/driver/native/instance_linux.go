@@ -145,7 +145,7 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	in.procs[id] = p
 	in.mu.Unlock()
 	if req.Stdin != nil {
-		go p.feed(req.Stdin)
+		go ex.FeedStdin(req.Stdin)
 	}
 	go p.run()
 	return p, nil
@@ -238,22 +238,6 @@ func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 		_ = p.group.Kill(5*time.Second, p.in.agentPid())
 	}
 	return err
-}
-
-func (p *process) feed(r io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if p.ex.SendStdin(buf[:n], false) != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = p.ex.SendStdin(nil, true)
-			return
-		}
-	}
 }
 
 // run reads the exec's events to the end, holding the agent to the limits
