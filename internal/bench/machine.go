@@ -51,7 +51,7 @@ func tools(ctx context.Context) []toolVersion {
 	qbin, qfix := qemuTool()
 	ts := []toolVersion{
 		{name: "bwrap", version: versionOf(ctx, "bubblewrap ", "bwrap", "--version"), fix: fixBwrap},
-		{name: "runsc", version: versionOf(ctx, "runsc version ", "runsc", "--version"), fix: fixRunsc},
+		{name: "runsc", version: runscVersion(ctx), fix: fixRunsc},
 		{name: "unshare", version: versionOf(ctx, "unshare from ", "unshare", "--version"), fix: fixUnshare},
 		{name: "python3", version: versionOf(ctx, "Python ", pythonArgv[0], "--version"), fix: fixPython},
 		{name: "qemu", version: versionOf(ctx, "QEMU emulator version ", qbin, "--version"), fix: qfix},

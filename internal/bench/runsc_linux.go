@@ -15,3 +15,16 @@ func runscPrefix() []string {
 	}
 	return []string{r.Path, "--network=none", "--platform=" + r.Platforms[0], "do"}
 }
+
+// runscVersion names the runsc the gvisor rows use: the pinned build's
+// version, or what runsc on PATH says.
+func runscVersion(ctx context.Context) string {
+	r, err := hostcap.FindRunsc(ctx)
+	if err != nil {
+		return ""
+	}
+	if len(r.Platforms) > 0 {
+		return r.Version + ", " + r.Platforms[0]
+	}
+	return r.Version
+}
