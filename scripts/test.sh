@@ -23,6 +23,11 @@ if [[ -n $skips ]]; then
 else
   echo "No test was skipped."
 fi
+if [[ $status != 0 ]]; then
+  echo "What the failing tests said (the last lines before each failure):"
+  grep -B40 -E '^\s*--- FAIL|^panic:' "$log" | grep -E '\.go:[0-9]+: |^panic:|FAIL' | grep -v 'level=' | tail -60
+  echo
+fi
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")

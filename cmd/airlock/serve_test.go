@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,13 @@ func TestServeKill9(t *testing.T) {
 	requireE2E(t)
 	dir := t.TempDir()
 	key := newKey(t, dir, "operator")
+	// The killed daemon's agents die with it and become orphans. This
+	// host's init reaps orphans only after seconds, and a zombie stays in
+	// its cgroup until then; as their subreaper, this process reaps them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
 	d := startDaemon(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -197,6 +205,7 @@ func TestServeKill9(t *testing.T) {
 	<-d.done
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		reapOrphans()
 		left := sandboxProcs(t, ids)
 		if len(left) == 0 {
 			break
