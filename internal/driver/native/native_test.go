@@ -806,9 +806,14 @@ func (h *holder) kill(t *testing.T) {
 	t.Logf("killed the owner of sandbox %s with %d processes on the host (agent %d); after %v, %d still run",
 		h.id, len(h.pids), h.agent, h.died.Round(time.Millisecond), len(h.alive))
 	if h.agent != 0 {
-		// The agent is this process's orphan now; reap it if it is dead.
+		// The agent is this process's orphan now; reap it once it is dead
+		// (it may still be finishing its exit when its processes are gone).
 		var ws unix.WaitStatus
-		_, _ = unix.Wait4(h.agent, &ws, unix.WNOHANG, nil)
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if pid, err := unix.Wait4(h.agent, &ws, unix.WNOHANG, nil); pid == h.agent || err != nil || len(h.alive) > 0 {
+				break
+			}
+		}
 		t.Cleanup(func() { _, _ = unix.Wait4(h.agent, &ws, unix.WNOHANG, nil) })
 	}
 }
