@@ -259,4 +259,8 @@ func (c *Client) Rename(ctx context.Context, oldpath, newpath string) error {
 	return hostError(err)
 }
 
-var _ http.RoundTripper = (*http2.ClientConn)(nil)
+var (
+	_ http.RoundTripper = (*http2.ClientConn)(nil)
+	// The client is a sandbox's file API as it stands.
+	_ sandbox.Files = (*Client)(nil)
+)

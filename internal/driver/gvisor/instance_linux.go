@@ -41,7 +41,7 @@ type instance struct {
 	cmd         *exec.Cmd
 	conn        net.Conn
 	client      *agent.Client
-	log         limitedBuffer // runsc's and the agent's standard error
+	log         agent.LogBuffer // runsc's and the agent's standard error
 	done        chan struct{}
 	doneOnce    sync.Once
 	lifetime    *time.Timer
@@ -789,25 +789,4 @@ func (f files) Rename(ctx context.Context, oldpath, newpath string) error {
 		return f.in.endedError()
 	}
 	return f.call(f.in.client.Rename(ctx, oldpath, newpath))
-}
-
-// limitedBuffer keeps the first 8 KiB written to it (standard error).
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := 8<<10 - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(len(p), room)]...)
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf...)
 }

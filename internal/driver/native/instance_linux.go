@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -27,7 +26,7 @@ type instance struct {
 	layers   []sandbox.Layer
 	cmd      *exec.Cmd
 	client   *agent.Client
-	agentLog limitedBuffer
+	agentLog agent.LogBuffer
 	done     chan struct{}
 	created  time.Time
 	lifetime *time.Timer
@@ -53,7 +52,7 @@ var _ sandbox.Instance = (*instance)(nil)
 func (in *instance) ID() string              { return in.spec.ID }
 func (in *instance) Layers() []sandbox.Layer { return append([]sandbox.Layer(nil), in.layers...) }
 func (in *instance) Done() <-chan struct{}   { return in.done }
-func (in *instance) Files() sandbox.Files    { return files{in} }
+func (in *instance) Files() sandbox.Files    { return in.client }
 
 // Exec runs req to its end.
 func (in *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
@@ -362,56 +361,4 @@ func (p *process) finish() {
 	in.mu.Lock()
 	delete(in.procs, p.id)
 	in.mu.Unlock()
-}
-
-// files is the sandbox's file API, served by its agent.
-type files struct{ in *instance }
-
-func (f files) ReadFile(ctx context.Context, path string, offset, limit int64, w io.Writer) error {
-	return f.in.client.ReadFile(ctx, path, offset, limit, w)
-}
-
-func (f files) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
-	return f.in.client.WriteFile(ctx, path, r, mode)
-}
-
-func (f files) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
-	return f.in.client.ReadDir(ctx, path)
-}
-
-func (f files) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	return f.in.client.Stat(ctx, path)
-}
-
-func (f files) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
-	return f.in.client.Mkdir(ctx, path, mode)
-}
-
-func (f files) Remove(ctx context.Context, path string) error {
-	return f.in.client.Remove(ctx, path)
-}
-
-func (f files) Rename(ctx context.Context, oldpath, newpath string) error {
-	return f.in.client.Rename(ctx, oldpath, newpath)
-}
-
-// limitedBuffer keeps the first 8 KiB written to it (the agent's stderr).
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := 8<<10 - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(len(p), room)]...)
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf...)
 }
