@@ -264,8 +264,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 	}
 	var pidsBefore int64
 	if s.eng.workload != nil {
-		st, _ := s.eng.workload.Stats()
-		pidsBefore = st.PidsMax
+		pidsBefore = s.eng.workload.PidsMax()
 	}
 	p, err := s.eng.start(st, stdin, outW, errW)
 	stdin.Close()
@@ -357,8 +356,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		res.Usage.CPUMS = gs.CPUNanos / 1e6
 		res.Usage.MemoryPeakBytes = gs.MemoryPeak
 		stats.oom = gs.OOMKills > 0
-		ws, _ := s.eng.workload.Stats()
-		stats.pids = gs.PidsMax > 0 || ws.PidsMax > pidsBefore
+		stats.pids = gs.PidsMax > 0 || s.eng.workload.PidsMax() > pidsBefore
 	}
 	Classify(&res, reason, stats.oom, stats.pids, diskFull())
 	if !st.Background {

@@ -48,6 +48,13 @@ func (g *Group) Stats() (Stats, error) {
 	return s, errors.Join(errs...)
 }
 
+// PidsMax reads only the count of forks that failed on the pids limit: the
+// one counter taken before and after every exec.
+func (g *Group) PidsMax() int64 {
+	b, _ := os.ReadFile(filepath.Join(g.Path("pids"), "pids.events"))
+	return keyed(b, "max")
+}
+
 // CPUNanos reads only the CPU time, for frequent polling.
 func (g *Group) CPUNanos() (int64, error) {
 	if g.h.V2 {

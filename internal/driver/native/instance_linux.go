@@ -110,9 +110,7 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		done: make(chan struct{}),
 	}
 	if in.workload != nil {
-		if st, err := in.workload.Stats(); err == nil {
-			p.pidsBefore = st.PidsMax
-		}
+		p.pidsBefore = in.workload.PidsMax()
 	}
 	// The stream lives as long as the exec, not as long as ctx.
 	sctx, cancel := context.WithCancel(context.Background())
@@ -331,7 +329,7 @@ func (p *process) finish() {
 		// v1 counts a failed fork in the forking group, v2 in the group
 		// whose limit was hit: look at both.
 		pids = st.PidsMax > 0
-		if ws, _ := in.workload.Stats(); ws.PidsMax > p.pidsBefore {
+		if in.workload.PidsMax() > p.pidsBefore {
 			pids = true
 		}
 		// The agent has ended a foreground command's tree already; the
