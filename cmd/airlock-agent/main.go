@@ -1,13 +1,13 @@
 // Command airlock-agent is airlock's in-sandbox agent: PID 1 of every
 // sandbox that runs a Linux userland. The host starts it; it is not meant
-// to be run by hand. See package internal/agent.
+// to be run by hand. See package internal/agentd.
 package main
 
 import (
 	"os"
 	"runtime"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentd"
 )
 
 // The main goroutine keeps the main thread, so that no goroutine that
@@ -15,4 +15,4 @@ import (
 // thread Go cannot let exit.
 func init() { runtime.LockOSThread() }
 
-func main() { os.Exit(agent.Main()) }
+func main() { os.Exit(agentd.Main()) }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -197,7 +196,7 @@ func exitWith(code int) error {
 // or 128+N when a signal N ended it.
 func exitCode(res sandbox.Result) int {
 	if res.Signal != "" {
-		if n, ok := agent.SignalNumber(res.Signal); ok {
+		if n, ok := sandbox.SignalNumber(res.Signal); ok {
 			return 128 + int(n)
 		}
 		return 128 + 9

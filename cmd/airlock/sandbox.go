@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
@@ -130,7 +130,7 @@ failed).`,
 			code := res.ExitCode
 			if res.Signal != "" {
 				code = 128 + 9
-				if n, ok := agent.SignalNumber(res.Signal); ok {
+				if n, ok := sandbox.SignalNumber(res.Signal); ok {
 					code = 128 + int(n)
 				}
 			}

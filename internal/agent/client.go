@@ -42,16 +42,16 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 	o := clientOptions()
 	cl := &Client{
 		cc:        cc,
-		hello:     connect.NewClient[HelloRequest, HelloResponse](hc, baseURL+procHello, o...),
-		exec:      connect.NewClient[ExecInput, ExecEvent](hc, baseURL+procExec, o...),
-		signal:    connect.NewClient[SignalRequest, Empty](hc, baseURL+procSignal, o...),
-		readFile:  connect.NewClient[PathRequest, FileChunk](hc, baseURL+procReadFile, o...),
-		writeFile: connect.NewClient[FileChunk, Empty](hc, baseURL+procWriteFile, o...),
-		readDir:   connect.NewClient[PathRequest, FileList](hc, baseURL+procReadDir, o...),
-		stat:      connect.NewClient[PathRequest, FileList](hc, baseURL+procStat, o...),
-		mkdir:     connect.NewClient[PathRequest, Empty](hc, baseURL+procMkdir, o...),
-		remove:    connect.NewClient[PathRequest, Empty](hc, baseURL+procRemove, o...),
-		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+procRename, o...),
+		hello:     connect.NewClient[HelloRequest, HelloResponse](hc, baseURL+ProcHello, o...),
+		exec:      connect.NewClient[ExecInput, ExecEvent](hc, baseURL+ProcExec, o...),
+		signal:    connect.NewClient[SignalRequest, Empty](hc, baseURL+ProcSignal, o...),
+		readFile:  connect.NewClient[PathRequest, FileChunk](hc, baseURL+ProcReadFile, o...),
+		writeFile: connect.NewClient[FileChunk, Empty](hc, baseURL+ProcWriteFile, o...),
+		readDir:   connect.NewClient[PathRequest, FileList](hc, baseURL+ProcReadDir, o...),
+		stat:      connect.NewClient[PathRequest, FileList](hc, baseURL+ProcStat, o...),
+		mkdir:     connect.NewClient[PathRequest, Empty](hc, baseURL+ProcMkdir, o...),
+		remove:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRemove, o...),
+		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRename, o...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
@@ -109,11 +109,11 @@ func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
 
 // SendStdin passes data to the command's stdin; eof closes it.
 func (e *Exec) SendStdin(data []byte, eof bool) error {
-	for len(data) > chunkSize {
-		if err := e.stream.Send(&ExecInput{Stdin: data[:chunkSize]}); err != nil {
+	for len(data) > ChunkSize {
+		if err := e.stream.Send(&ExecInput{Stdin: data[:ChunkSize]}); err != nil {
 			return err
 		}
-		data = data[chunkSize:]
+		data = data[ChunkSize:]
 	}
 	if err := e.stream.Send(&ExecInput{Stdin: data, StdinEOF: eof}); err != nil {
 		return err
@@ -127,7 +127,7 @@ func (e *Exec) SendStdin(data []byte, eof bool) error {
 // FeedStdin copies r to the command's stdin until r ends, then closes
 // the command's stdin; it stops early when the command no longer reads.
 func (e *Exec) FeedStdin(r io.Reader) {
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, ChunkSize)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -195,7 +195,7 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64,
 // WriteFile replaces the file at path with what r holds.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
 	st := c.writeFile.CallClientStream(ctx)
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, ChunkSize)
 	first := true
 	for {
 		n, rerr := io.ReadFull(r, buf)

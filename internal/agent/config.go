@@ -47,26 +47,26 @@ type Config struct {
 	// KeepExecCgroups leaves finished execs' groups for the host to read
 	// and remove.
 	KeepExecCgroups bool `json:"keep_exec_cgroups"`
-	// GVisor is set when the agent is the init of a gVisor container: the
-	// runtime built the root, the namespaces and the host's cgroups, and the
-	// agent builds only what lives inside gVisor's own kernel. Nil means
-	// native: the agent builds everything (Root, Mounts, Cgroup...).
-	GVisor *GVisorConfig `json:"gvisor,omitempty"`
+	// Contained is set when the environment already isolates: a runtime
+	// (gVisor, a container engine, a virtual machine) built the root, the
+	// namespaces and the host's cgroups, and the agent builds only what
+	// lives inside: the workload's own groups, its chroot, its identity and
+	// confinement. Nil means native: the agent builds everything (Root,
+	// Mounts, Cgroup...).
+	Contained *ContainedConfig `json:"contained,omitempty"`
 	// Egress, when set, makes the agent listen on the egress proxy port
 	// and tunnel each connection to the host (see ServeEgress). Nil: no
 	// network beyond loopback.
 	Egress *EgressConfig `json:"egress,omitempty"`
-
-	// workloadRoot, when set (> 0), is a descriptor of the directory
-	// commands are chrooted into (gVisor; see setupGVisor). Not sent.
-	workloadRoot int
 }
 
-// GVisorConfig is what the agent sets up inside a gVisor sandbox.
-type GVisorConfig struct {
+// ContainedConfig is what the agent sets up inside an environment that
+// already isolates (see Config.Contained).
+type ContainedConfig struct {
 	// Pids caps the workload's processes and threads with the pids
-	// controller of gVisor's own cgroup file system. (The host's cgroup holds
-	// gVisor's own processes too, so it is sized for them, not for this.)
+	// controller of the cgroup file system inside. (The host's cgroup may
+	// hold the runtime's own processes too, so it is sized for them, not
+	// for this.)
 	Pids int `json:"pids"`
 	// AgentMount is the mount point of the agent's binary (a file), which
 	// the agent removes once it runs, so that no command sees it.

@@ -32,8 +32,8 @@ import (
 // the stream; the agent, which cannot close its half without ending the
 // call, sends one more empty chunk.
 
-// procEgress is the Egress procedure's path.
-const procEgress = service + "Egress"
+// ProcEgress is the Egress procedure's path.
+const ProcEgress = service + "Egress"
 
 // EgressListen is where the agent listens for the sandbox's proxy clients.
 const EgressListen = "127.0.0.1:3128"
@@ -57,12 +57,12 @@ type EgressChunk struct {
 	Data []byte
 }
 
-// rawCodec carries EgressChunks as the bytes they hold.
-type rawCodec struct{}
+// RawCodec carries EgressChunks as the bytes they hold.
+type RawCodec struct{}
 
-func (rawCodec) Name() string { return "raw" }
+func (RawCodec) Name() string { return "raw" }
 
-func (rawCodec) Marshal(v any) ([]byte, error) {
+func (RawCodec) Marshal(v any) ([]byte, error) {
 	c, ok := v.(*EgressChunk)
 	if !ok {
 		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
@@ -70,7 +70,7 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 	return c.Data, nil
 }
 
-func (rawCodec) Unmarshal(b []byte, v any) error {
+func (RawCodec) Unmarshal(b []byte, v any) error {
 	c, ok := v.(*EgressChunk)
 	if !ok {
 		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
@@ -81,10 +81,10 @@ func (rawCodec) Unmarshal(b []byte, v any) error {
 	return nil
 }
 
-func egressHandlerOptions() []connect.HandlerOption {
+func EgressHandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCompression("gzip", nil, nil),
-		connect.WithCodec(rawCodec{}),
+		connect.WithCodec(RawCodec{}),
 		connect.WithReadMaxBytes(MaxMessage),
 		connect.WithSendMaxBytes(MaxMessage),
 	}
@@ -98,8 +98,8 @@ const egressIdle = 4
 // sandbox's proxy port. It returns when ctx ends or the agent connection
 // fails.
 func (c *Client) ServeEgress(ctx context.Context, serve func(net.Conn)) error {
-	cl := connect.NewClient[EgressChunk, EgressChunk](&http.Client{Transport: c.cc}, baseURL+procEgress,
-		connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(rawCodec{}),
+	cl := connect.NewClient[EgressChunk, EgressChunk](&http.Client{Transport: c.cc}, baseURL+ProcEgress,
+		connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(RawCodec{}),
 		connect.WithReadMaxBytes(MaxMessage), connect.WithSendMaxBytes(MaxMessage))
 	taken := make(chan error, egressIdle)
 	wait := func() {
@@ -222,7 +222,7 @@ func (c *streamConn) Write(p []byte) (int, error) {
 	defer c.wmu.Unlock()
 	n := 0
 	for len(p) > 0 {
-		k := min(len(p), egressChunk)
+		k := min(len(p), EgressChunkSize)
 		if err := c.st.Send(&EgressChunk{Data: p[:k]}); err != nil {
 			return n, hostError(err)
 		}
@@ -286,6 +286,6 @@ func (c *streamConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
-// egressChunk is the most one EgressChunk carries: large enough that a
+// EgressChunkSize is the most one EgressChunk carries: large enough that a
 // download costs few messages, far below MaxMessage.
-const egressChunk = 256 << 10
+const EgressChunkSize = 256 << 10

@@ -27,8 +27,8 @@ var classes = []struct {
 	{"unsupported", sandbox.ErrUnsupported, connect.CodeUnimplemented},
 }
 
-// wireError turns an agent-side error into a Connect error with its class.
-func wireError(err error) error {
+// WireError turns an agent-side error into a Connect error with its class.
+func WireError(err error) error {
 	if err == nil {
 		return nil
 	}

@@ -49,10 +49,10 @@ func TestWireErrorHostErrorRoundTrip(t *testing.T) {
 	for _, c := range allClasses {
 		t.Run(c.name, func(t *testing.T) {
 			orig := fmt.Errorf("stat /workspace/x: %w", c.err)
-			w := wireError(orig)
+			w := WireError(orig)
 			var ce *connect.Error
 			if !errors.As(w, &ce) {
-				t.Fatalf("wireError returned %T", w)
+				t.Fatalf("WireError returned %T", w)
 			}
 			if ce.Code() != c.code {
 				t.Errorf("code = %v, want %v", ce.Code(), c.code)
@@ -72,27 +72,27 @@ func TestWireErrorHostErrorRoundTrip(t *testing.T) {
 func TestWireErrorFromSyscall(t *testing.T) {
 	// What the file API really returns for a permission problem.
 	orig := &fs.PathError{Op: "open", Path: "/etc/shadow", Err: syscall.EACCES}
-	h := hostError(wireError(orig))
+	h := hostError(WireError(orig))
 	checkClass(t, h, fs.ErrPermission)
 	if !strings.Contains(h.Error(), "/etc/shadow") {
 		t.Errorf("message = %q", h.Error())
 	}
 	// ENOENT is no class of airlock's: it becomes an agent error.
-	h = hostError(wireError(&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}))
+	h = hostError(WireError(&fs.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}))
 	checkClass(t, h, nil)
 }
 
 func TestWireErrorUnclassified(t *testing.T) {
-	if wireError(nil) != nil {
-		t.Error("wireError(nil) != nil")
+	if WireError(nil) != nil {
+		t.Error("WireError(nil) != nil")
 	}
 	if hostError(nil) != nil {
 		t.Error("hostError(nil) != nil")
 	}
-	w := wireError(errors.New("disk on fire"))
+	w := WireError(errors.New("disk on fire"))
 	var ce *connect.Error
 	if !errors.As(w, &ce) || ce.Code() != connect.CodeInternal {
-		t.Fatalf("wireError = %v, want CodeInternal", w)
+		t.Fatalf("WireError = %v, want CodeInternal", w)
 	}
 	if ce.Meta().Get(classHeader) != "" {
 		t.Errorf("unclassified error has class %q", ce.Meta().Get(classHeader))
@@ -121,7 +121,7 @@ func TestHostErrorUntrustedInput(t *testing.T) {
 	})
 	t.Run("long message is cut", func(t *testing.T) {
 		long := strings.Repeat("a", 10000)
-		h := hostError(wireError(fmt.Errorf("%s: %w", long, sandbox.ErrInvalid)))
+		h := hostError(WireError(fmt.Errorf("%s: %w", long, sandbox.ErrInvalid)))
 		checkClass(t, h, sandbox.ErrInvalid)
 		if n := len(h.Error()); n > 512+len("…") {
 			t.Errorf("message has %d bytes", n)
@@ -131,7 +131,7 @@ func TestHostErrorUntrustedInput(t *testing.T) {
 		}
 	})
 	t.Run("long unclassified message is cut", func(t *testing.T) {
-		h := hostError(wireError(errors.New(strings.Repeat("b", 4096))))
+		h := hostError(WireError(errors.New(strings.Repeat("b", 4096))))
 		if n := len(h.Error()); n > len("agent: ")+512+len("…") {
 			t.Errorf("message has %d bytes", n)
 		}
@@ -150,7 +150,7 @@ func TestHostErrorUntrustedInput(t *testing.T) {
 		}
 	})
 	t.Run("wrapped connect error", func(t *testing.T) {
-		h := hostError(fmt.Errorf("call: %w", wireError(sandbox.ErrExists)))
+		h := hostError(fmt.Errorf("call: %w", WireError(sandbox.ErrExists)))
 		checkClass(t, h, sandbox.ErrExists)
 	})
 }
@@ -163,14 +163,14 @@ func TestErrorClassOverTheWire(t *testing.T) {
 	defer cancel()
 	var fail error
 	mux := http.NewServeMux()
-	mux.Handle(procStat, connect.NewUnaryHandlerSimple(procStat, func(_ context.Context, req *PathRequest) (*FileList, error) {
+	mux.Handle(ProcStat, connect.NewUnaryHandlerSimple(ProcStat, func(_ context.Context, req *PathRequest) (*FileList, error) {
 		if req.Path == "/ok" {
 			return &FileList{Files: []sandbox.FileInfo{{Name: "ok", Path: "/ok", Size: 7, Type: "file"}}}, nil
 		}
-		return nil, wireError(fail)
-	}, handlerOptions()...))
+		return nil, WireError(fail)
+	}, HandlerOptions()...))
 	done := make(chan struct{})
-	go func() { serveConn(ctx, srv, mux); close(done) }()
+	go func() { ServeConn(ctx, srv, mux); close(done) }()
 	hc, cc, err := dialConn(cli)
 	if err != nil {
 		t.Fatal(err)
@@ -181,10 +181,10 @@ func TestErrorClassOverTheWire(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Error("serveConn did not return after the connection closed")
+			t.Error("ServeConn did not return after the connection closed")
 		}
 	}()
-	client := connect.NewClient[PathRequest, FileList](hc, baseURL+procStat, clientOptions()...)
+	client := connect.NewClient[PathRequest, FileList](hc, baseURL+ProcStat, clientOptions()...)
 
 	resp, err := client.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: "/ok"}))
 	if err != nil {

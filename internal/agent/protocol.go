@@ -1,13 +1,14 @@
-// Package agent is airlock's in-sandbox agent and the host's client for it.
+// Package agent is the protocol between the host and airlock's in-sandbox
+// agent (package agentd), and the host's client for it.
 //
 // The agent runs as PID 1 inside every sandbox that has a Linux userland. It
-// sets up the sandbox's root (Setup), then serves the host over one byte
+// sets up the sandbox's root, then serves the host over one byte
 // stream: Connect RPCs (connectrpc.com/connect, JSON codec) over HTTP/2
 // without TLS. HTTP/2 carries many concurrent streams with flow control over
 // the one connection, so execs, file transfers and (later) tunnelled TCP
 // connections share it without blocking each other. The transport (a
 // socketpair, a container's stdio, a virtio-serial port) is the driver's
-// business: Serve and Dial take any net.Conn.
+// business: ServeConn and Dial take any net.Conn.
 //
 // Every call begins with Hello, the version handshake.
 package agent
@@ -22,23 +23,23 @@ const Version = 1
 // Procedure paths.
 const (
 	service       = "/airlock.agent.v1.Agent/"
-	procHello     = service + "Hello"
-	procExec      = service + "Exec"
-	procSignal    = service + "Signal"
-	procReadFile  = service + "ReadFile"
-	procWriteFile = service + "WriteFile"
-	procReadDir   = service + "ReadDir"
-	procStat      = service + "Stat"
-	procMkdir     = service + "Mkdir"
-	procRemove    = service + "Remove"
-	procRename    = service + "Rename"
+	ProcHello     = service + "Hello"
+	ProcExec      = service + "Exec"
+	ProcSignal    = service + "Signal"
+	ProcReadFile  = service + "ReadFile"
+	ProcWriteFile = service + "WriteFile"
+	ProcReadDir   = service + "ReadDir"
+	ProcStat      = service + "Stat"
+	ProcMkdir     = service + "Mkdir"
+	ProcRemove    = service + "Remove"
+	ProcRename    = service + "Rename"
 )
 
 // MaxMessage caps every message either side accepts.
 const MaxMessage = 4 << 20
 
-// chunkSize is the largest data chunk one message carries.
-const chunkSize = 32 << 10
+// ChunkSize is the largest data chunk one message carries.
+const ChunkSize = 32 << 10
 
 // HelloRequest opens the conversation.
 type HelloRequest struct {

@@ -24,7 +24,7 @@ func (jsonCodec) Unmarshal(b []byte, v any) error {
 
 // Messages cross a local socket: compressing them costs more time and
 // memory than it saves, so gzip, which Connect offers by default, is off.
-func handlerOptions() []connect.HandlerOption {
+func HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCompression("gzip", nil, nil),
 		connect.WithCodec(jsonCodec{}),
@@ -42,9 +42,9 @@ func clientOptions() []connect.ClientOption {
 	}
 }
 
-// serveConn serves h over HTTP/2 without TLS on the one connection c until
+// ServeConn serves h over HTTP/2 without TLS on the one connection c until
 // the connection ends.
-func serveConn(ctx context.Context, c net.Conn, h http.Handler) {
+func ServeConn(ctx context.Context, c net.Conn, h http.Handler) {
 	srv := &http2.Server{
 		MaxConcurrentStreams: 1000,
 		IdleTimeout:          0,
@@ -75,8 +75,8 @@ func dialConn(c net.Conn) (*http.Client, *http2.ClientConn, error) {
 // baseURL is the URL prefix of every call; the host part is never resolved.
 const baseURL = "http://agent"
 
-// errorf returns a Connect error with code, for the host to classify.
-func errorf(code connect.Code, err error) error {
+// Errorf returns a Connect error with code, for the host to classify.
+func Errorf(code connect.Code, err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return ce

@@ -233,7 +233,7 @@ func (d *Driver) runscArgs() []string {
 	args := []string{"--root=" + d.stateDir(), "--platform=" + d.platform, "--network=none"}
 	if d.runsc.HasFlag("in-sandbox-cgroup") {
 		// gVisor's own cgroup v2 file system: the agent gives every exec a
-		// group there (see agent.GVisorConfig).
+		// group there (see agent.ContainedConfig).
 		args = append(args, "--in-sandbox-cgroup=v2")
 	}
 	if d.runsc.HasFlag("overlay2") {

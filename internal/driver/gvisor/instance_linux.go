@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -41,7 +42,7 @@ type instance struct {
 	cmd         *exec.Cmd
 	conn        net.Conn
 	client      *agent.Client
-	log         agent.LogBuffer // runsc's and the agent's standard error
+	log         agentdriver.LogBuffer // runsc's and the agent's standard error
 	done        chan struct{}
 	doneOnce    sync.Once
 	lifetime    *time.Timer
@@ -714,7 +715,7 @@ func (p *process) finish() {
 	}
 	if r.Reason != sandbox.ReasonError {
 		r.Reason = ""
-		agent.Classify(r, killedBy, oom, pids, false)
+		r.Classify(killedBy, sandbox.Evidence{OOM: oom, Pids: pids})
 	}
 	if r.Message == "" {
 		r.Message = sandbox.Message(r, in.spec.Limits, p.timeout, p.cpuTime)

@@ -20,7 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -34,13 +34,13 @@ func composeRoot(dir, etc string) ([]bind, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("make the root: %w", err)
 	}
-	for _, d := range agent.RootDirs {
+	for _, d := range rootfs.RootDirs {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("make root directory /%s: %w", d, err)
 		}
 	}
 	binds := []bind{{Source: "/usr", Target: "/usr"}, {Source: etc, Target: "/etc"}}
-	for _, d := range agent.UsrLinks {
+	for _, d := range rootfs.UsrLinks {
 		b, err := mirror("/"+d, filepath.Join(dir, d), "/"+d)
 		if err != nil {
 			return nil, err
@@ -82,12 +82,12 @@ func (d *Driver) etcSnapshot() (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("snapshot /etc: %w", err)
 	}
-	for _, name := range agent.EtcAllowlist {
+	for _, name := range rootfs.EtcAllowlist {
 		if err := copyTree("/etc/"+name, filepath.Join(tmp, name)); err != nil {
 			return "", err
 		}
 	}
-	for name, content := range agent.EtcFiles(workloadUID, workloadGID, hostname) {
+	for name, content := range rootfs.EtcFiles(workloadUID, workloadGID, hostname) {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
 			return "", fmt.Errorf("write /etc/%s: %w", name, err)
 		}
@@ -135,7 +135,7 @@ func (d *Driver) pruneEtc(keep string) {
 // time, link target) and the generated files.
 func etcFingerprint() (string, error) {
 	h := sha256.New()
-	for _, name := range agent.EtcAllowlist {
+	for _, name := range rootfs.EtcAllowlist {
 		err := filepath.WalkDir("/etc/"+name, func(p string, _ fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -162,7 +162,7 @@ func etcFingerprint() (string, error) {
 			return "", fmt.Errorf("look at host /etc/%s: %w", name, err)
 		}
 	}
-	files := agent.EtcFiles(workloadUID, workloadGID, hostname)
+	files := rootfs.EtcFiles(workloadUID, workloadGID, hostname)
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		fmt.Fprintf(h, "generated %s\x00%s\n", name, files[name])
 	}

@@ -191,8 +191,8 @@ func agentConfig(spec sandbox.Spec) *agent.Config {
 	return &agent.Config{
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
-		FileSize: l.DiskBytes,
-		GVisor:   &agent.GVisorConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
+		FileSize:  l.DiskBytes,
+		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
 	}
 }
 

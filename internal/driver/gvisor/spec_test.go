@@ -296,8 +296,8 @@ func TestSpecPosture(t *testing.T) {
 func TestAgentConfig(t *testing.T) {
 	spec := sandbox.Spec{Env: []string{"A=b"}, Limits: sandbox.Limits{Pids: 7, DiskBytes: 1 << 20, TmpBytes: 2 << 20, OpenFiles: 99, Timeout: time.Second}.WithDefaults()}
 	cfg := agentConfig(spec)
-	if cfg.GVisor == nil || cfg.GVisor.Pids != 7 || cfg.GVisor.AgentMount != agentDir+"/"+agentName {
-		t.Errorf("gVisor config %+v: want the workload's pids limit and the agent's mount", cfg.GVisor)
+	if cfg.Contained == nil || cfg.Contained.Pids != 7 || cfg.Contained.AgentMount != agentDir+"/"+agentName {
+		t.Errorf("contained config %+v: want the workload's pids limit and the agent's mount", cfg.Contained)
 	}
 	if cfg.Pids != 0 {
 		t.Errorf("RLIMIT_NPROC %d: inside gVisor the cgroup holds the limit", cfg.Pids)

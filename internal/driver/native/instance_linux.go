@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -26,7 +27,7 @@ type instance struct {
 	layers   []sandbox.Layer
 	cmd      *exec.Cmd
 	client   *agent.Client
-	agentLog agent.LogBuffer
+	agentLog agentdriver.LogBuffer
 	done     chan struct{}
 	created  time.Time
 	lifetime *time.Timer
@@ -351,7 +352,7 @@ func (p *process) finish() {
 	}
 	if r.Reason != sandbox.ReasonError {
 		r.Reason = ""
-		agent.Classify(r, killedBy, oom, pids, false)
+		r.Classify(killedBy, sandbox.Evidence{OOM: oom, Pids: pids})
 	}
 	if r.Message == "" {
 		r.Message = sandbox.Message(r, in.spec.Limits, p.timeout, p.cpuTime)

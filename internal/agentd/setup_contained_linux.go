@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"errors"
@@ -7,17 +7,19 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// cgroupStaging is where setupGVisor mounts gVisor's cgroup file system for
+// cgroupStaging is where setupContained mounts gVisor's cgroup file system for
 // a moment, before any command runs: long enough to open it.
 const cgroupStaging = "/tmp/.cgroup"
 
-// setupGVisor finishes a sandbox whose root, mounts, namespaces, hostname
+// setupContained finishes a sandbox whose root, mounts, namespaces, hostname
 // and loopback runsc built from the OCI bundle. What is left is inside
 // gVisor's own kernel:
 //
@@ -32,22 +34,24 @@ const cgroupStaging = "/tmp/.cgroup"
 // Without gVisor's cgroup v2 file system (runsc older than 2026, or one
 // started without --in-sandbox-cgroup=v2) the agent falls back to
 // RLIMIT_NPROC for the pids limit and to process groups for kills.
-func setupGVisor(cfg *Config) error {
-	g := cfg.GVisor
+// It returns a descriptor of the directory commands are chrooted into, or 0
+// for none.
+func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
+	g := cfg.Contained
 	var remove []string
 	if g.AgentMount != "" {
 		if err := unix.Unmount(g.AgentMount, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount the agent's binary: %w", err)
+			return 0, fmt.Errorf("unmount the agent's binary: %w", err)
 		}
 		remove = append(remove, g.AgentMount)
 	}
 	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
 		remove = append(remove, "/sys")
 	} else if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount /sys: %w", err)
+		return 0, fmt.Errorf("unmount /sys: %w", err)
 	}
 	if err := removeMountPoints(remove); err != nil {
-		return err
+		return 0, err
 	}
 	dir, err := innerCgroups(g.Pids)
 	if err != nil {
@@ -61,17 +65,13 @@ func setupGVisor(cfg *Config) error {
 		if g.AgentMount != "" {
 			_ = removeMountPoints([]string{path.Dir(g.AgentMount)})
 		}
-		return nil
+		return 0, nil
 	}
-	cfg.Cgroup = CgroupConfig{V2: true, FDs: []int{dir}, Controllers: [][]string{cgroup.V2Controllers}}
+	cfg.Cgroup = agent.CgroupConfig{V2: true, FDs: []int{dir}, Controllers: [][]string{cgroup.V2Controllers}}
 	if g.AgentMount != "" {
-		fd, err := chrootTarget(path.Dir(g.AgentMount))
-		if err != nil {
-			return err
-		}
-		cfg.workloadRoot = fd
+		return chrootTarget(path.Dir(g.AgentMount))
 	}
-	return nil
+	return 0, nil
 }
 
 // chrootTarget binds the whole tree at dir, which it then denies to

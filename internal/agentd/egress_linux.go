@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
 // egressServer is the agent's side of the egress tunnels: the listener on
@@ -20,15 +21,15 @@ type egressServer struct {
 	conns chan net.Conn
 }
 
-// startEgress listens on the proxy port when the Config asks for it. It
+// startEgress listens on the proxy port when the agent.Config asks for it. It
 // runs before any command does, so no command can take the port first.
-func startEgress(cfg *EgressConfig) (*egressServer, error) {
+func startEgress(cfg *agent.EgressConfig) (*egressServer, error) {
 	if cfg == nil {
 		return nil, nil
 	}
 	addr := cfg.Listen
 	if addr == "" {
-		addr = EgressListen
+		addr = agent.EgressListen
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -60,12 +61,12 @@ func (e *egressServer) accept() {
 // register adds the Egress procedure to mux. Without the listener a call
 // fails at once.
 func (e *egressServer) register(mux *http.ServeMux) {
-	mux.Handle(procEgress, connect.NewBidiStreamHandler(procEgress, e.serve, egressHandlerOptions()...))
+	mux.Handle(agent.ProcEgress, connect.NewBidiStreamHandler(agent.ProcEgress, e.serve, agent.EgressHandlerOptions()...))
 }
 
 // serve waits for the host's ready message and a command's connection,
 // then carries the connection's bytes both ways until both halves end.
-func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[EgressChunk, EgressChunk]) error {
+func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[agent.EgressChunk, agent.EgressChunk]) error {
 	if e == nil {
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this sandbox has no egress"))
 	}
@@ -79,7 +80,7 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[Egr
 		return ctx.Err()
 	}
 	defer c.Close()
-	if err := stream.Send(&EgressChunk{}); err != nil {
+	if err := stream.Send(&agent.EgressChunk{}); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -87,7 +88,7 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[Egr
 	go func() {
 		// Host to command; the host's end of its half shuts down writing.
 		defer wg.Done()
-		var m EgressChunk // its buffer is reused
+		var m agent.EgressChunk // its buffer is reused
 		for {
 			m.Data = m.Data[:0] // Connect does not unmarshal empty messages
 			err := stream.Conn().Receive(&m)
@@ -107,11 +108,11 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[Egr
 			}
 		}
 	}()
-	buf := make([]byte, egressChunk)
+	buf := make([]byte, agent.EgressChunkSize)
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			if serr := stream.Send(&EgressChunk{Data: buf[:n]}); serr != nil {
+			if serr := stream.Send(&agent.EgressChunk{Data: buf[:n]}); serr != nil {
 				c.Close()
 				break
 			}
@@ -119,7 +120,7 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[Egr
 		if err != nil {
 			// An empty chunk tells the host that the command will send
 			// no more (a half-close), while the host may still send.
-			_ = stream.Send(&EgressChunk{})
+			_ = stream.Send(&agent.EgressChunk{})
 			break
 		}
 	}

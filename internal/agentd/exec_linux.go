@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"errors"
@@ -14,20 +14,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/confine"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // engine starts and tracks the sandbox's commands.
 type engine struct {
-	cfg      *Config
+	cfg      *agent.Config
 	reaper   *reaper
 	workload *cgroup.Group // nil when cgroups were left out
 	filter   *confine.Filter
 	landlock bool
+	// workloadRoot, when set (> 0), is a descriptor of the directory
+	// commands are chrooted into (see setupContained).
+	workloadRoot int
 
 	mu       sync.Mutex
 	procs    map[string]*proc
@@ -52,7 +57,7 @@ type proc struct {
 	started    time.Time
 }
 
-func newEngine(cfg *Config) (*engine, error) {
+func newEngine(cfg *agent.Config) (*engine, error) {
 	e := &engine{cfg: cfg, reaper: startReaper(), procs: map[string]*proc{}}
 	if !skipped(cfg, sandbox.LayerCgroups) && len(cfg.Cgroup.FDs) > 0 {
 		h := &cgroup.Hierarchy{V2: cfg.Cgroup.V2, Mounts: map[string]string{}}
@@ -82,7 +87,7 @@ func newEngine(cfg *Config) (*engine, error) {
 	return e, nil
 }
 
-func skipped(cfg *Config, l sandbox.Layer) bool {
+func skipped(cfg *agent.Config, l sandbox.Layer) bool {
 	for _, s := range cfg.Skip {
 		if s == l {
 			return true
@@ -188,7 +193,7 @@ func (e *engine) prepare() {
 }
 
 // start starts the command of s with the given standard streams.
-func (e *engine) start(s *ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
+func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
 	env := e.env(s.Env)
 	path, err := lookPath(s.Argv[0], env)
 	if err != nil {
@@ -258,8 +263,8 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 			return 0, nil, fmt.Errorf("enter the exec's cgroup namespace: %w", err)
 		}
 	}
-	if e.cfg.workloadRoot > 0 {
-		if err := chrootThread(e.cfg.workloadRoot); err != nil {
+	if e.workloadRoot > 0 {
+		if err := chrootThread(e.workloadRoot); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -310,7 +315,7 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 
 // chrootThread gives the calling thread a file-system context of its own
 // (root, working directory) and makes the directory fd its root. The
-// command forked from it inherits that root; see setupGVisor for why.
+// command forked from it inherits that root; see setupContained for why.
 func chrootThread(fd int) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare the file-system context: %w", err)

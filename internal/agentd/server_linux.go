@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"context"
@@ -16,14 +16,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/fsroot"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Main is the agent's entry point: read the Config, build the sandbox,
+// Main is the agent's entry point: read the agent.Config, build the sandbox,
 // serve the host until the connection ends, then kill everything.
 func Main() int {
 	if err := run(); err != nil {
@@ -39,25 +41,27 @@ func run() error {
 	if err := markCloexec(); err != nil {
 		return fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
-	var cfg Config
+	var cfg agent.Config
 	var conn net.Conn // set here in stdio mode, below otherwise
-	if len(os.Args) > 1 && os.Args[1] == StdioArg {
+	if len(os.Args) > 1 && os.Args[1] == agent.StdioArg {
 		c, sc, err := openStdio()
 		if err != nil {
 			return err
 		}
 		cfg, conn = *c, sc
 	} else {
-		cfgFile := os.NewFile(FDConfig, "config")
-		err := json.NewDecoder(io.LimitReader(cfgFile, MaxMessage)).Decode(&cfg)
+		cfgFile := os.NewFile(agent.FDConfig, "config")
+		err := json.NewDecoder(io.LimitReader(cfgFile, agent.MaxMessage)).Decode(&cfg)
 		cfgFile.Close()
 		if err != nil {
 			return fmt.Errorf("read config: %w", err)
 		}
 	}
-	if cfg.GVisor != nil {
-		// The runtime built the root; what remains lives in gVisor's kernel.
-		if err := setupGVisor(&cfg); err != nil {
+	workloadRoot := 0
+	if cfg.Contained != nil {
+		// The runtime built the root; what remains lives inside it.
+		var err error
+		if workloadRoot, err = setupContained(&cfg); err != nil {
 			return err
 		}
 	} else {
@@ -78,11 +82,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	eng.workloadRoot = workloadRoot
 	s := &server{cfg: &cfg, eng: eng}
 	if s.egress, err = startEgress(cfg.Egress); err != nil {
 		return err
 	}
-	if cfg.GVisor != nil {
+	if cfg.Contained != nil {
 		// gVisor has no setfsuid: file operations run on threads that are
 		// the workload's uid and gid altogether (see idThreads).
 		s.root, err = fsroot.Open("/", -1, -1, sandbox.Workspace)
@@ -100,7 +105,7 @@ func run() error {
 		return fmt.Errorf("open the file API's root: %w", err)
 	}
 	if conn == nil {
-		if conn, err = net.FileConn(os.NewFile(FDConn, "conn")); err != nil {
+		if conn, err = net.FileConn(os.NewFile(agent.FDConn, "conn")); err != nil {
 			return fmt.Errorf("open the host connection: %w", err)
 		}
 	}
@@ -117,7 +122,7 @@ func run() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		serveConn(context.Background(), conn, s.handler())
+		agent.ServeConn(context.Background(), conn, s.handler())
 	}()
 	<-done
 	eng.killAll()
@@ -149,9 +154,9 @@ func markCloexec() error {
 	return nil
 }
 
-// openStdio reads the Config from standard input and returns the host
-// connection on standard input and output (see StdioArg).
-func openStdio() (*Config, net.Conn, error) {
+// openStdio reads the agent.Config from standard input and returns the host
+// connection on standard input and output (see agent.StdioArg).
+func openStdio() (*agent.Config, net.Conn, error) {
 	// Pollable descriptors give the connection deadlines.
 	for _, fd := range []int{0, 1} {
 		if err := unix.SetNonblock(fd, true); err != nil {
@@ -159,15 +164,15 @@ func openStdio() (*Config, net.Conn, error) {
 		}
 	}
 	in, out := os.NewFile(0, "stdin"), os.NewFile(1, "stdout")
-	cfg, err := ReadConfig(in)
+	cfg, err := agent.ReadConfig(in)
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg, PipeConn(in, out), nil
+	return cfg, agent.PipeConn(in, out), nil
 }
 
 type server struct {
-	cfg  *Config
+	cfg  *agent.Config
 	eng  *engine
 	root *fsroot.Root
 	// ids, when set, runs the file operations as the workload (gVisor);
@@ -192,24 +197,24 @@ func (s *server) files(f func() error) error {
 
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	o := handlerOptions()
-	mux.Handle(procHello, connect.NewUnaryHandlerSimple(procHello, s.hello, o...))
-	mux.Handle(procExec, connect.NewBidiStreamHandler(procExec, s.exec, o...))
-	mux.Handle(procSignal, connect.NewUnaryHandlerSimple(procSignal, s.signal, o...))
-	mux.Handle(procReadFile, connect.NewServerStreamHandlerSimple(procReadFile, s.readFile, o...))
-	mux.Handle(procWriteFile, connect.NewClientStreamHandlerSimple(procWriteFile, s.writeFile, o...))
-	mux.Handle(procReadDir, connect.NewUnaryHandlerSimple(procReadDir, s.readDir, o...))
-	mux.Handle(procStat, connect.NewUnaryHandlerSimple(procStat, s.stat, o...))
-	mux.Handle(procMkdir, connect.NewUnaryHandlerSimple(procMkdir, s.mkdir, o...))
-	mux.Handle(procRemove, connect.NewUnaryHandlerSimple(procRemove, s.remove, o...))
-	mux.Handle(procRename, connect.NewUnaryHandlerSimple(procRename, s.rename, o...))
+	o := agent.HandlerOptions()
+	mux.Handle(agent.ProcHello, connect.NewUnaryHandlerSimple(agent.ProcHello, s.hello, o...))
+	mux.Handle(agent.ProcExec, connect.NewBidiStreamHandler(agent.ProcExec, s.exec, o...))
+	mux.Handle(agent.ProcSignal, connect.NewUnaryHandlerSimple(agent.ProcSignal, s.signal, o...))
+	mux.Handle(agent.ProcReadFile, connect.NewServerStreamHandlerSimple(agent.ProcReadFile, s.readFile, o...))
+	mux.Handle(agent.ProcWriteFile, connect.NewClientStreamHandlerSimple(agent.ProcWriteFile, s.writeFile, o...))
+	mux.Handle(agent.ProcReadDir, connect.NewUnaryHandlerSimple(agent.ProcReadDir, s.readDir, o...))
+	mux.Handle(agent.ProcStat, connect.NewUnaryHandlerSimple(agent.ProcStat, s.stat, o...))
+	mux.Handle(agent.ProcMkdir, connect.NewUnaryHandlerSimple(agent.ProcMkdir, s.mkdir, o...))
+	mux.Handle(agent.ProcRemove, connect.NewUnaryHandlerSimple(agent.ProcRemove, s.remove, o...))
+	mux.Handle(agent.ProcRename, connect.NewUnaryHandlerSimple(agent.ProcRename, s.rename, o...))
 	s.egress.register(mux)
 	return mux
 }
 
-func (s *server) hello(_ context.Context, req *HelloRequest) (*HelloResponse, error) {
-	if req.Version != Version {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent speaks protocol %d, host %d: use the agent built with this airlock", Version, req.Version))
+func (s *server) hello(_ context.Context, req *agent.HelloRequest) (*agent.HelloResponse, error) {
+	if req.Version != agent.Version {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent speaks protocol %d, host %d: use the agent built with this airlock", agent.Version, req.Version))
 	}
 	var layers []sandbox.Layer
 	layers = append(layers, sandbox.LayerRootFS, sandbox.LayerNoNewPrivs, sandbox.LayerCaps)
@@ -219,32 +224,32 @@ func (s *server) hello(_ context.Context, req *HelloRequest) (*HelloResponse, er
 	if s.eng.landlock {
 		layers = append(layers, sandbox.LayerLandlock)
 	}
-	return &HelloResponse{Version: Version, Layers: layers}, nil
+	return &agent.HelloResponse{Version: agent.Version, Layers: layers}, nil
 }
 
-func (s *server) signal(_ context.Context, req *SignalRequest) (*Empty, error) {
+func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Empty, error) {
 	if req.Signal <= 0 || req.Signal > 64 {
-		return nil, wireError(fmt.Errorf("signal %d: %w", req.Signal, sandbox.ErrInvalid))
+		return nil, agent.WireError(fmt.Errorf("signal %d: %w", req.Signal, sandbox.ErrInvalid))
 	}
-	return &Empty{}, wireError(s.eng.signal(req.ID, unix.Signal(req.Signal)))
+	return &agent.Empty{}, agent.WireError(s.eng.signal(req.ID, unix.Signal(req.Signal)))
 }
 
 // exec runs one command: the first message starts it, later ones feed its
 // stdin; the agent streams its output and ends with its Result.
-func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput, ExecEvent]) error {
+func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent]) error {
 	first, err := stream.Receive()
 	if err != nil {
 		return err
 	}
 	st := first.Start
 	if st == nil || !sandbox.ValidID(st.ID) {
-		return wireError(fmt.Errorf("exec needs a start message with a valid id: %w", sandbox.ErrInvalid))
+		return agent.WireError(fmt.Errorf("exec needs a start message with a valid id: %w", sandbox.ErrInvalid))
 	}
 	if err := (sandbox.ExecRequest{Argv: st.Argv, Env: st.Env, Dir: st.Dir}).Validate(); err != nil {
-		return wireError(err)
+		return agent.WireError(err)
 	}
 	var sendMu sync.Mutex
-	send := func(ev *ExecEvent) error {
+	send := func(ev *agent.ExecEvent) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		return stream.Send(ev)
@@ -252,15 +257,15 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 
 	stdin, stdinW, err := s.stdin(st.Stdin)
 	if err != nil {
-		return wireError(err)
+		return agent.WireError(err)
 	}
 	outR, outW, err := pipe()
 	if err != nil {
-		return wireError(err)
+		return agent.WireError(err)
 	}
 	errR, errW, err := pipe()
 	if err != nil {
-		return wireError(err)
+		return agent.WireError(err)
 	}
 	var pidsBefore int64
 	if s.eng.workload != nil {
@@ -278,11 +283,11 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		}
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
-			return send(&ExecEvent{Exit: &sandbox.Result{ExitCode: ce.Code, Reason: sandbox.ReasonExit, Message: ce.Msg, LimitsHit: []sandbox.Limit{}}})
+			return send(&agent.ExecEvent{Exit: &sandbox.Result{ExitCode: ce.Code, Reason: sandbox.ReasonExit, Message: ce.Msg, LimitsHit: []sandbox.Limit{}}})
 		}
-		return wireError(err)
+		return agent.WireError(err)
 	}
-	if err := send(&ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil {
+	if err := send(&agent.ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil {
 		s.eng.kill(p, sandbox.ReasonKilled)
 	}
 	if stdinW != nil {
@@ -298,7 +303,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		go func() {
 			defer outWG.Done()
 			defer r.Close()
-			buf := make([]byte, chunkSize)
+			buf := make([]byte, agent.ChunkSize)
 			for {
 				n, err := r.Read(buf)
 				if n > 0 {
@@ -311,9 +316,9 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 					}
 					written[i].Add(int64(len(data)))
 					if len(data) > 0 {
-						ev := &ExecEvent{Stdout: data}
+						ev := &agent.ExecEvent{Stdout: data}
 						if i == 1 {
-							ev = &ExecEvent{Stderr: data}
+							ev = &agent.ExecEvent{Stderr: data}
 						}
 						if send(ev) != nil {
 							go s.eng.kill(p, sandbox.ReasonKilled)
@@ -358,13 +363,13 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[ExecInput,
 		stats.oom = gs.OOMKills > 0
 		stats.pids = gs.PidsMax > 0 || s.eng.workload.PidsMax() > pidsBefore
 	}
-	Classify(&res, reason, stats.oom, stats.pids, diskFull())
+	res.Classify(reason, sandbox.Evidence{OOM: stats.oom, Pids: stats.pids, DiskFull: diskFull()})
 	if !st.Background {
 		s.eng.remove(p)
 	} else {
 		go func() { <-drained; s.eng.remove(p) }()
 	}
-	err = send(&ExecEvent{Exit: &res})
+	err = send(&agent.ExecEvent{Exit: &res})
 	// The next command's spawner is prepared while the sandbox is idle,
 	// not while a command starts or runs.
 	go s.eng.prepare()
@@ -383,7 +388,7 @@ func drainGrace(background bool) time.Duration {
 
 // watch waits for the main process to exit, enforcing the wall-time and
 // CPU-time limits and the caller going away.
-func (s *server) watch(ctx context.Context, p *proc, st *ExecStart) unix.WaitStatus {
+func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.WaitStatus {
 	var timeout <-chan time.Time
 	if st.TimeoutMS > 0 {
 		t := time.NewTimer(time.Duration(st.TimeoutMS) * time.Millisecond)
@@ -424,7 +429,7 @@ func (s *server) stdin(want bool) (r, w *os.File, err error) {
 	return pipe()
 }
 
-func feedStdin(stream *connect.BidiStream[ExecInput, ExecEvent], w *os.File) {
+func feedStdin(stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent], w *os.File) {
 	defer w.Close()
 	for {
 		msg, err := stream.Receive()
@@ -444,7 +449,7 @@ func feedStdin(stream *connect.BidiStream[ExecInput, ExecEvent], w *os.File) {
 
 func exitOf(ws unix.WaitStatus) (int, string) {
 	if ws.Signaled() {
-		return -1, SignalName(ws.Signal())
+		return -1, sandbox.SignalName(ws.Signal())
 	}
 	return ws.ExitStatus(), ""
 }
@@ -460,8 +465,8 @@ func diskFull() bool {
 	return false
 }
 
-func (s *server) readFile(_ context.Context, req *PathRequest, stream *connect.ServerStream[FileChunk]) error {
-	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&FileChunk{Data: b}) }}
+func (s *server) readFile(_ context.Context, req *agent.PathRequest, stream *connect.ServerStream[agent.FileChunk]) error {
+	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&agent.FileChunk{Data: b}) }}
 	err := s.files(func() error {
 		_, err := s.root.ReadFile(req.Path, req.Offset, req.Limit, w)
 		return err
@@ -469,12 +474,12 @@ func (s *server) readFile(_ context.Context, req *PathRequest, stream *connect.S
 	if err == nil {
 		err = w.flush()
 	}
-	return wireError(err)
+	return agent.WireError(err)
 }
 
-func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[FileChunk]) (*Empty, error) {
+func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[agent.FileChunk]) (*agent.Empty, error) {
 	if !stream.Receive() {
-		return nil, wireError(fmt.Errorf("write needs a path: %w", sandbox.ErrInvalid))
+		return nil, agent.WireError(fmt.Errorf("write needs a path: %w", sandbox.ErrInvalid))
 	}
 	first := stream.Msg()
 	r := &chunkReader{pending: first.Data, next: func() ([]byte, error) {
@@ -494,44 +499,44 @@ func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[FileC
 		_, err := s.root.WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
 		return err
 	})
-	return &Empty{}, wireError(err)
+	return &agent.Empty{}, agent.WireError(err)
 }
 
-func (s *server) readDir(_ context.Context, req *PathRequest) (*FileList, error) {
+func (s *server) readDir(_ context.Context, req *agent.PathRequest) (*agent.FileList, error) {
 	var fi []sandbox.FileInfo
 	err := s.files(func() (err error) {
 		fi, err = s.root.ReadDir(req.Path)
 		return err
 	})
-	return &FileList{Files: fi}, wireError(err)
+	return &agent.FileList{Files: fi}, agent.WireError(err)
 }
 
-func (s *server) stat(_ context.Context, req *PathRequest) (*FileList, error) {
+func (s *server) stat(_ context.Context, req *agent.PathRequest) (*agent.FileList, error) {
 	var fi sandbox.FileInfo
 	err := s.files(func() (err error) {
 		fi, err = s.root.Stat(req.Path)
 		return err
 	})
-	return &FileList{Files: []sandbox.FileInfo{fi}}, wireError(err)
+	return &agent.FileList{Files: []sandbox.FileInfo{fi}}, agent.WireError(err)
 }
 
-func (s *server) mkdir(_ context.Context, req *PathRequest) (*Empty, error) {
+func (s *server) mkdir(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
 	mode := fs.FileMode(req.Mode).Perm()
 	if mode == 0 {
 		mode = 0o755
 	}
-	return &Empty{}, wireError(s.files(func() error { return s.root.Mkdir(req.Path, mode) }))
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Mkdir(req.Path, mode) }))
 }
 
-func (s *server) remove(_ context.Context, req *PathRequest) (*Empty, error) {
-	return &Empty{}, wireError(s.files(func() error { return s.root.Remove(req.Path) }))
+func (s *server) remove(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Remove(req.Path) }))
 }
 
-func (s *server) rename(_ context.Context, req *PathRequest) (*Empty, error) {
-	return &Empty{}, wireError(s.files(func() error { return s.root.Rename(req.Path, req.To) }))
+func (s *server) rename(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Rename(req.Path, req.To) }))
 }
 
-// chunkWriter sends what is written in chunks of at most chunkSize.
+// chunkWriter sends what is written in chunks of at most agent.ChunkSize.
 type chunkWriter struct {
 	buf  []byte
 	send func([]byte) error
@@ -540,10 +545,10 @@ type chunkWriter struct {
 func (w *chunkWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		k := min(len(p), chunkSize-len(w.buf))
+		k := min(len(p), agent.ChunkSize-len(w.buf))
 		w.buf = append(w.buf, p[:k]...)
 		p = p[k:]
-		if len(w.buf) == chunkSize {
+		if len(w.buf) == agent.ChunkSize {
 			if err := w.flush(); err != nil {
 				return 0, err
 			}

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
 
 	"golang.org/x/sys/unix"
 
@@ -147,7 +149,7 @@ func TestEngineEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := &engine{cfg: &Config{Hostname: "box", Env: tt.sandbox}}
+			e := &engine{cfg: &agent.Config{Hostname: "box", Env: tt.sandbox}}
 			got := e.env(tt.req)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("env =\n %q\nwant\n %q", got, tt.want)
@@ -157,7 +159,7 @@ func TestEngineEnv(t *testing.T) {
 	t.Run("inputs are not modified", func(t *testing.T) {
 		sb := []string{"A=1"}
 		req := []string{"A=2"}
-		e := &engine{cfg: &Config{Env: sb}}
+		e := &engine{cfg: &agent.Config{Env: sb}}
 		_ = e.env(req)
 		if sb[0] != "A=1" || req[0] != "A=2" {
 			t.Errorf("env changed its inputs: %q %q", sb, req)

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"bytes"
@@ -6,10 +6,12 @@ import (
 	"io"
 	"testing"
 	"testing/iotest"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
 func TestChunkWriter(t *testing.T) {
-	data := make([]byte, 5*chunkSize+123)
+	data := make([]byte, 5*agent.ChunkSize+123)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
@@ -20,12 +22,12 @@ func TestChunkWriter(t *testing.T) {
 		{"nothing", nil},
 		{"empty write", []int{0}},
 		{"one byte", []int{1}},
-		{"exactly one chunk", []int{chunkSize}},
-		{"one chunk in pieces", []int{chunkSize - 1, 1}},
-		{"one byte past a chunk", []int{chunkSize + 1}},
-		{"many small", []int{100, 200, 300, 0, 400, chunkSize, 5}},
-		{"one big write", []int{5*chunkSize + 123}},
-		{"mixed", []int{1, 3 * chunkSize, chunkSize - 1, chunkSize + 123}},
+		{"exactly one chunk", []int{agent.ChunkSize}},
+		{"one chunk in pieces", []int{agent.ChunkSize - 1, 1}},
+		{"one byte past a chunk", []int{agent.ChunkSize + 1}},
+		{"many small", []int{100, 200, 300, 0, 400, agent.ChunkSize, 5}},
+		{"one big write", []int{5*agent.ChunkSize + 123}},
+		{"mixed", []int{1, 3 * agent.ChunkSize, agent.ChunkSize - 1, agent.ChunkSize + 123}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,10 +55,10 @@ func TestChunkWriter(t *testing.T) {
 				if len(c) == 0 {
 					t.Errorf("chunk %d is empty", i)
 				}
-				if len(c) > chunkSize {
-					t.Errorf("chunk %d has %d bytes, more than %d", i, len(c), chunkSize)
+				if len(c) > agent.ChunkSize {
+					t.Errorf("chunk %d has %d bytes, more than %d", i, len(c), agent.ChunkSize)
 				}
-				if i < len(chunks)-1 && len(c) != chunkSize {
+				if i < len(chunks)-1 && len(c) != agent.ChunkSize {
 					t.Errorf("chunk %d of %d has %d bytes: only the last may be short", i, len(chunks), len(c))
 				}
 				all = append(all, c...)
@@ -64,7 +66,7 @@ func TestChunkWriter(t *testing.T) {
 			if !bytes.Equal(all, want) {
 				t.Errorf("sent %d bytes, want %d (same content: %v)", len(all), len(want), bytes.Equal(all, want))
 			}
-			if wantChunks := (len(want) + chunkSize - 1) / chunkSize; len(chunks) != wantChunks {
+			if wantChunks := (len(want) + agent.ChunkSize - 1) / agent.ChunkSize; len(chunks) != wantChunks {
 				t.Errorf("%d chunks, want %d", len(chunks), wantChunks)
 			}
 			// A second flush sends nothing.
@@ -80,7 +82,7 @@ func TestChunkWriter(t *testing.T) {
 		if n, err := w.Write(make([]byte, 10)); err != nil || n != 10 {
 			t.Errorf("buffered Write = %d, %v", n, err)
 		}
-		if n, err := w.Write(make([]byte, chunkSize)); !errors.Is(err, boom) || n != 0 {
+		if n, err := w.Write(make([]byte, agent.ChunkSize)); !errors.Is(err, boom) || n != 0 {
 			t.Errorf("Write that sends = %d, %v, want 0, %v", n, err, boom)
 		}
 		w2 := &chunkWriter{send: func([]byte) error { return boom }}
@@ -92,19 +94,19 @@ func TestChunkWriter(t *testing.T) {
 	t.Run("io.Copy", func(t *testing.T) {
 		var got bytes.Buffer
 		w := &chunkWriter{send: func(b []byte) error {
-			if len(b) > chunkSize {
+			if len(b) > agent.ChunkSize {
 				t.Errorf("chunk of %d bytes", len(b))
 			}
 			got.Write(b)
 			return nil
 		}}
-		if _, err := io.Copy(w, iotest.OneByteReader(bytes.NewReader(data[:3*chunkSize+1]))); err != nil {
+		if _, err := io.Copy(w, iotest.OneByteReader(bytes.NewReader(data[:3*agent.ChunkSize+1]))); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.flush(); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got.Bytes(), data[:3*chunkSize+1]) {
+		if !bytes.Equal(got.Bytes(), data[:3*agent.ChunkSize+1]) {
 			t.Error("io.Copy through the writer changed the data")
 		}
 	})
@@ -132,7 +134,7 @@ func TestChunkReader(t *testing.T) {
 		{"first chunk only", []byte("hello"), nil, "hello"},
 		{"first and more", []byte("he"), [][]byte{[]byte("ll"), []byte("o")}, "hello"},
 		{"empty chunks are skipped", nil, [][]byte{{}, []byte("a"), nil, {}, []byte("b")}, "ab"},
-		{"big chunks", bytes.Repeat([]byte("x"), chunkSize), [][]byte{bytes.Repeat([]byte("y"), chunkSize)}, string(bytes.Repeat([]byte("x"), chunkSize)) + string(bytes.Repeat([]byte("y"), chunkSize))},
+		{"big chunks", bytes.Repeat([]byte("x"), agent.ChunkSize), [][]byte{bytes.Repeat([]byte("y"), agent.ChunkSize)}, string(bytes.Repeat([]byte("x"), agent.ChunkSize)) + string(bytes.Repeat([]byte("y"), agent.ChunkSize))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,7 +61,7 @@ func writeZero(fds []int, allThreads bool) error {
 // tree, a composed read-only root with /proc, /dev, /tmp and /workspace,
 // pivot_root into it, hostname and loopback. It runs once, single-threaded
 // in spirit (nothing else runs yet), as uid 0 of the sandbox's user namespace.
-func setup(cfg *Config) error {
+func setup(cfg *agent.Config) error {
 	// No process of the sandbox may make a user namespace of its own (the
 	// seccomp filter also refuses it, where it can see the flags). The
 	// limit is per user namespace, so this changes nothing on the host.
@@ -101,11 +103,11 @@ func setup(cfg *Config) error {
 	return nil
 }
 
-func composeRoot(cfg *Config) error {
+func composeRoot(cfg *agent.Config) error {
 	if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"); err != nil {
 		return fmt.Errorf("mount the root tmpfs: %w", err)
 	}
-	for _, d := range RootDirs {
+	for _, d := range rootfs.RootDirs {
 		if err := os.Mkdir(filepath.Join(staging, d), 0o755); err != nil {
 			return fmt.Errorf("make root directory /%s: %w", d, err)
 		}
@@ -114,17 +116,17 @@ func composeRoot(cfg *Config) error {
 		return err
 	}
 	// Merged /usr: /bin, /lib… are symlinks into /usr; a split /usr gets binds.
-	for _, d := range UsrLinks {
+	for _, d := range rootfs.UsrLinks {
 		if err := mirror("/"+d, filepath.Join(staging, d)); err != nil {
 			return err
 		}
 	}
-	for _, name := range EtcAllowlist {
+	for _, name := range rootfs.EtcAllowlist {
 		if err := mirror("/etc/"+name, filepath.Join(staging, "etc", name)); err != nil {
 			return err
 		}
 	}
-	for name, content := range EtcFiles(cfg.UID, cfg.GID, cfg.Hostname) {
+	for name, content := range rootfs.EtcFiles(cfg.UID, cfg.GID, cfg.Hostname) {
 		if err := os.WriteFile(filepath.Join(staging, "etc", name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
@@ -203,7 +205,7 @@ func remountRO(dst string) error {
 	return unix.Mount("", dst, "", flags, "")
 }
 
-func mountSpecial(cfg *Config) error {
+func mountSpecial(cfg *agent.Config) error {
 	root := func(p string) string { return filepath.Join(staging, p) }
 	// A fresh /proc for the sandbox's pid namespace. Commands see each
 	// other (a later command can find and signal a background one) and the
@@ -288,7 +290,7 @@ func attach(fd int, dst string) error {
 	return unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
-func attachMount(m MountConfig) error {
+func attachMount(m agent.MountConfig) error {
 	dst := filepath.Join(staging, m.Target)
 	var err error
 	if m.Dir {
@@ -351,7 +353,7 @@ func loopbackUp() error {
 // not dumpable (the workload cannot ptrace it or read its memory or
 // environment), rlimits its commands inherit, and only the capabilities it
 // still needs.
-func harden(cfg *Config) error {
+func harden(cfg *agent.Config) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("make the agent non-dumpable: %w", err)
 	}
@@ -379,7 +381,7 @@ func harden(cfg *Config) error {
 		}
 	}
 	keep := keptCaps
-	if cfg.GVisor != nil {
+	if cfg.Contained != nil {
 		// Inside gVisor each command is chrooted (see chrootTarget).
 		keep = append(keep[:len(keep):len(keep)], unix.CAP_SYS_CHROOT)
 		// The runtime started the agent with these and no others (the

@@ -1,4 +1,4 @@
-package agent
+package agentd
 
 import (
 	"bytes"
@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"golang.org/x/sys/unix"
 )
 
 // tunnelPair serves the Egress procedure on one end of a socketpair (the
 // agent's side, listening on a free loopback port) and returns the host's
-// Client on the other, and the address commands would connect to.
+// agent.Client on the other, and the address commands would connect to.
 func tunnelPair(t testing.TB, serve func(net.Conn)) string {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -34,22 +36,23 @@ func tunnelPair(t testing.TB, serve func(net.Conn)) string {
 		return c
 	}
 	agentEnd, hostEnd := conn(fds[0]), conn(fds[1])
-	e, err := startEgress(&EgressConfig{Listen: "127.0.0.1:0"})
+	e, err := startEgress(&agent.EgressConfig{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	e.register(mux)
 	ctx, cancel := context.WithCancel(context.Background())
-	go serveConn(ctx, agentEnd, mux)
-	hc, cc, err := dialConn(hostEnd)
+	mux.Handle(agent.ProcHello, connect.NewUnaryHandlerSimple(agent.ProcHello, func(context.Context, *agent.HelloRequest) (*agent.HelloResponse, error) {
+		return &agent.HelloResponse{Version: agent.Version}, nil
+	}, agent.HandlerOptions()...))
+	go agent.ServeConn(ctx, agentEnd, mux)
+	cl, _, err := agent.Dial(ctx, hostEnd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = hc
-	cl := &Client{cc: cc}
 	go cl.ServeEgress(ctx, serve)
-	t.Cleanup(func() { cancel(); cc.Close(); agentEnd.Close(); e.ln.Close() })
+	t.Cleanup(func() { cancel(); cl.Close(); agentEnd.Close(); e.ln.Close() })
 	return e.ln.Addr().String()
 }
 
