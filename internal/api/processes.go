@@ -62,25 +62,13 @@ type SignalRequest struct {
 	Signal string `json:"signal"`
 }
 
-var signals = map[string]syscall.Signal{
-	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "PIPE": syscall.SIGPIPE, "ALRM": syscall.SIGALRM,
-	"TERM": syscall.SIGTERM, "CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP, "TSTP": syscall.SIGTSTP,
-	"WINCH": syscall.SIGWINCH,
-}
-
 // parseSignal reads a signal name or number.
 func parseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n < 1 || n > 64 {
-			return 0, badRequest("signal %d: give 1 to 64", n)
-		}
-		return syscall.Signal(n), nil
+	sig, err := sandbox.ParseSignal(s)
+	if err != nil {
+		return 0, badRequest("%s", strings.TrimPrefix(err.Error(), sandbox.ErrInvalid.Error()+": "))
 	}
-	if sig, ok := signals[strings.TrimPrefix(strings.ToUpper(s), "SIG")]; ok {
-		return sig, nil
-	}
-	return 0, badRequest("signal %q: give a name like SIGTERM or a number", truncate(s, 40))
+	return sig, nil
 }
 
 func processID(r *http.Request) (string, error) {

@@ -431,26 +431,17 @@ func (s *Server) processWait(ctx context.Context, req *sdk.CallToolRequest, in P
 	return res, out, nil
 }
 
-// signals are the signals process_kill takes by name.
-var signals = map[string]syscall.Signal{
-	"KILL": syscall.SIGKILL, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP,
-	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
-}
-
+// parseSignal reads process_kill's signal: a name or a number, as the API
+// takes them; empty means SIGKILL.
 func parseSignal(v string) (syscall.Signal, error) {
 	if v == "" {
 		return syscall.SIGKILL, nil
 	}
-	if n, err := strconv.Atoi(v); err == nil {
-		if n < 1 || n > 64 {
-			return 0, toolError("signal %d: give 1 to 64", n)
-		}
-		return syscall.Signal(n), nil
+	sig, err := sandbox.ParseSignal(v)
+	if err != nil {
+		return 0, toolError("%s", strings.TrimPrefix(err.Error(), sandbox.ErrInvalid.Error()+": "))
 	}
-	if sig, ok := signals[strings.TrimPrefix(strings.ToUpper(v), "SIG")]; ok {
-		return sig, nil
-	}
-	return 0, toolError("signal %q: give a name like SIGTERM or a number", v)
+	return sig, nil
 }
 
 func (s *Server) processKill(ctx context.Context, req *sdk.CallToolRequest, in ProcessKillInput) (*sdk.CallToolResult, OKOutput, error) {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -239,5 +240,40 @@ func TestSignalRoundTrip(t *testing.T) {
 	}
 	if len(lost) > 0 {
 		t.Errorf("SignalNumber(SignalName(n)) != n for %d signals: %s", len(lost), strings.Join(lost, " "))
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want syscall.Signal
+		bad  bool
+	}{
+		{in: "SIGTERM", want: syscall.SIGTERM},
+		{in: "term", want: syscall.SIGTERM},
+		{in: "KILL", want: syscall.SIGKILL},
+		{in: "WINCH", want: syscall.SIGWINCH},
+		{in: "SIGPIPE", want: syscall.SIGPIPE},
+		{in: "sigtstp", want: syscall.SIGTSTP},
+		{in: "SIG34", want: syscall.Signal(34)},
+		{in: "9", want: syscall.SIGKILL},
+		{in: "64", want: syscall.Signal(64)},
+		{in: "0", bad: true},
+		{in: "65", bad: true},
+		{in: "-1", bad: true},
+		{in: "SIG65", bad: true},
+		{in: "BOGUS", bad: true},
+		{in: "", bad: true},
+	} {
+		got, err := ParseSignal(tt.in)
+		if tt.bad {
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("ParseSignal(%q) = %v, %v: want ErrInvalid", tt.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseSignal(%q) = %v, %v: want %v", tt.in, got, err, tt.want)
+		}
 	}
 }

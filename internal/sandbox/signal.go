@@ -37,3 +37,28 @@ func SignalNumber(name string) (syscall.Signal, bool) {
 	}
 	return 0, false
 }
+
+// ParseSignal reads a signal as callers write it: a name with or without
+// "SIG", in any case ("SIGTERM", "term"), the "SIG34" form of real-time
+// signals, or a number from 1 to 64. The API, MCP and the CLI take the same
+// signals through it.
+func ParseSignal(s string) (syscall.Signal, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, invalid("signal %d: give 1 to 64", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig, ok := SignalNumber(name); ok {
+		return sig, nil
+	}
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return 0, invalid("signal %q: give a name like SIGTERM or TERM, or a number from 1 to 64", s)
+}
