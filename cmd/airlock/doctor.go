@@ -15,7 +15,7 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Report which drivers and isolation layers this host has, and how to fix what it lacks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r := doctor.Run(cmd.Context())
+			r := doctor.Run(cmd.Context(), doctorDrivers())
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -26,4 +26,14 @@ func newDoctorCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// doctorDrivers makes every driver of the table for doctor to ask.
+func doctorDrivers() []doctor.Driver {
+	var out []doctor.Driver
+	for _, e := range driverTable {
+		d, err := e.new(driverOptions{})
+		out = append(out, doctor.Driver{Name: e.name, Driver: d, Err: err})
+	}
+	return out
 }

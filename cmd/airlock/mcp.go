@@ -14,10 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -156,12 +154,12 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 	}
 	cleanups = append(cleanups, func() { _ = st.Close() })
 	// As in serve: the egress proxy runs in this process; secrets stay here.
-	drv, err := native.New(native.Options{Logger: log, Egress: egress.New(cfg.Egress.ProxyOptions(log))})
+	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(cfg.Egress.ProxyOptions(log))})
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
-	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}, Config: cfg, Logger: log})
+	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log})
 	if err != nil {
 		done()
 		return nil, nil, err

@@ -16,8 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
-	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -124,7 +122,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := newDriver(f.driver)
+	drv, err := newDriver(f.driver, driverOptions{})
 	if err != nil {
 		return fail(err)
 	}
@@ -144,7 +142,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if req.Stdout, req.Stderr, err = guard.created(ctx, sb.ID(), req.Stdout, req.Stderr); err != nil {
 		return fail(err)
 	}
-	res, err := sb.Exec(ctx, req)
+	res, err := sandbox.Run(ctx, sb, req)
 	guard.ran(ctx, argv, res, err)
 	if err != nil {
 		return fail(err)
@@ -172,17 +170,6 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 		return err
 	}
 	return exitWith(code)
-}
-
-// newDriver makes the driver --driver names.
-func newDriver(name string) (sandbox.Driver, error) {
-	switch name {
-	case "native":
-		return native.New(native.Options{})
-	case "gvisor":
-		return gvisor.New(gvisor.Options{})
-	}
-	return nil, fmt.Errorf("driver %q is not available in this build; use --driver native or --driver gvisor", name)
 }
 
 func exitWith(code int) error {

@@ -17,10 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
-	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
-	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -99,14 +96,14 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 			}
 		}()
 	}
-	drv, err := native.New(native.Options{Logger: log, Egress: egress.New(popts)})
+	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sup, err := supervisor.New(supervisor.Options{
-		Store: st, Drivers: daemonDrivers(ctx, drv, log), Config: cfg,
+		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,
 	})
 	if err != nil {
@@ -283,11 +280,11 @@ daemon is running on the state directory (it reaps by itself).`,
 				return err
 			}
 			defer st.Close()
-			drv, err := native.New(native.Options{})
+			drivers, err := availableDrivers(cmd.Context(), driverOptions{})
 			if err != nil {
 				return err
 			}
-			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}})
+			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers})
 			if err != nil {
 				return err
 			}
@@ -304,22 +301,4 @@ daemon is running on the state directory (it reaps by itself).`,
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "registry directory")
 	return cmd
-}
-
-// daemonDrivers are the drivers templates may name: native always, gvisor
-// when runsc works here (a template that names it fails otherwise, with
-// the reason). Each sweeps what a previous daemon left.
-func daemonDrivers(ctx context.Context, native sandbox.Driver, log *slog.Logger) map[string]sandbox.Driver {
-	drivers := map[string]sandbox.Driver{native.Name(): native}
-	g, err := gvisor.New(gvisor.Options{Logger: log})
-	if err == nil {
-		err = g.Probe(ctx)
-	}
-	if err != nil {
-		log.Info("the gvisor driver is not available", "err", err)
-		return drivers
-	}
-	g.Reap()
-	drivers[g.Name()] = g
-	return drivers
 }

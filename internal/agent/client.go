@@ -30,6 +30,7 @@ type Client struct {
 	mkdir     *connect.Client[PathRequest, Empty]
 	remove    *connect.Client[PathRequest, Empty]
 	rename    *connect.Client[PathRequest, Empty]
+	symlink   *connect.Client[PathRequest, Empty]
 }
 
 // Dial speaks to the agent at the other end of c and performs the version
@@ -52,6 +53,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		mkdir:     connect.NewClient[PathRequest, Empty](hc, baseURL+ProcMkdir, o...),
 		remove:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRemove, o...),
 		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRename, o...),
+		symlink:   connect.NewClient[PathRequest, Empty](hc, baseURL+ProcSymlink, o...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
@@ -256,6 +258,12 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 // Rename moves oldpath to newpath.
 func (c *Client) Rename(ctx context.Context, oldpath, newpath string) error {
 	_, err := c.rename.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: oldpath, To: newpath}))
+	return hostError(err)
+}
+
+// Symlink makes a symlink at path pointing to target.
+func (c *Client) Symlink(ctx context.Context, target, path string) error {
+	_, err := c.symlink.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, To: target}))
 	return hostError(err)
 }
 

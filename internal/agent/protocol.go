@@ -18,7 +18,7 @@ import (
 )
 
 // Version is the protocol version. The host refuses an agent that speaks another.
-const Version = 1
+const Version = 2
 
 // Procedure paths.
 const (
@@ -33,6 +33,7 @@ const (
 	ProcMkdir     = service + "Mkdir"
 	ProcRemove    = service + "Remove"
 	ProcRename    = service + "Rename"
+	ProcSymlink   = service + "Symlink"
 )
 
 // MaxMessage caps every message either side accepts.
@@ -98,7 +99,8 @@ type SignalRequest struct {
 
 // PathRequest names a path, with the extras some calls need.
 type PathRequest struct {
-	Path   string `json:"path"`
+	Path string `json:"path"`
+	// To is Rename's new path and Symlink's target.
 	To     string `json:"to,omitempty"`
 	Mode   uint32 `json:"mode,omitempty"`
 	Offset int64  `json:"offset,omitempty"`

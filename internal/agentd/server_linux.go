@@ -208,6 +208,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcMkdir, connect.NewUnaryHandlerSimple(agent.ProcMkdir, s.mkdir, o...))
 	mux.Handle(agent.ProcRemove, connect.NewUnaryHandlerSimple(agent.ProcRemove, s.remove, o...))
 	mux.Handle(agent.ProcRename, connect.NewUnaryHandlerSimple(agent.ProcRename, s.rename, o...))
+	mux.Handle(agent.ProcSymlink, connect.NewUnaryHandlerSimple(agent.ProcSymlink, s.symlink, o...))
 	s.egress.register(mux)
 	return mux
 }
@@ -534,6 +535,10 @@ func (s *server) remove(_ context.Context, req *agent.PathRequest) (*agent.Empty
 
 func (s *server) rename(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
 	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Rename(req.Path, req.To) }))
+}
+
+func (s *server) symlink(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Symlink(req.To, req.Path) }))
 }
 
 // chunkWriter sends what is written in chunks of at most agent.ChunkSize.

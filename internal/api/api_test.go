@@ -10,9 +10,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -130,51 +128,8 @@ func (e *testEnv) raw(method, path, key string, body io.Reader, hdr map[string]s
 	return resp.StatusCode, resp.Header, b
 }
 
-// fakeDriver makes in-memory sandboxes whose only command is echo; enough
-// to test auth, quotas, rate limits and pools without root.
-type fakeDriver struct {
-	fail    error
-	created atomic.Int32
-}
-
-func (d *fakeDriver) Name() string                { return "native" }
-func (d *fakeDriver) Probe(context.Context) error { return nil }
-func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
-	if d.fail != nil {
-		return nil, d.fail
-	}
-	d.created.Add(1)
-	return &fakeInst{id: spec.ID, done: make(chan struct{})}, nil
-}
-
-type fakeInst struct {
-	id   string
-	once sync.Once
-	done chan struct{}
-}
-
-func (f *fakeInst) ID() string              { return f.id }
-func (f *fakeInst) Layers() []sandbox.Layer { return nil }
-func (f *fakeInst) Files() sandbox.Files    { return nil }
-func (f *fakeInst) Done() <-chan struct{}   { return f.done }
-func (f *fakeInst) Close(context.Context) error {
-	f.once.Do(func() { close(f.done) })
-	return nil
-}
-func (f *fakeInst) Start(context.Context, sandbox.ExecRequest) (sandbox.Process, error) {
-	return nil, sandbox.ErrUnsupported
-}
-func (f *fakeInst) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
-	if req.Stdout != nil {
-		_, _ = io.WriteString(req.Stdout, strings.Join(req.Argv[1:], " ")+"\n")
-	}
-	return sandbox.Result{Reason: sandbox.ReasonExit, LimitsHit: []sandbox.Limit{}}, nil
-}
-
-var _ = syscall.SIGKILL
-
 func TestAuth(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{})
+	e := startEnv(t, &fake.Driver{}, envOptions{})
 	ctx := context.Background()
 	alice, aliceKey := e.client(store.RoleAgent, store.Quota{}, store.RateLimits{})
 	bob, _ := e.client(store.RoleAgent, store.Quota{}, store.RateLimits{})
@@ -240,7 +195,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestHostAndOrigin(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{})
+	e := startEnv(t, &fake.Driver{}, envOptions{})
 	_, sec, _ := e.st.NewKey("k", store.RoleAgent, store.Quota{}, store.RateLimits{}, time.Now())
 	for _, tc := range []struct {
 		name   string
@@ -279,7 +234,7 @@ func TestConfiguredHostsAndOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	sup, _ := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fakeDriver{}}})
+	sup, _ := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}}})
 	defer sup.Close(context.Background())
 	srv, err := New(Options{Supervisor: sup, Store: st, ListenAddr: "0.0.0.0:7070", AllowedHosts: []string{"airlock.internal"}, AllowedOrigins: []string{"https://console.example"}})
 	if err != nil {
@@ -309,7 +264,7 @@ func TestConfiguredHostsAndOrigins(t *testing.T) {
 }
 
 func TestQuotaOverAPI(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{})
+	e := startEnv(t, &fake.Driver{}, envOptions{})
 	ctx := context.Background()
 	c, _ := e.client(store.RoleAgent, store.Quota{MaxSandboxes: 2, MaxMemoryBytes: 1 << 30}, store.RateLimits{CreatesPerSecond: 100, CreateBurst: 100})
 	for i := 0; i < 2; i++ {
@@ -328,7 +283,7 @@ func TestQuotaOverAPI(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{})
+	e := startEnv(t, &fake.Driver{}, envOptions{})
 	ctx := context.Background()
 	c, _ := e.client(store.RoleAgent, store.Quota{}, store.RateLimits{CreatesPerSecond: 0.5, CreateBurst: 1, ExecsPerSecond: 1, ExecBurst: 2})
 	sb, err := c.CreateSandbox(ctx, client.CreateRequest{})
@@ -365,7 +320,7 @@ func TestRateLimits(t *testing.T) {
 }
 
 func TestAdmissionOverAPI(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{
+	e := startEnv(t, &fake.Driver{}, envOptions{
 		cfg: supervisor.Config{MemoryReserve: 256 << 20, Templates: []supervisor.Template{{Name: "default", Memory: 2 << 30}}},
 		mem: func() (int64, error) { return 1 << 30, nil },
 	})
@@ -381,7 +336,7 @@ func TestAdmissionOverAPI(t *testing.T) {
 }
 
 func TestPoolOverAPI(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{cfg: supervisor.Config{Templates: []supervisor.Template{{Name: "default", Pool: 2}}}})
+	e := startEnv(t, &fake.Driver{}, envOptions{cfg: supervisor.Config{Templates: []supervisor.Template{{Name: "default", Pool: 2}}}})
 	ctx := context.Background()
 	c := e.agent()
 	deadline := time.Now().Add(10 * time.Second)
@@ -411,7 +366,7 @@ func TestPoolOverAPI(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	drv := &fakeDriver{}
+	drv := &fake.Driver{}
 	e := startEnv(t, drv, envOptions{})
 	_, sec, _ := e.st.NewKey("k", store.RoleAgent, store.Quota{}, store.RateLimits{}, time.Now())
 	key := string(sec)
@@ -457,8 +412,8 @@ func TestErrors(t *testing.T) {
 		}
 	})
 	t.Run("internal errors name no host path", func(t *testing.T) {
-		drv.fail = errors.New("mount /var/lib/airlock/secret-dir/rootfs: device busy")
-		defer func() { drv.fail = nil }()
+		drv.Fail = errors.New("mount /var/lib/airlock/secret-dir/rootfs: device busy")
+		defer func() { drv.Fail = nil }()
 		st, _, body := e.raw("POST", "/v1/sandboxes", key, strings.NewReader(`{}`), nil)
 		if st != 500 || strings.Contains(string(body), "/var/lib") || !strings.Contains(string(body), `"internal"`) {
 			t.Fatalf("%d %s", st, body)
@@ -524,7 +479,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	walk(whole)
 
-	e := startEnv(t, &fakeDriver{}, envOptions{})
+	e := startEnv(t, &fake.Driver{}, envOptions{})
 	st, _, body := e.raw("GET", "/v1/openapi.json", "", nil, nil)
 	if st != 200 || !bytes.Equal(body, openapiDoc) {
 		t.Fatalf("GET /v1/openapi.json: %d", st)
@@ -534,7 +489,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // TestReaperOverAPI: the daemon's own reaper loop destroys a sandbox past
 // its TTL and another past its idle timeout, and GET says why.
 func TestReaperOverAPI(t *testing.T) {
-	e := startEnv(t, &fakeDriver{}, envOptions{cfg: supervisor.Config{
+	e := startEnv(t, &fake.Driver{}, envOptions{cfg: supervisor.Config{
 		ReapInterval: supervisor.Duration(50 * time.Millisecond),
 		Templates:    []supervisor.Template{{Name: "default", TTL: supervisor.Duration(time.Hour), IdleTimeout: supervisor.Duration(time.Hour)}},
 	}})

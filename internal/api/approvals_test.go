@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,7 +63,7 @@ func startPolicyEnv(t *testing.T, policyText string) (*testEnv, string) {
 	}
 	reg := prometheus.NewRegistry()
 	sup, err := supervisor.New(supervisor.Options{
-		Store: st, Drivers: map[string]sandbox.Driver{"native": &fakeDriver{}},
+		Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}},
 		Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: al,
 	})
 	if err != nil {

@@ -237,10 +237,6 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request, c *caller
 	if err != nil {
 		return err
 	}
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
 	f, done, err := s.files(r, c)
 	if err != nil {
 		return err
@@ -303,13 +299,11 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request, c *caller
 			if err := mkdirAll(path.Dir(dest)); err != nil {
 				return err
 			}
-			// The file API cannot make links; ln runs confined in the sandbox.
-			out, err := s.sup.RunCommand(ctx, c.sup, id, "ln", "-s", "--", e.Target, dest)
-			if err != nil {
+			if err := f.Symlink(ctx, e.Target, dest); err != nil {
+				if errors.Is(err, sandbox.ErrExists) {
+					return &Error{Status: http.StatusConflict, Code: "archive_refused", Message: fmt.Sprintf("archive entry %q: cannot make the symlink: something exists at its path", truncate(e.Name, 200))}
+				}
 				return err
-			}
-			if out.ExitCode != 0 {
-				return &Error{Status: http.StatusConflict, Code: "archive_refused", Message: fmt.Sprintf("archive entry %q: cannot make the symlink (it exists?)", truncate(e.Name, 200))}
 			}
 		}
 		res.Entries++

@@ -52,7 +52,7 @@ func (g *guarded) exec(ctx context.Context) (time.Duration, error) {
 	done := make(chan outcome, 1)
 	t0 := time.Now()
 	go func() {
-		res, err := g.sb.Exec(ctx, sandbox.ExecRequest{Argv: trueArgv})
+		res, err := sandbox.Run(ctx, g.sb, sandbox.ExecRequest{Argv: trueArgv})
 		done <- outcome{res, err}
 	}()
 	hang := g.hang

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// fakeSandbox answers Exec with res, or never when block is set. Methods it
-// does not override panic.
+// fakeSandbox's commands end with res and err, or never when block is set.
+// Methods it does not override panic.
 type fakeSandbox struct {
 	sandbox.Instance
 	res   sandbox.Result
@@ -22,12 +23,24 @@ type fakeSandbox struct {
 
 func (f *fakeSandbox) ID() string { return "sb-fake" }
 
-func (f *fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
+func (f *fakeSandbox) Start(context.Context, sandbox.ExecRequest) (sandbox.Process, error) {
 	f.calls++
-	if f.block != nil {
-		<-f.block
+	return fakeProcess{f}, nil
+}
+
+type fakeProcess struct{ f *fakeSandbox }
+
+func (p fakeProcess) ID() string                                   { return "e1" }
+func (p fakeProcess) Signal(context.Context, syscall.Signal) error { return nil }
+func (p fakeProcess) Wait(ctx context.Context) (sandbox.Result, error) {
+	if p.f.block != nil {
+		select {
+		case <-p.f.block:
+		case <-ctx.Done():
+			return sandbox.Result{}, ctx.Err()
+		}
 	}
-	return f.res, f.err
+	return p.f.res, p.f.err
 }
 
 func TestGuardedExec(t *testing.T) {

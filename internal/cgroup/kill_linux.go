@@ -136,3 +136,37 @@ func rmdir(dir string) error {
 	}
 	return nil
 }
+
+// Freeze stops every process of the group (and below it) and waits, up to
+// timeout, until they are stopped.
+func (g *Group) Freeze(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if !g.h.V2 {
+		return g.freeze(deadline)
+	}
+	if err := writeFile(filepath.Join(g.Path("pids"), "cgroup.freeze"), "1"); err != nil {
+		return err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(g.Path("pids"), "cgroup.events"))
+		if err != nil {
+			return err
+		}
+		if keyed(b, "frozen") == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("freeze timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Thaw lets the processes of a frozen group run again.
+func (g *Group) Thaw() {
+	if g.h.V2 {
+		_ = writeFile(filepath.Join(g.Path("pids"), "cgroup.freeze"), "0")
+		return
+	}
+	g.thaw()
+}

@@ -4,6 +4,7 @@ package cgroup
 
 import (
 	"errors"
+	"os/exec"
 	"time"
 )
 
@@ -15,3 +16,12 @@ func (g *Group) Kill(timeout time.Duration, spare ...int) error {
 }
 
 func rmdir(dir string) error { return errors.New("cgroups need Linux") }
+
+// Start is not supported off Linux.
+func (g *Group) Start(cmd *exec.Cmd) error { return errors.New("cgroups need Linux") }
+
+// Freeze is not supported off Linux.
+func (g *Group) Freeze(timeout time.Duration) error { return errors.New("cgroups need Linux") }
+
+// Thaw does nothing off Linux.
+func (g *Group) Thaw() {}

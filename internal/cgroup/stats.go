@@ -82,3 +82,17 @@ func keyed(b []byte, key string) int64 {
 	}
 	return 0
 }
+
+// MemoryCurrent reads the memory the group and its descendants use now,
+// page cache and tmpfs pages charged to them included.
+func (g *Group) MemoryCurrent() (int64, error) {
+	file := "memory.usage_in_bytes"
+	if g.h.V2 {
+		file = "memory.current"
+	}
+	b, err := os.ReadFile(filepath.Join(g.Path("memory"), file))
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(b), nil
+}

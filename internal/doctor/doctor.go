@@ -11,11 +11,11 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"runtime"
-	"slices"
-	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // Report is what doctor found. Its JSON form uses snake_case keys.
@@ -40,134 +40,67 @@ type HostInfo struct {
 type DriverStatus struct {
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
-	// Note qualifies a working driver ("software emulation (TCG): slow").
+	// Note says which backend a working driver uses ("runsc …, platform
+	// systrap").
 	Note string `json:"note,omitempty"`
-	// Why says, when not OK, which needed layers are missing and why.
+	// Why says, when not OK, what the driver's own probe found missing.
 	Why string `json:"why,omitempty"`
-	// Fix lists, when not OK, what provides the missing layers.
+	// Fix says, when not OK, how to get it.
 	Fix string `json:"fix,omitempty"`
-	// Needs names the layers (hostcap.Names) the driver needs; "a|b" means
-	// either will do.
-	Needs []string `json:"needs"`
+	// Capabilities is what the driver's sandboxes can do.
+	Capabilities sandbox.Capabilities `json:"capabilities"`
 }
 
-// Run probes the host and derives the drivers' status.
-func Run(ctx context.Context) Report {
+// Driver is one driver this build of airlock has, as its table made it.
+type Driver struct {
+	Name string
+	// Driver is the driver; nil when making it failed (Err).
+	Driver sandbox.Driver
+	Err    error
+}
+
+// Run probes the host's layers and asks each driver whether it can run
+// sandboxes here.
+func Run(ctx context.Context, drivers []Driver) Report {
 	layers := hostcap.All(ctx)
 	h := hostInfo()
 	h.Arch = runtime.GOARCH
 	h.Cores = runtime.NumCPU()
 	h.GoVersion = runtime.Version()
 	h.CgroupMode = hostcap.CgroupMode()
-	return Report{Host: h, Layers: layers, Drivers: markUnbuilt(drivers(layers))}
+	r := Report{Host: h, Layers: layers, Drivers: []DriverStatus{}}
+	for _, d := range drivers {
+		r.Drivers = append(r.Drivers, status(ctx, d))
+	}
+	return r
 }
 
-// markUnbuilt reports the drivers this version of airlock does not have as
-// missing, keeping what the host would need for them.
-func markUnbuilt(ds []DriverStatus) []DriverStatus {
-	for i, s := range ds {
-		built := false
-		for _, d := range driverNeeds {
-			if d.name == s.Name {
-				built = d.built
-			}
+// status asks one driver's Probe.
+func status(ctx context.Context, d Driver) DriverStatus {
+	s := DriverStatus{Name: d.Name, Capabilities: sandbox.Capabilities{Languages: []string{}}}
+	err := d.Err
+	if d.Driver != nil {
+		s.Capabilities = d.Driver.Capabilities()
+		if s.Capabilities.Languages == nil {
+			s.Capabilities.Languages = []string{}
 		}
-		if built {
-			continue
+		err = d.Driver.Probe(ctx)
+		if ds, ok := d.Driver.(sandbox.Describer); ok {
+			s.Note = ds.Describe()
 		}
-		if s.OK {
-			s.Note = "the host has what it needs"
-		}
-		s.Why = strings.TrimSuffix(notBuilt+"; "+s.Why, "; ")
-		s.OK = false
-		if s.Fix == "" {
-			s.Fix = "use --driver native"
-		}
-		ds[i] = s
 	}
-	return ds
-}
-
-// driverNeeds lists, per driver, the groups of layers it needs: one layer
-// of each group must work.
-// built says whether this version of airlock has the driver at all; a
-// driver it does not have is never reported as usable, whatever the host has.
-var driverNeeds = []struct {
-	name  string
-	built bool
-	needs [][]string
-}{
-	{"native", true, [][]string{{"root"}, {"userns"}, {"cgroupv1", "cgroupv2"}, {"seccomp"}, {"landlock"}}},
-	// runsc runs rootful here: it makes the sandbox's namespaces and
-	// cgroups (the driver's own cgroup holds gVisor and the workload).
-	{"gvisor", true, [][]string{{"root"}, {"cgroupv1", "cgroupv2"}, {"runsc"}}},
-	// QEMU is the VMM; KVM only speeds it up (see microvmNote).
-	{"microvm", false, [][]string{{"qemu"}}},
-	{"docker", false, [][]string{{"docker"}}},
-	{"wasm", false, nil},
-}
-
-// notBuilt is the Why of a driver this version of airlock does not have.
-const notBuilt = "this version of airlock does not have this driver yet"
-
-// drivers derives each driver's status from the layer results.
-func drivers(layers []hostcap.Result) []DriverStatus {
-	byName := map[string]hostcap.Result{}
-	for _, l := range layers {
-		byName[l.Name] = l
+	if err == nil {
+		s.OK = true
+		return s
 	}
-	layer := func(name string) hostcap.Result {
-		if r, ok := byName[name]; ok {
-			return r
-		}
-		return hostcap.Result{Name: name, Why: "not probed"}
+	s.Why = err.Error()
+	var le *sandbox.LayerError
+	var ue *sandbox.UnsupportedError
+	switch {
+	case errors.As(err, &le):
+		s.Why, s.Fix = string(le.Layer)+": "+le.Why, le.Fix
+	case errors.As(err, &ue):
+		s.Why, s.Fix = ue.Why, ue.Fix
 	}
-	var out []DriverStatus
-	for _, d := range driverNeeds {
-		s := DriverStatus{Name: d.name, OK: true, Needs: []string{}}
-		var whys, fixes []string
-		for _, group := range d.needs {
-			s.Needs = append(s.Needs, strings.Join(group, "|"))
-			if slices.ContainsFunc(group, func(n string) bool { return layer(n).OK }) {
-				continue
-			}
-			s.OK = false
-			for _, n := range group {
-				r := layer(n)
-				whys = append(whys, n+": "+r.Why)
-				if r.Fix != "" && !slices.Contains(fixes, r.Fix) {
-					fixes = append(fixes, r.Fix)
-				}
-			}
-		}
-		if !s.OK {
-			s.Why = strings.Join(whys, "; ")
-			s.Fix = strings.Join(fixes, "; ")
-		}
-
-		switch d.name {
-		case "gvisor":
-			// Which runsc, which platform: the probe says
-			// ("runsc v0.0.0-…, platform systrap, built by make runsc").
-			if r := layer("runsc"); r.OK {
-				s.Note = r.Detail
-			}
-		case "microvm":
-			if s.OK {
-				s.Note = microvmNote(layer("kvm"))
-			}
-		case "wasm":
-			s.Note = "in-process (WebAssembly), needs nothing from the host"
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// microvmNote says how fast microVMs run, given the kvm layer.
-func microvmNote(kvm hostcap.Result) string {
-	if kvm.OK {
-		return "hardware virtualization (KVM)"
-	}
-	return "software emulation (TCG): slow; kvm: " + kvm.Why
+	return s
 }

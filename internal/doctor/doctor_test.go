@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // layersWith returns a result for every capability: those in okNames work,
@@ -29,114 +31,52 @@ func layersWith(okNames ...string) []hostcap.Result {
 	return rs
 }
 
-func driver(t *testing.T, ds []DriverStatus, name string) DriverStatus {
-	t.Helper()
-	i := slices.IndexFunc(ds, func(d DriverStatus) bool { return d.Name == name })
-	if i < 0 {
-		t.Fatalf("no driver %q in %+v", name, ds)
-	}
-	return ds[i]
+// probeDriver is a driver whose Probe returns err.
+type probeDriver struct {
+	fake.Driver
+	err  error
+	desc string
 }
 
-func TestDrivers(t *testing.T) {
+func (d *probeDriver) Probe(context.Context) error { return d.err }
+func (d *probeDriver) Describe() string            { return d.desc }
+
+func TestDriverStatus(t *testing.T) {
 	tests := []struct {
-		name      string
-		layers    []hostcap.Result
-		driver    string
-		wantOK    bool
-		wantNote  string
-		wantWhy   []string
-		wantFix   []string
-		wantNeeds []string
+		name   string
+		d      Driver
+		wantOK bool
+		note   string
+		why    string
+		fix    string
+		canDo  bool
 	}{
+		{name: "works", d: Driver{Name: "native", Driver: &probeDriver{desc: "namespaces"}}, wantOK: true, note: "namespaces", canDo: true},
 		{
-			name: "native with cgroup v1", layers: layersWith("root", "userns", "cgroupv1", "seccomp", "landlock"),
-			driver: "native", wantOK: true,
-			wantNeeds: []string{"root", "userns", "cgroupv1|cgroupv2", "seccomp", "landlock"},
+			name: "layer missing", d: Driver{Name: "native", Driver: &probeDriver{err: &sandbox.LayerError{Layer: sandbox.LayerLandlock, Why: "no landlock", Fix: "boot with lsm=landlock"}}},
+			why: "landlock: no landlock", fix: "boot with lsm=landlock", canDo: true,
 		},
 		{
-			name: "native with cgroup v2", layers: layersWith("root", "userns", "cgroupv2", "seccomp", "landlock"),
-			driver: "native", wantOK: true,
+			name: "unsupported", d: Driver{Name: "gvisor", Driver: &probeDriver{err: &sandbox.UnsupportedError{What: "gvisor", Why: "no runsc", Fix: "make runsc"}}},
+			why: "no runsc", fix: "make runsc", canDo: true,
 		},
 		{
-			name: "native without any cgroups", layers: layersWith("root", "userns", "seccomp", "landlock"),
-			driver: "native", wantOK: false,
-			wantWhy: []string{"cgroupv1: cgroupv1 is broken", "cgroupv2: cgroupv2 is broken"},
-			wantFix: []string{"fix cgroupv1", "fix cgroupv2"},
+			name: "plain error", d: Driver{Name: "gvisor", Driver: &probeDriver{err: errors.New("runsc hung")}},
+			why: "runsc hung", canDo: true,
 		},
-		{
-			name: "native without root or landlock", layers: layersWith("userns", "cgroupv1", "seccomp"),
-			driver: "native", wantOK: false,
-			wantWhy: []string{"root: root is broken", "landlock: landlock is broken"},
-			wantFix: []string{"fix root", "fix landlock"},
-		},
-		{
-			name: "gvisor", layers: layersWith("root", "cgroupv1", "runsc"), driver: "gvisor", wantOK: true,
-			wantNeeds: []string{"root", "cgroupv1|cgroupv2", "runsc"}, wantNote: "runsc works",
-		},
-		{
-			name: "gvisor without runsc", layers: layersWith("root", "cgroupv2"), driver: "gvisor",
-			wantWhy: []string{"runsc: runsc is broken"}, wantFix: []string{"fix runsc"},
-		},
-		{
-			name: "gvisor without root", layers: layersWith("cgroupv1", "runsc"), driver: "gvisor",
-			wantWhy: []string{"root: root is broken"}, wantFix: []string{"fix root"},
-		},
-		{
-			name: "microvm with kvm", layers: layersWith("kvm", "qemu"), driver: "microvm", wantOK: true,
-			wantNote: "hardware virtualization (KVM)",
-		},
-		{
-			name: "microvm under TCG", layers: layersWith("qemu"), driver: "microvm", wantOK: true,
-			wantNote: "software emulation (TCG): slow; kvm: kvm is broken",
-		},
-		{
-			name: "microvm without qemu", layers: layersWith("kvm"), driver: "microvm",
-			wantWhy: []string{"qemu: qemu is broken"}, wantFix: []string{"fix qemu"},
-		},
-		{
-			name: "docker", layers: layersWith("docker"), driver: "docker", wantOK: true,
-		},
-		{
-			name: "docker missing", layers: layersWith(), driver: "docker",
-			wantWhy: []string{"docker: docker is broken"}, wantFix: []string{"fix docker"},
-		},
-		{
-			name: "wasm needs nothing", layers: nil, driver: "wasm", wantOK: true, wantNote: "in-process", wantNeeds: []string{},
-		},
-		{
-			name: "layer not probed", layers: nil, driver: "gvisor",
-			wantWhy: []string{"runsc: not probed"},
-		},
+		{name: "could not be made", d: Driver{Name: "microvm", Err: errors.New("no agent binary")}, why: "no agent binary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ds := drivers(tt.layers)
-			if len(ds) != len(driverNeeds) {
-				t.Fatalf("drivers() returned %d, want %d", len(ds), len(driverNeeds))
+			s := status(context.Background(), tt.d)
+			if s.Name != tt.d.Name || s.OK != tt.wantOK || s.Note != tt.note || s.Why != tt.why || s.Fix != tt.fix {
+				t.Errorf("status = %+v, want ok %v, note %q, why %q, fix %q", s, tt.wantOK, tt.note, tt.why, tt.fix)
 			}
-			d := driver(t, ds, tt.driver)
-			if d.OK != tt.wantOK {
-				t.Fatalf("%s OK = %v, want %v (%+v)", tt.driver, d.OK, tt.wantOK, d)
+			if got := s.Capabilities.Files; got != tt.canDo {
+				t.Errorf("capabilities %+v: want the driver's own (files %v)", s.Capabilities, tt.canDo)
 			}
-			if !strings.Contains(d.Note, tt.wantNote) {
-				t.Errorf("Note = %q, want it to contain %q", d.Note, tt.wantNote)
-			}
-			if d.OK && (d.Why != "" || d.Fix != "") {
-				t.Errorf("working driver has Why %q / Fix %q", d.Why, d.Fix)
-			}
-			for _, w := range tt.wantWhy {
-				if !strings.Contains(d.Why, w) {
-					t.Errorf("Why = %q, want it to contain %q", d.Why, w)
-				}
-			}
-			for _, f := range tt.wantFix {
-				if !strings.Contains(d.Fix, f) {
-					t.Errorf("Fix = %q, want it to contain %q", d.Fix, f)
-				}
-			}
-			if tt.wantNeeds != nil && !slices.Equal(d.Needs, tt.wantNeeds) {
-				t.Errorf("Needs = %q, want %q", d.Needs, tt.wantNeeds)
+			if s.Capabilities.Languages == nil {
+				t.Error("capabilities.languages is null in JSON")
 			}
 		})
 	}
@@ -185,7 +125,10 @@ func rows(t *testing.T, text, header string) map[string]struct {
 }
 
 func TestRun(t *testing.T) {
-	r := Run(context.Background())
+	r := Run(context.Background(), []Driver{
+		{Name: "native", Driver: &probeDriver{}},
+		{Name: "gvisor", Driver: &probeDriver{err: &sandbox.UnsupportedError{What: "gvisor", Why: "no runsc", Fix: "make runsc"}}},
+	})
 
 	t.Run("host", func(t *testing.T) {
 		h := r.Host
@@ -212,7 +155,7 @@ func TestRun(t *testing.T) {
 		for _, d := range r.Drivers {
 			ds = append(ds, d.Name)
 		}
-		if want := []string{"native", "gvisor", "microvm", "docker", "wasm"}; !slices.Equal(ds, want) {
+		if want := []string{"native", "gvisor"}; !slices.Equal(ds, want) {
 			t.Errorf("drivers %v, want %v", ds, want)
 		}
 	})
@@ -273,9 +216,12 @@ func TestRun(t *testing.T) {
 
 func TestWriteTextFixedReport(t *testing.T) {
 	r := Report{
-		Host:    HostInfo{Kernel: "6.1.0", OS: "Debian", Arch: "amd64", Cores: 2, MemoryBytes: 3 << 30, GoVersion: "go1.26", CgroupMode: "v2"},
-		Layers:  layersWith("root", "qemu"),
-		Drivers: drivers(layersWith("root", "qemu")),
+		Host:   HostInfo{Kernel: "6.1.0", OS: "Debian", Arch: "amd64", Cores: 2, MemoryBytes: 3 << 30, GoVersion: "go1.26", CgroupMode: "v2"},
+		Layers: layersWith("root", "qemu"),
+		Drivers: []DriverStatus{
+			status(context.Background(), Driver{Name: "native", Driver: &probeDriver{desc: "namespaces"}}),
+			status(context.Background(), Driver{Name: "gvisor", Driver: &probeDriver{err: &sandbox.UnsupportedError{What: "gvisor", Why: "no runsc", Fix: "make runsc"}}}),
+		},
 	}
 	var buf bytes.Buffer
 	if err := r.WriteText(&buf); err != nil {
@@ -287,8 +233,8 @@ func TestWriteTextFixedReport(t *testing.T) {
 		"  cgroups  v2\n",
 		"  root      ok       root works\n",
 		"  cgroupv1  missing\n            why: cgroupv1 is broken\n            fix: fix cgroupv1\n",
-		"  microvm   ok       software emulation (TCG): slow; kvm: kvm is broken; needs qemu\n",
-		"  gvisor    missing  needs root, cgroupv1|cgroupv2, runsc\n            why: cgroupv1: cgroupv1 is broken; cgroupv2: cgroupv2 is broken; runsc: runsc is broken\n            fix: fix cgroupv1; fix cgroupv2; fix runsc\n",
+		"  native    ok       namespaces; can: shell, code in sh/bash/python3, files, background processes\n",
+		"  gvisor    missing  can: shell, code in sh/bash/python3, files, background processes\n            why: no runsc\n            fix: make runsc\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
@@ -342,23 +288,5 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(tt.n); got != tt.want {
 			t.Errorf("formatBytes(%d) = %q, want %q", tt.n, got, tt.want)
 		}
-	}
-}
-
-func TestMarkUnbuilt(t *testing.T) {
-	in := []DriverStatus{
-		{Name: "native", OK: true, Needs: []string{"root"}},
-		{Name: "microvm", OK: true, Needs: []string{"qemu"}},
-		{Name: "docker", OK: false, Why: "docker: no engine", Fix: "apt-get install docker.io", Needs: []string{"docker"}},
-	}
-	out := markUnbuilt(in)
-	if !out[0].OK {
-		t.Errorf("native, which this airlock has, was marked missing: %+v", out[0])
-	}
-	if out[1].OK || !strings.Contains(out[1].Why, notBuilt) || out[1].Note != "the host has what it needs" || out[1].Fix != "use --driver native" {
-		t.Errorf("microvm, which this airlock lacks, = %+v", out[1])
-	}
-	if out[2].OK || !strings.HasPrefix(out[2].Why, notBuilt+"; docker: no engine") || out[2].Fix != "apt-get install docker.io" {
-		t.Errorf("docker = %+v", out[2])
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // WriteText writes the report as an aligned table: the host, then a line
@@ -53,8 +55,8 @@ func (r Report) WriteText(w io.Writer) error {
 		if d.Note != "" {
 			detail = append(detail, d.Note)
 		}
-		if len(d.Needs) > 0 {
-			detail = append(detail, "needs "+strings.Join(d.Needs, ", "))
+		if can := capabilityNames(d.Capabilities); len(can) > 0 {
+			detail = append(detail, "can: "+strings.Join(can, ", "))
 		}
 		row(d.Name, d.OK, strings.Join(detail, "; "), d.Why, d.Fix)
 	}
@@ -87,4 +89,27 @@ func formatBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// capabilityNames lists what a driver's sandboxes can do, in words.
+func capabilityNames(c sandbox.Capabilities) []string {
+	var out []string
+	add := func(ok bool, name string) {
+		if ok {
+			out = append(out, name)
+		}
+	}
+	add(c.Shell, "shell")
+	if len(c.Languages) > 0 {
+		out = append(out, "code in "+strings.Join(c.Languages, "/"))
+	}
+	add(c.Files, "files")
+	add(c.Background, "background processes")
+	add(c.Egress, "egress")
+	add(c.HostMounts, "host mounts")
+	add(c.PerExecUsage, "per-exec usage")
+	add(c.PTY, "terminals")
+	add(c.Snapshots, "snapshots")
+	add(c.SurvivesRestart, "survives a restart")
+	return out
 }

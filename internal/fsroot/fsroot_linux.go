@@ -643,3 +643,33 @@ func (r *Root) Rename(oldname, newname string) error {
 	}
 	return nil
 }
+
+// Symlink makes a symlink name that points to target. The target is stored
+// as given (it may point anywhere, as in any file system: the file API
+// never follows it out of the root); name must not exist.
+func (r *Root) Symlink(target, name string) error {
+	p, dir, base, err := splitPath(r.workdir, name)
+	if err != nil {
+		return fmt.Errorf("symlink: %w", err)
+	}
+	switch {
+	case target == "":
+		return fmt.Errorf("symlink %s: empty target: %w", p, sandbox.ErrInvalid)
+	case strings.IndexByte(target, 0) >= 0:
+		return fmt.Errorf("symlink %s: the target contains a NUL byte: %w", p, sandbox.ErrInvalid)
+	case len(target) > maxPath:
+		return fmt.Errorf("symlink %s: the target is longer than %d bytes: %w", p, maxPath, sandbox.ErrInvalid)
+	}
+	err = r.do(func(root int) error {
+		dfd, err := r.openDir(root, dir)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dfd)
+		return unix.Symlinkat(target, dfd, base)
+	})
+	if err != nil {
+		return fail("symlink", p, err)
+	}
+	return nil
+}

@@ -47,3 +47,6 @@ func (r *Root) Remove(name string) error { return errUnsupported }
 
 // Rename is not supported off Linux.
 func (r *Root) Rename(oldname, newname string) error { return errUnsupported }
+
+// Symlink is not supported off Linux.
+func (r *Root) Symlink(target, name string) error { return errUnsupported }

@@ -47,3 +47,21 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string { return e.Msg }
+
+// UnsupportedError says that this host cannot run something (a driver, a
+// feature), why, and how to make it. It wraps ErrUnsupported.
+type UnsupportedError struct {
+	What string // "gvisor", "network mode egress"
+	Why  string
+	Fix  string
+}
+
+func (e *UnsupportedError) Error() string {
+	msg := e.What + ": " + e.Why
+	if e.Fix != "" {
+		msg += " (fix: " + e.Fix + ")"
+	}
+	return msg
+}
+
+func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }

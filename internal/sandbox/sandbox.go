@@ -21,6 +21,9 @@ type Driver interface {
 	// Probe says why this host cannot run the backend. The error wraps
 	// ErrUnsupported and names the missing piece and its fix.
 	Probe(ctx context.Context) error
+	// Capabilities says what the driver's sandboxes can do. It is known
+	// without probing the host; Probe says whether the host can run them.
+	Capabilities() Capabilities
 	// Create makes a sandbox from spec and returns it running and idle.
 	// A sandbox half-built when an error occurs is removed before Create
 	// returns.
@@ -35,11 +38,8 @@ type Instance interface {
 	Layers() []Layer
 	// Start starts a command and returns at once. The command runs until it
 	// exits, is killed, times out, or the sandbox closes. ctx bounds the
-	// start only.
+	// start only. Run runs a command to its end.
 	Start(ctx context.Context, req ExecRequest) (Process, error)
-	// Exec runs a command to the end: Start then Wait. Cancelling ctx kills
-	// the command (reason "killed").
-	Exec(ctx context.Context, req ExecRequest) (Result, error)
 	// Files reaches the sandbox's file system; every path is resolved inside
 	// the sandbox's own root.
 	Files() Files
@@ -80,6 +80,10 @@ type Files interface {
 	Remove(ctx context.Context, path string) error
 	// Rename moves oldpath to newpath.
 	Rename(ctx context.Context, oldpath, newpath string) error
+	// Symlink makes a symlink at path that points to target. The target is
+	// stored as given and never followed by the file API; path must not
+	// exist.
+	Symlink(ctx context.Context, target, path string) error
 }
 
 // FileInfo describes a file in a sandbox.

@@ -105,7 +105,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	rout, rerr := red.Writer(stdout), red.Writer(stderr)
 	req.Stdout, req.Stderr = rout, rerr
 	start := time.Now()
-	res, err := l.inst.Exec(ctx, req)
+	res, err := sandbox.Run(ctx, l.inst, req)
 	_, _ = rout.Flush(), rerr.Flush()
 	s.m.ExecSeconds.Observe(time.Since(start).Seconds())
 	s.recordExec(ctx, c, pr, res, stdout.sum(), stderr.sum(), err)
@@ -128,12 +128,6 @@ func (s *Supervisor) Files(ctx context.Context, c Caller, id string) (sandbox.Fi
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}, nil
-}
-
-// RunCommand runs argv in sandbox id on behalf of the daemon itself (no
-// stdin), for operations the file API lacks, such as making a symlink.
-func (s *Supervisor) RunCommand(ctx context.Context, c Caller, id string, argv ...string) (sandbox.Result, error) {
-	return s.Exec(ctx, c, id, ExecRequest{Argv: argv, Timeout: 10 * time.Second})
 }
 
 // proc is a background process of a sandbox.

@@ -180,6 +180,18 @@ func (g *guardedFiles) Rename(ctx context.Context, oldpath, newpath string) erro
 	return err
 }
 
+// Symlink is a write of path whose content is the link's target: the audit
+// event carries the target's digest and length.
+func (g *guardedFiles) Symlink(ctx context.Context, target, path string) error {
+	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+		return err
+	}
+	err := g.Files.Symlink(ctx, target, path)
+	sum := sha256.Sum256([]byte(target))
+	g.done(ctx, audit.KindFileWrite, path, hex.EncodeToString(sum[:]), int64(len(target)), err)
+	return err
+}
+
 // recordExec records a finished exec.
 func (s *Supervisor) recordExec(ctx context.Context, c Caller, r policy.Request, res sandbox.Result, stdoutSum, stderrSum string, err error) {
 	red := s.policy.Redactor()

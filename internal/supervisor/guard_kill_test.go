@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
@@ -98,7 +99,7 @@ func guardChild(dir string) {
 		fmt.Println("open store:", err)
 		os.Exit(1)
 	}
-	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fakeDriver{}},
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}},
 		MemAvailable: func() (int64, error) { return 64 << 30, nil }, Audit: al})
 	if err != nil {
 		fmt.Println("supervisor:", err)

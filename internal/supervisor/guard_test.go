@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -66,7 +67,7 @@ func guardFixture(t *testing.T, policyText string) (*Supervisor, *audit.Log, str
 	mem := &atomic.Int64{}
 	mem.Store(64 << 30)
 	sup, err := New(Options{
-		Store: st, Drivers: map[string]sandbox.Driver{"native": &fakeDriver{}},
+		Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}},
 		MemAvailable: func() (int64, error) { return mem.Load(), nil },
 		Policy:       pol, Audit: al,
 	})

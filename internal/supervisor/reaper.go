@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -41,18 +42,20 @@ func (s *Supervisor) Recover(ctx context.Context) (RecoverReport, error) {
 		s.m.Kills.WithLabelValues(lostReason).Inc()
 		s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", r.ID, "owner", r.Owner, "state_before", "live")
 	}
-	rep.Reaped = s.sweep()
+	rep.Reaped = s.sweep(ctx)
 	s.log.Info("recovered", "lost", len(rep.Lost), "reaped_drivers", rep.Reaped)
 	return rep, nil
 }
 
 // sweep has every driver that can remove the leftovers of dead sandboxes
 // do so, and returns their names.
-func (s *Supervisor) sweep() []string {
+func (s *Supervisor) sweep(ctx context.Context) []string {
 	var names []string
 	for name, d := range s.opts.Drivers {
-		if r, ok := d.(Reaper); ok {
-			r.Reap()
+		if sw, ok := d.(sandbox.Sweeper); ok {
+			if err := sw.Sweep(ctx); err != nil {
+				s.log.Warn("sweep the leftovers of dead sandboxes", "driver", name, "err", err)
+			}
 			names = append(names, name)
 		}
 	}
@@ -79,7 +82,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 		case <-reap.C:
 			s.ReapExpired()
 		case <-sweep.C:
-			s.sweep()
+			s.sweep(ctx)
 			if n, err := s.store.PruneEnded(s.opts.Now().Add(-time.Duration(s.cfg.Retention))); err != nil {
 				s.log.Warn("prune ended sandboxes", "err", err)
 			} else if n > 0 {

@@ -49,12 +49,6 @@ var (
 	ErrNotRunning = errors.New("sandbox is not running")
 )
 
-// Reaper is a driver that can remove what sandboxes of dead airlock
-// processes left on the host (native.Driver is one).
-type Reaper interface {
-	Reap()
-}
-
 // Options configure a Supervisor.
 type Options struct {
 	// Store is the registry. Required.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -17,120 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// fakeDriver makes in-memory sandboxes whose commands are "echo ARGS" and
-// "sleep" (until killed); it is enough to test the supervisor's logic
-// without root.
-type fakeDriver struct {
-	mu      sync.Mutex
-	created []sandbox.Spec
-	closed  atomic.Int32
-	reaped  atomic.Int32
-	fail    error
-	delay   time.Duration
-}
-
-func (d *fakeDriver) Name() string                { return "native" }
-func (d *fakeDriver) Probe(context.Context) error { return nil }
-func (d *fakeDriver) Reap()                       { d.reaped.Add(1) }
-
-func (d *fakeDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
-	if d.fail != nil {
-		return nil, d.fail
-	}
-	time.Sleep(d.delay)
-	d.mu.Lock()
-	d.created = append(d.created, spec)
-	d.mu.Unlock()
-	return &fakeInst{d: d, id: spec.ID, done: make(chan struct{})}, nil
-}
-
-type fakeInst struct {
-	d    *fakeDriver
-	id   string
-	seq  atomic.Int32
-	once sync.Once
-	done chan struct{}
-}
-
-func (f *fakeInst) ID() string              { return f.id }
-func (f *fakeInst) Layers() []sandbox.Layer { return []sandbox.Layer{sandbox.LayerUserNS} }
-func (f *fakeInst) Files() sandbox.Files    { return nil }
-func (f *fakeInst) Done() <-chan struct{}   { return f.done }
-func (f *fakeInst) Close(context.Context) error {
-	f.once.Do(func() { f.d.closed.Add(1); close(f.done) })
-	return nil
-}
-
-func (f *fakeInst) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
-	select {
-	case <-f.done:
-		return nil, sandbox.ErrClosed
-	default:
-	}
-	p := &fakeProc{id: "e" + string(rune('0'+f.seq.Add(1))), done: make(chan struct{}), kill: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		switch req.Argv[0] {
-		case "echo":
-			if req.Stdout != nil {
-				_, _ = io.WriteString(req.Stdout, strings.Join(req.Argv[1:], " ")+"\n")
-			}
-			p.res = sandbox.Result{Reason: sandbox.ReasonExit}
-		case "cat":
-			if req.Stdin != nil && req.Stdout != nil {
-				_, _ = io.Copy(req.Stdout, req.Stdin)
-			}
-			p.res = sandbox.Result{Reason: sandbox.ReasonExit}
-		default: // sleep
-			select {
-			case <-p.kill:
-				p.res = sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled}
-			case <-f.done:
-				p.res = sandbox.Result{ExitCode: -1, Reason: sandbox.ReasonKilled}
-			}
-		}
-	}()
-	return p, nil
-}
-
-func (f *fakeInst) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
-	p, err := f.Start(ctx, req)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	return p.Wait(ctx)
-}
-
-type fakeProc struct {
-	id       string
-	done     chan struct{}
-	kill     chan struct{}
-	killOnce sync.Once
-	res      sandbox.Result
-}
-
-func (p *fakeProc) ID() string { return p.id }
-func (p *fakeProc) Wait(ctx context.Context) (sandbox.Result, error) {
-	select {
-	case <-p.done:
-		return p.res, nil
-	case <-ctx.Done():
-		return sandbox.Result{}, ctx.Err()
-	}
-}
-func (p *fakeProc) Signal(_ context.Context, sig syscall.Signal) error {
-	p.killOnce.Do(func() { close(p.kill) })
-	return nil
-}
-
 type fixture struct {
 	sup *Supervisor
 	st  *store.Store
-	drv *fakeDriver
+	drv *fake.Driver
 	mem *atomic.Int64
 	dir string
 }
@@ -138,10 +31,10 @@ type fixture struct {
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	return openFixture(t, dir, cfg, &fakeDriver{})
+	return openFixture(t, dir, cfg, &fake.Driver{})
 }
 
-func openFixture(t *testing.T, dir string, cfg Config, drv *fakeDriver) *fixture {
+func openFixture(t *testing.T, dir string, cfg Config, drv *fake.Driver) *fixture {
 	t.Helper()
 	st, err := store.Open(dir, 0)
 	if err != nil {
@@ -176,7 +69,7 @@ func TestCreateGetListKill(t *testing.T) {
 	if in.State != store.StateRunning || in.Owner != alice.KeyID || in.Limits.MemoryBytes != 64<<20 || in.Template != DefaultTemplate {
 		t.Fatalf("created %+v", in)
 	}
-	if got := f.drv.created[0].Limits.Lifetime; got != driverLifetime {
+	if got := f.drv.Specs()[0].Limits.Lifetime; got != driverLifetime {
 		t.Errorf("driver lifetime %v: the supervisor must own the TTL", got)
 	}
 	if _, err := f.sup.Get(ctx, bob, in.ID); !errors.Is(err, ErrForbidden) {
@@ -442,14 +335,14 @@ func TestRecover(t *testing.T) {
 		}
 	}
 	st.Close()
-	drv := &fakeDriver{}
+	drv := &fake.Driver{}
 	f := openFixture(t, dir, Config{}, drv)
 	rep, err := f.sup.Recover(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Lost) != 3 || drv.reaped.Load() != 1 {
-		t.Fatalf("recover: %+v, reaped %d", rep, drv.reaped.Load())
+	if len(rep.Lost) != 3 || drv.Swept.Load() != 1 {
+		t.Fatalf("recover: %+v, reaped %d", rep, drv.Swept.Load())
 	}
 	c := Caller{KeyID: "k"}
 	for id, want := range map[string]store.State{"sb-run": store.StateLost, "sb-new": store.StateLost, "sb-gone": store.StateDestroyed} {
@@ -567,12 +460,12 @@ pool = 3
 
 func TestDriverErrorsKeepHostPathsOut(t *testing.T) {
 	f := newFixture(t, Config{})
-	f.drv.fail = fmt.Errorf("root /srv/secret/rootfs: %w", sandbox.ErrNotFound)
+	f.drv.Fail = fmt.Errorf("root /srv/secret/rootfs: %w", sandbox.ErrNotFound)
 	_, err := f.sup.Create(context.Background(), alice, CreateRequest{})
 	if err == nil || strings.Contains(err.Error(), "/srv") || errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("driver error reaches the caller as %v", err)
 	}
-	f.drv.fail = &sandbox.LayerError{Layer: sandbox.LayerSeccomp, Why: "no seccomp", Fix: "rebuild the kernel"}
+	f.drv.Fail = &sandbox.LayerError{Layer: sandbox.LayerSeccomp, Why: "no seccomp", Fix: "rebuild the kernel"}
 	_, err = f.sup.Create(context.Background(), alice, CreateRequest{})
 	var le *sandbox.LayerError
 	if !errors.As(err, &le) {

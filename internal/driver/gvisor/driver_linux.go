@@ -2,24 +2,22 @@ package gvisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -36,7 +34,10 @@ type Driver struct {
 	sweep    sync.Once
 }
 
-var _ sandbox.Driver = (*Driver)(nil)
+var (
+	_ sandbox.Driver  = (*Driver)(nil)
+	_ sandbox.Sweeper = (*Driver)(nil)
+)
 
 // New returns a gVisor driver. It fails only when the agent binary cannot
 // be found; what the host lacks (runsc, root, cgroups) is reported by
@@ -50,6 +51,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.StateDir == "" {
 		opts.StateDir = "/run/airlock"
+	}
+	if opts.Egress == nil {
+		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
 	}
 	d := &Driver{opts: opts}
 	var err error
@@ -91,6 +95,14 @@ func (d *Driver) Name() string { return "gvisor" }
 // none was found.
 func (d *Driver) Runsc() (*hostcap.Runsc, string) { return d.runsc, d.platform }
 
+// Describe says which runsc and platform the driver uses.
+func (d *Driver) Describe() string {
+	if d.runsc == nil {
+		return "no runsc"
+	}
+	return d.runsc.Describe() + ", platform " + d.platform
+}
+
 // probeTimeout bounds Probe's `runsc do true`.
 var probeTimeout = 30 * time.Second
 
@@ -131,13 +143,21 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 	// and gofer in new namespaces too.
 	on := []sandbox.Layer{sandbox.LayerGVisor, sandbox.LayerPidNS, sandbox.LayerMountNS, sandbox.LayerNetNS, sandbox.LayerIPCNS, sandbox.LayerUTSNS}
 	if d.hier == nil {
-		if !contains(allow, sandbox.LayerCgroups) {
+		if !slices.Contains(allow, sandbox.LayerCgroups) {
 			return nil, &sandbox.LayerError{Layer: sandbox.LayerCgroups, Why: d.hierErr.Error(), Fix: "mount the memory, pids, cpu, cpuacct and freezer cgroup v1 controllers, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
 		}
 	} else {
 		on = append(on, sandbox.LayerCgroups)
 	}
 	return on, nil
+}
+
+// Capabilities says what gVisor sandboxes can do.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
+		Egress: true, HostMounts: true,
+	}
 }
 
 // Create starts a sandbox: its bundle, its host cgroup, `runsc run` with
@@ -148,46 +168,47 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
-	if m := spec.Network.Mode; m != "" && m != sandbox.NetworkNone {
-		return nil, fmt.Errorf("network mode %q: %w: the gvisor driver runs sandboxes without a network only (--network none)", m, sandbox.ErrUnsupported)
-	}
 	hostLayers, err := d.layers(spec.AllowDegraded)
 	if err != nil {
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = sandbox.NewID()
 	}
 	// Leftovers of airlock processes that died uncleanly are swept once per
 	// driver, before its first sandbox.
-	d.sweep.Do(d.sweepStale)
+	d.sweep.Do(func() { _ = d.Sweep(ctx) })
 
 	// The lock first: what is left of a sandbox of this name is removed
 	// below only by whoever holds it.
-	lock, err := lockFile(d.locksDir(), spec.ID)
+	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	in := &instance{d: d, spec: spec, lock: lock, done: make(chan struct{}), procs: map[string]*process{}}
+	h := &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
+	var eg *egress.Sandbox
 	defer func() {
 		if err != nil {
-			in.teardown()
+			if eg != nil {
+				eg.Close()
+			}
+			_ = h.Teardown(context.WithoutCancel(ctx))
 		}
 	}()
-	in.bundle = filepath.Join(d.bundlesDir(), spec.ID)
+	h.bundle = filepath.Join(d.bundlesDir(), spec.ID)
 	if err := os.MkdirAll(d.bundlesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("make the bundle directory: %w", err)
 	}
-	if err := os.Mkdir(in.bundle, 0o700); err != nil {
+	if err := os.Mkdir(h.bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("make the bundle of %s: %w", spec.ID, err)
 	}
 	b := bundle{Agent: d.agent, Limits: spec.Limits, Host: hostLimitsFor(spec.Limits, d.swap)}
-	given, mounts, err := pin(in.bundle, spec.Root, spec.Mounts)
+	given, mounts, err := pin(h.bundle, spec.Root, spec.Mounts)
 	if err != nil {
 		return nil, err
 	}
 	b.Mounts = mounts
-	b.Rootfs = filepath.Join(in.bundle, "rootfs")
+	b.Rootfs = filepath.Join(h.bundle, "rootfs")
 	if spec.Root == "" {
 		var etc string
 		if etc, err = d.etcSnapshot(); err != nil {
@@ -202,29 +223,35 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}
 	if d.hier != nil {
 		b.CgroupsPath = cgroupsPath(d.opts.CgroupParent, spec.ID)
-		if err := in.makeCgroup(b.Host); err != nil {
+		if err := h.makeCgroup(b.Host); err != nil {
 			return nil, err
 		}
 	}
-	if err := writeSpec(filepath.Join(in.bundle, "config.json"), b.spec()); err != nil {
+	if err := writeSpec(filepath.Join(h.bundle, "config.json"), b.spec()); err != nil {
 		return nil, err
 	}
-	if err := in.start(ctx); err != nil {
+	cfg := agentConfig(spec)
+	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
 		return nil, err
 	}
-	// runsc's gofer has its own copies of the pinned mounts now.
-	if err := unpin(in.bundle); err != nil {
+	client, agentLayers, err := h.start(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
-	if err := in.limitCPU(b.Host); err != nil {
-		return nil, err
-	}
-	in.layers = append(hostLayers, in.agentLayers...)
-	in.lifetime = time.AfterFunc(spec.Limits.Lifetime, func() {
-		d.opts.Logger.Info("sandbox lifetime reached", "sandbox_id", spec.ID)
-		_ = in.Close(context.Background())
+	inst := agentdriver.New(agentdriver.Config{
+		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
+		Host: h, Egress: eg, Logger: d.opts.Logger,
 	})
-	return in, nil
+	// runsc's gofer has its own copies of the pinned mounts now.
+	if err := unpin(h.bundle); err != nil {
+		_ = inst.Close(ctx)
+		return nil, err
+	}
+	if err := h.limitCPU(b.Host); err != nil {
+		_ = inst.Close(ctx)
+		return nil, err
+	}
+	return inst, nil
 }
 
 // runscArgs are the global flags of every runsc call for this driver's
@@ -270,13 +297,13 @@ func (d *Driver) locksDir() string   { return filepath.Join(d.opts.StateDir, "sa
 func (d *Driver) bundlesDir() string { return filepath.Join(d.opts.StateDir, "gvisor", "bundles") }
 func (d *Driver) stateDir() string   { return filepath.Join(d.opts.StateDir, "gvisor", "state") }
 
-// sweepStale removes what the gVisor sandboxes of airlock processes that
-// died without cleaning up left behind: runsc's state and processes,
-// bundles and cgroups. A sandbox is stale when no live process holds its
-// lock (the lock of a live native sandbox is held too, so it is spared).
-func (d *Driver) sweepStale() {
+// Sweep removes what the gVisor sandboxes of airlock processes that died
+// without cleaning up left behind: runsc's state and processes, bundles and
+// cgroups. A sandbox is stale when no live process holds its lock (the lock
+// of a live native sandbox is held too, so it is spared).
+func (d *Driver) Sweep(context.Context) error {
 	if d.runsc == nil {
-		return
+		return nil
 	}
 	ents, _ := os.ReadDir(d.bundlesDir())
 	for _, ent := range ents {
@@ -284,66 +311,24 @@ func (d *Driver) sweepStale() {
 		if !sandbox.ValidID(id) {
 			continue
 		}
-		lock, err := lockFile(d.locksDir(), id)
+		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
 		if err != nil {
 			continue // alive, or not ours to judge
 		}
-		in := &instance{d: d, spec: sandbox.Spec{ID: id}, lock: lock, bundle: filepath.Join(d.bundlesDir(), id), done: make(chan struct{})}
+		h := &host{d: d, spec: sandbox.Spec{ID: id}, lock: lock, bundle: filepath.Join(d.bundlesDir(), id), done: make(chan struct{})}
 		if d.hier != nil {
-			in.group = d.hier.Open(d.opts.CgroupParent + "/" + id)
+			h.group = d.hier.Open(d.opts.CgroupParent + "/" + id)
 		}
 		d.opts.Logger.Info("removing a stale gVisor sandbox", "sandbox_id", id)
-		in.teardown()
+		h.teardown()
 	}
-}
-
-// Reap removes every stale sandbox's leftovers now.
-func (d *Driver) Reap() {
-	if d.runsc != nil {
-		d.sweepStale()
-	}
+	return nil
 }
 
 // unsupported says why this host cannot run gVisor sandboxes, and how to
 // make it.
 func unsupported(why, fix string) error {
-	return fmt.Errorf("gvisor: %s (fix: %s): %w", why, fix, sandbox.ErrUnsupported)
-}
-
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
-
-func contains[T comparable](s []T, v T) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// lockFile takes an exclusive lock on dir/name.lock, which this process
-// holds until it closes the file or dies. The native driver uses the same
-// locks, so a sandbox id is taken once across drivers.
-func lockFile(dir, name string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("make state directory: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, sandbox.ErrExists
-		}
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	return f, nil
+	return &sandbox.UnsupportedError{What: "gvisor", Why: why, Fix: fix}
 }
 
 // lastLine returns the last non-empty line of s, usually the error.

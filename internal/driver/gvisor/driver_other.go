@@ -29,5 +29,8 @@ func (*Driver) Create(context.Context, sandbox.Spec) (sandbox.Instance, error) {
 	return nil, fmt.Errorf("gvisor driver: %w (it needs Linux)", sandbox.ErrUnsupported)
 }
 
-// Reap does nothing off Linux.
-func (*Driver) Reap() {}
+// Sweep does nothing off Linux.
+func (*Driver) Sweep(context.Context) error { return nil }
+
+// Capabilities: off Linux the driver runs nothing.
+func (*Driver) Capabilities() sandbox.Capabilities { return sandbox.Capabilities{} }

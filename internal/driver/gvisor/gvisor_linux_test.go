@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
@@ -90,7 +92,30 @@ func TestConformance(t *testing.T) {
 	lc := &leakChecker{}
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
 		return newDriver(t)
-	}, sandboxtest.Options{Unsupported: Unsupported, Leaks: lc.check})
+	}, sandboxtest.Options{
+		Unsupported: Unsupported, Leaks: lc.check,
+		Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
+			d, err := New(Options{Egress: proxy})
+			if err != nil {
+				t.Fatalf("gvisor.New: %v", err)
+			}
+			return d
+		},
+		FreezeAgent: freezeSandbox,
+	})
+}
+
+// freezeSandbox freezes the sandbox's host cgroup: runsc, gVisor's kernel
+// and with it the agent stop answering.
+func freezeSandbox(t *testing.T, sb sandbox.Instance) func() {
+	g := sb.(*agentdriver.Instance).Host().(*host).group
+	if g == nil {
+		t.Fatal("the sandbox has no host cgroup to freeze")
+	}
+	if err := g.Freeze(5 * time.Second); err != nil {
+		t.Fatalf("freeze the sandbox: %v", err)
+	}
+	return func() { g.Thaw() }
 }
 
 // leakChecker finds what a closed gVisor sandbox left on the host.
@@ -180,7 +205,7 @@ func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
 func run(t *testing.T, in sandbox.Instance, argv ...string) (string, string, sandbox.Result) {
 	t.Helper()
 	var out, errb strings.Builder
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
+	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("exec %q: %v", argv, err)
 	}
@@ -194,7 +219,7 @@ var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Time
 func checkEnded(t *testing.T, in sandbox.Instance) {
 	t.Helper()
 	start := time.Now()
-	_, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}})
+	_, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"true"}})
 	if !errors.Is(err, sandbox.ErrClosed) || !strings.Contains(err.Error(), "ended") {
 		t.Errorf("Exec on an ended sandbox: %v, want an error wrapping ErrClosed that says it ended", err)
 	}
@@ -219,7 +244,7 @@ func TestOOMEndsSandbox(t *testing.T) {
 	if _, _, res := run(t, in, "dd", "if=/dev/zero", "of=/workspace/big", "bs=1M", "count=150"); res.ExitCode != 0 {
 		t.Fatalf("fill /workspace: %+v", res)
 	}
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{
+	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{
 		Argv: []string{"python3", "-c", "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n"},
 	})
 	if err != nil {
@@ -240,7 +265,7 @@ func TestOOMEndsSandbox(t *testing.T) {
 		t.Errorf("the message does not say the sandbox ended: %q", res.Message)
 	}
 	checkEnded(t, in)
-	_, err = in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}})
+	_, err = sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "out of memory") {
 		t.Errorf("Exec after the OOM: %v, want \"out of memory\"", err)
 	}
@@ -471,6 +496,6 @@ func TestKilledOwner(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	d := newDriver(t)
-	d.Reap()
+	_ = d.Sweep(t.Context())
 	(&leakChecker{}).check(t, id)
 }

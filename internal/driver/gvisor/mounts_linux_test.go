@@ -161,7 +161,7 @@ func testMountSwapRace(t *testing.T, d *Driver) {
 		}
 		mounted++
 		var out strings.Builder
-		res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /mnt/m/marker"}, Stdout: &out})
+		res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /mnt/m/marker"}, Stdout: &out})
 		if cerr := in.Close(context.Background()); cerr != nil {
 			t.Errorf("close: %v", cerr)
 		}

@@ -12,7 +12,11 @@
 // docs/decisions.md).
 package gvisor
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+)
 
 // Options configure the driver. The zero value is ready to use.
 type Options struct {
@@ -32,4 +36,8 @@ type Options struct {
 	CgroupParent string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
+	// Egress is the proxy that sandboxes in network mode egress reach. Nil
+	// means one of the driver's own, with the default limits and no
+	// secrets.
+	Egress *egress.Proxy
 }

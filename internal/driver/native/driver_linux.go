@@ -1,19 +1,14 @@
 package native
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -24,7 +19,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/confine"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -42,12 +39,12 @@ type Driver struct {
 	hierErr error
 	sweep   sync.Once
 	oomOnce sync.Once
-
-	egressOnce sync.Once
-	egress     *egress.Proxy // see proxy
 }
 
-var _ sandbox.Driver = (*Driver)(nil)
+var (
+	_ sandbox.Driver  = (*Driver)(nil)
+	_ sandbox.Sweeper = (*Driver)(nil)
+)
 
 // New returns a native driver. It fails only when the agent binary cannot
 // be found; what the host lacks is reported by Probe and Create.
@@ -60,6 +57,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.StateDir == "" {
 		opts.StateDir = "/run/airlock"
+	}
+	if opts.Egress == nil {
+		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
 	}
 	d := &Driver{opts: opts}
 	var err error
@@ -87,10 +87,8 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 	}
 	on := []sandbox.Layer{sandbox.LayerUserNS, sandbox.LayerPidNS, sandbox.LayerMountNS, sandbox.LayerNetNS, sandbox.LayerIPCNS, sandbox.LayerUTSNS, sandbox.LayerCgroupNS, sandbox.LayerUIDRange}
 	degrade := func(l sandbox.Layer, why, fix string) error {
-		for _, a := range allow {
-			if a == l {
-				return nil
-			}
+		if slices.Contains(allow, l) {
+			return nil
 		}
 		return &sandbox.LayerError{Layer: l, Why: why, Fix: fix}
 	}
@@ -114,6 +112,14 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 	return on, nil
 }
 
+// Capabilities says what native sandboxes can do.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
+		Egress: true, HostMounts: true, PerExecUsage: true,
+	}
+}
+
 // Create starts a sandbox: a new agent in new namespaces, its cgroups, its
 // own host uid range. Anything made before an error is removed again.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
@@ -126,33 +132,29 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = sandbox.NewID()
 	}
 	// Leftovers of airlock processes that died uncleanly (their locks are
 	// free) are swept once per driver, before its first sandbox: a one-shot
 	// `airlock run` cleans up after a killed one.
-	d.sweep.Do(d.sweepStale)
+	d.sweep.Do(func() { _ = d.Sweep(ctx) })
 
-	in := &instance{d: d, spec: spec, done: make(chan struct{}), procs: map[string]*process{}}
-	var undo cleanups
+	h := &host{d: d, spec: spec, done: make(chan struct{})}
+	var eg *egress.Sandbox
 	defer func() {
 		if err != nil {
-			undo.run()
+			if eg != nil {
+				eg.Close()
+			}
+			_ = h.Teardown(context.WithoutCancel(ctx))
 		}
 	}()
-
-	lock, err := lockFile(filepath.Join(d.opts.StateDir, "sandboxes"), spec.ID)
-	if err != nil {
+	if h.lock, err = hostlock.Sandbox(d.opts.StateDir, spec.ID); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	undo.add(func() { os.Remove(lock.Name()); lock.Close() })
-	in.lock = lock
-	slot, base, err := allocRange(filepath.Join(d.opts.StateDir, "uids"))
-	if err != nil {
+	if h.slot, h.base, err = hostlock.UIDRange(d.opts.StateDir); err != nil {
 		return nil, err
 	}
-	undo.add(func() { slot.Close() })
-	in.slot, in.base = slot, base
 
 	var extra []*os.File // handed to the agent from FDFirst on
 	closeExtra := func() {
@@ -166,7 +168,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: spec.Limits.OpenFiles,
 		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
 	}
-	if err := in.setupEgress(&cfg, &undo); err != nil {
+	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, &cfg); err != nil {
 		return nil, err
 	}
 	if d.hier == nil {
@@ -174,20 +176,18 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		// stays out of the way, so that the pids controller (which counts
 		// what it refuses) is the limit hit.
 		cfg.Pids = spec.Limits.Pids
-	}
-	// A layer the caller accepted doing without is left out only when the
-	// host really lacks it.
-	if d.hier == nil {
+		// A layer the caller accepted doing without is left out only when
+		// the host really lacks it.
 		cfg.Skip = append(cfg.Skip, sandbox.LayerCgroups)
 	}
 	if confine.Supported() != nil {
 		cfg.Skip = append(cfg.Skip, sandbox.LayerSeccomp)
 	}
 	if d.hier != nil {
-		if err := in.makeCgroups(&undo); err != nil {
+		if err := h.makeCgroups(); err != nil {
 			return nil, err
 		}
-		dirs, err := in.workload.OpenDirs()
+		dirs, err := h.workload.OpenDirs()
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +198,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			extra = append(extra, f)
 		}
 		if !d.hier.V2 {
-			tasks, err := in.agentGroup.OpenTasks()
+			tasks, err := h.agentGroup.OpenTasks()
 			if err != nil {
 				return nil, err
 			}
@@ -231,12 +231,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}
 	hostEnd, agentEnd := os.NewFile(uintptr(fds[0]), "agent-conn"), os.NewFile(uintptr(fds[1]), "agent-conn")
 	defer agentEnd.Close()
-	conn, err := net.FileConn(hostEnd)
+	h.conn, err = net.FileConn(hostEnd)
 	hostEnd.Close()
 	if err != nil {
 		return nil, fmt.Errorf("make the agent connection: %w", err)
 	}
-	undo.add(func() { conn.Close() })
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -248,13 +247,13 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		Path:       d.agent,
 		Args:       []string{"airlock-agent"},
 		Env:        []string{}, // nothing of airlock's environment reaches the sandbox
-		Stderr:     &in.agentLog,
+		Stderr:     &h.agentLog,
 		ExtraFiles: append([]*os.File{cfgR, agentEnd}, extra...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: rangeSize}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: rangeSize}},
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
 			GidMappingsEnableSetgroups: true,
 			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
 			Pdeathsig:                  syscall.SIGKILL,
@@ -262,7 +261,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		},
 	}
 	if d.hier != nil && d.hier.V2 {
-		fd, err := unix.Open(in.agentGroup.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(h.agentGroup.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, fmt.Errorf("open the agent's cgroup: %w", err)
 		}
@@ -272,11 +271,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the sandbox: %w", err)
 	}
-	in.cmd = cmd
-	undo.add(func() { in.stopAgent() })
+	h.cmd = cmd
 	go func() {
 		_ = cmd.Wait()
-		close(in.done)
+		close(h.done)
 	}()
 	// The agent holds its ends now; once it exits, the host sees EOF at
 	// once instead of waiting for a handshake that cannot come.
@@ -286,7 +284,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	cfgR.Close()
 	// The agent moves itself into its cgroup (v1) before it builds anything.
 	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
-		return nil, fmt.Errorf("configure the sandbox: %w%s", err, in.agentErr())
+		return nil, fmt.Errorf("configure the sandbox: %w%s", err, h.agentErr())
 	}
 	cfgW.Close()
 	// The agent survives the host's OOM killer; its commands do not inherit
@@ -301,106 +299,39 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	client, agentLayers, err := agent.Dial(dctx, conn)
+	client, agentLayers, err := agent.Dial(dctx, h.conn)
 	if err != nil {
 		// An agent that failed says why on stderr; that is read to the end
 		// once it has exited.
 		select {
-		case <-in.done:
+		case <-h.done:
 		case <-time.After(2 * time.Second):
 		}
-		return nil, fmt.Errorf("start the sandbox: %w%s", err, in.agentErr())
+		return nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
 	}
-	in.client = client
-	in.startEgress()
-	in.layers = append(hostLayers, agentLayers...)
-	in.created = time.Now()
-	in.lifetime = time.AfterFunc(spec.Limits.Lifetime, func() {
-		d.opts.Logger.Info("sandbox lifetime reached", "sandbox_id", spec.ID)
-		_ = in.Close(context.Background())
-	})
-	return in, nil
+	return agentdriver.New(agentdriver.Config{
+		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
+		Host: h, Egress: eg, Logger: d.opts.Logger,
+	}), nil
 }
 
-// rangeSize is the number of host uids (and gids) each sandbox gets.
-const rangeSize = 65536
-
-func (in *instance) makeCgroups(undo *cleanups) error {
-	h := in.d.hier
-	in.group = h.Open(in.d.opts.CgroupParent + "/" + in.spec.ID)
-	in.agentGroup = in.group.Child("agent")
-	in.workload = in.group.Child("workload")
-	undo.add(func() { in.removeCgroups() })
-	for _, g := range []*cgroup.Group{in.group, in.agentGroup, in.workload} {
-		if err := g.Create(); err != nil {
-			return err
-		}
-	}
-	l := in.spec.Limits
-	if err := in.workload.Set(cgroup.Limits{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, Pids: l.Pids}); err != nil {
-		return err
-	}
-	// The agent gets room for the files it writes on the workload's behalf,
-	// and a thread cap of its own.
-	if err := in.agentGroup.Set(cgroup.Limits{MemoryBytes: l.DiskBytes + l.TmpBytes + 128<<20, Pids: 256}); err != nil {
-		return err
-	}
-	if err := in.workload.Delegate(in.base, in.base); err != nil {
-		return err
-	}
-	return in.group.DelegateProcs(in.base, in.base)
-}
-
-func (in *instance) removeCgroups() {
-	if in.group == nil {
-		return
-	}
-	_ = in.group.Kill(5 * time.Second)
-	if err := in.group.Remove(); err != nil {
-		in.d.opts.Logger.Warn("remove sandbox cgroups", "sandbox_id", in.spec.ID, "err", err)
-	}
-}
-
-// stopAgent kills the agent; as PID 1 of the sandbox its death takes every
-// process of the sandbox with it.
-func (in *instance) stopAgent() {
-	if in.cmd == nil || in.cmd.Process == nil {
-		return
-	}
-	_ = in.cmd.Process.Kill()
-	select {
-	case <-in.done:
-	case <-time.After(10 * time.Second):
-		in.d.opts.Logger.Error("sandbox agent did not exit after SIGKILL", "sandbox_id", in.spec.ID)
-	}
-}
-
-// agentErr returns what the agent wrote to stderr, for an error message.
-func (in *instance) agentErr() string {
-	b := bytes.TrimSpace(in.agentLog.Bytes())
-	if len(b) == 0 {
-		return ""
-	}
-	return ": " + string(b)
-}
-
-// sweepStale removes what sandboxes of airlock processes that died without
+// Sweep removes what sandboxes of airlock processes that died without
 // cleaning up left behind: their cgroups. A sandbox is stale when no live
 // process holds its lock.
-func (d *Driver) sweepStale() {
+func (d *Driver) Sweep(context.Context) error {
 	if d.hier == nil {
-		return
+		return nil
 	}
 	parent := d.hier.Open(d.opts.CgroupParent)
 	names, err := parent.Children()
 	if err != nil {
-		return
+		return nil
 	}
 	for _, name := range names {
 		if !sandbox.ValidID(name) {
 			continue
 		}
-		lock, err := lockFile(filepath.Join(d.opts.StateDir, "sandboxes"), name)
+		lock, err := hostlock.Sandbox(d.opts.StateDir, name)
 		if err != nil {
 			continue // alive
 		}
@@ -409,76 +340,7 @@ func (d *Driver) sweepStale() {
 		if err := g.Remove(); err != nil {
 			d.opts.Logger.Warn("remove stale sandbox cgroups", "sandbox_id", name, "err", err)
 		}
-		os.Remove(lock.Name())
-		lock.Close()
+		lock.Release()
 	}
-}
-
-// Reap removes every stale sandbox's leftovers now.
-func (d *Driver) Reap() { d.sweepStale() }
-
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
-
-func contains[T comparable](s []T, v T) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// cleanups undoes a half-built sandbox in reverse order.
-type cleanups struct{ fns []func() }
-
-func (c *cleanups) add(f func()) { c.fns = append(c.fns, f) }
-func (c *cleanups) run() {
-	for i := len(c.fns) - 1; i >= 0; i-- {
-		c.fns[i]()
-	}
-}
-
-// lockFile takes an exclusive lock on dir/name.lock, which this process
-// holds until it closes the file or dies.
-func lockFile(dir, name string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("make state directory: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, sandbox.ErrExists
-		}
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	return f, nil
-}
-
-// allocRange takes one of the host uid ranges that sandboxes own, one
-// each, so that per-uid kernel limits are never shared between sandboxes.
-func allocRange(dir string) (*os.File, int, error) {
-	const first, slots = 0x10000000, 4096
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	start := int(b[0])<<8 | int(b[1])
-	for i := 0; i < slots; i++ {
-		slot := (start + i) % slots
-		f, err := lockFile(dir, strconv.Itoa(slot))
-		if errors.Is(err, sandbox.ErrExists) {
-			continue
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		return f, first + slot*rangeSize, nil
-	}
-	return nil, 0, fmt.Errorf("all %d uid ranges are in use: %w", slots, sandbox.ErrLimit)
+	return nil
 }

@@ -90,7 +90,7 @@ func TestEgressPerformance(t *testing.T) {
 		t.Fatalf("host probe: %v", err)
 	}
 	var out, errb bytes.Buffer
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", perfProbe, "127.0.0.1", fmt.Sprint(port), "1", n}, Stdout: &out, Stderr: &errb, Timeout: 2 * time.Minute})
+	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"python3", "-c", perfProbe, "127.0.0.1", fmt.Sprint(port), "1", n}, Stdout: &out, Stderr: &errb, Timeout: 2 * time.Minute})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("sandbox probe: %v %+v %s", err, res, errb.String())
 	}

@@ -20,10 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
@@ -69,7 +72,26 @@ func TestConformance(t *testing.T) {
 	lc := &leakChecker{sandboxes: map[string]sandboxRecord{}}
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
 		return &recordingDriver{Driver: newDriver(t), lc: lc}
-	}, sandboxtest.Options{Leaks: lc.check})
+	}, sandboxtest.Options{
+		Leaks: lc.check,
+		Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
+			d, err := New(Options{Egress: proxy})
+			if err != nil {
+				t.Fatalf("native.New: %v", err)
+			}
+			return &recordingDriver{Driver: d, lc: lc}
+		},
+		FreezeAgent: freezeAgent,
+	})
+}
+
+// freezeAgent stops the sandbox's agent with SIGSTOP; its commands run on.
+func freezeAgent(t *testing.T, sb sandbox.Instance) func() {
+	p := sb.(*agentdriver.Instance).Host().(*host).cmd.Process
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the agent: %v", err)
+	}
+	return func() { _ = p.Signal(syscall.SIGCONT) }
 }
 
 // recordingDriver notes what the leak check needs to know of each sandbox
@@ -85,7 +107,7 @@ func (d *recordingDriver) Create(ctx context.Context, spec sandbox.Spec) (sandbo
 	if err != nil {
 		return nil, err
 	}
-	d.lc.record(in.ID(), sandboxRecord{base: in.(*instance).base, mounts: before})
+	d.lc.record(in.ID(), sandboxRecord{base: in.(*agentdriver.Instance).Host().(*host).base, mounts: before})
 	return in, nil
 }
 
@@ -279,7 +301,7 @@ func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	rec := sandboxRecord{base: in.(*instance).base, mounts: before}
+	rec := sandboxRecord{base: in.(*agentdriver.Instance).Host().(*host).base, mounts: before}
 	t.Cleanup(func() {
 		if err := in.Close(context.Background()); err != nil {
 			t.Errorf("close: %v", err)
@@ -293,7 +315,7 @@ func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
 func run(t *testing.T, in sandbox.Instance, argv ...string) (string, string, sandbox.Result) {
 	t.Helper()
 	var out, errb strings.Builder
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
+	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("exec %q: %v", argv, err)
 	}
@@ -458,10 +480,10 @@ func testMountSwapRace(t *testing.T, d *Driver, limits sandbox.Limits) {
 		}
 		mounted++
 		var out strings.Builder
-		res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /mnt/m/marker; ls /mnt/m"}, Stdout: &out})
+		res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /mnt/m/marker; ls /mnt/m"}, Stdout: &out})
 		var api strings.Builder
 		apiErr := in.Files().ReadFile(t.Context(), "/mnt/m/marker", 0, 0, &api)
-		rec := sandboxRecord{base: in.(*instance).base, mounts: before}
+		rec := sandboxRecord{base: in.(*agentdriver.Instance).Host().(*host).base, mounts: before}
 		if cerr := in.Close(context.Background()); cerr != nil {
 			t.Errorf("close: %v", cerr)
 		}
@@ -634,7 +656,7 @@ func holdSandbox() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println("ready", in.ID(), in.(*instance).base)
+	fmt.Println("ready", in.ID(), in.(*agentdriver.Instance).Host().(*host).base)
 	select {}
 }
 
@@ -661,7 +683,7 @@ func TestKilledOwner(t *testing.T) {
 		}
 		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + h.id)
 		t.Logf("before Reap, the dead owner left %d cgroup directories", len(dirs))
-		newDriver(t).Reap()
+		_ = newDriver(t).Sweep(t.Context())
 		checkLeaks(t, h.id, sandboxRecord{base: h.base, mounts: h.mounts})
 	})
 
@@ -674,7 +696,7 @@ func TestKilledOwner(t *testing.T) {
 		freezeGroup(t, d, execGroupOf(t, d, h.id, "sleep\x001000\x00"))
 		h.kill(t)
 		start := time.Now()
-		d.Reap()
+		_ = d.Sweep(t.Context())
 		if took := time.Since(start); took > 3*time.Second {
 			t.Errorf("Reap took %v", took)
 		}
@@ -706,7 +728,14 @@ func TestCloseFrozenExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := p.(*process).group
+	_ = p
+	// The exec's own group, below the sandbox's workload group.
+	w := in.(*agentdriver.Instance).Host().(*host).workload
+	names, err := w.Children()
+	if err != nil || len(names) != 1 {
+		t.Fatalf("exec groups below the workload: %v, %v; want one", names, err)
+	}
+	g := w.Child(names[0])
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if procs, _ := g.Procs(); len(procs) >= 2 || time.Now().After(deadline) {
 			break
@@ -720,7 +749,7 @@ func TestCloseFrozenExec(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("Close took %v", took)
 	}
-	checkLeaks(t, in.ID(), sandboxRecord{base: in.(*instance).base, mounts: before})
+	checkLeaks(t, in.ID(), sandboxRecord{base: in.(*agentdriver.Instance).Host().(*host).base, mounts: before})
 }
 
 // holder is a helper process holding a sandbox (see holdSandbox).
@@ -887,7 +916,7 @@ func unfreezeSandbox(t *testing.T, d *Driver, id string, agent int) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	d.Reap()
+	_ = d.Sweep(t.Context())
 }
 
 // running says whether pid exists and is not a zombie.

@@ -32,6 +32,7 @@ func execCases() []testCase {
 		{name: "background", run: testBackground},
 		{name: "signal_term", run: testSignalTerm},
 		{name: "signal_kill", run: testSignalKill},
+		{name: "cancel_frozen_agent", closes: true, needs: []need{needFreeze}, run: testCancelFrozen},
 		{name: "cancel", run: testCancel},
 	}
 }
@@ -67,7 +68,7 @@ func testLifecycle(t *testing.T, e *env) {
 	if err := e.sb.Close(done); err != nil {
 		t.Errorf("Close with a cancelled context: %v (want nil)", err)
 	}
-	_, err := e.sb.Exec(e.ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}})
+	_, err := sandbox.Run(e.ctx, e.sb, sandbox.ExecRequest{Argv: []string{"echo", "ok"}})
 	if !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Exec after Close: got %v, want an error wrapping sandbox.ErrClosed", err)
 	}
@@ -332,7 +333,7 @@ func testConcurrent(t *testing.T, e *env) {
 		wg.Go(func() {
 			var out, errb syncBuffer
 			script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo "exec-%d-line-$i"; echo "err-%d-$i" >&2; i=$((i+1)); done; exit %d`, lines, i, i, i)
-			res, err := e.sb.Exec(e.ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
+			res, err := sandbox.Run(e.ctx, e.sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
 			outs[i], errs[i] = output{stdout: out.String(), stderr: errb.String(), res: res}, err
 		})
 	}
@@ -550,7 +551,7 @@ func testCancel(t *testing.T, e *env) {
 	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	res, err := e.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", "(" + heartbeat("/tmp/hb-cancel") + ") & sleep 35; echo finished"}})
+	res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "(" + heartbeat("/tmp/hb-cancel") + ") & sleep 35; echo finished"}})
 	d := time.Since(start)
 	if err != nil {
 		t.Fatalf("Exec whose context was cancelled returned an error instead of a result: %v", err)
@@ -563,5 +564,51 @@ func testCancel(t *testing.T, e *env) {
 	}
 	if e.beating(t, "/tmp/hb-cancel") {
 		t.Errorf("the cancelled exec's processes are still running")
+	}
+}
+
+// testCancelFrozen: with the sandbox's agent frozen (it answers nothing), a
+// cancelled exec still returns within a second, as killed, and Close still
+// removes everything (the leak check runs after).
+func testCancelFrozen(t *testing.T, e *env) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	type ran struct {
+		res sandbox.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", heartbeat("/tmp/hb-frozen")}, Timeout: 30 * time.Second})
+		done <- ran{res, err}
+	}()
+	e.waitBeating(t, "/tmp/hb-frozen")
+	thaw := e.opts.FreezeAgent(t, e.sb)
+	defer thaw()
+	start := time.Now()
+	cancel()
+	select {
+	case r := <-done:
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the cancelled exec returned %v after the cancel; want within 1 s", d)
+		}
+		if r.res.Reason != sandbox.ReasonKilled {
+			t.Errorf("the cancelled exec: want reason killed, got %s (err %v)", describe(r.res), r.err)
+		}
+		if r.err != nil && !errors.Is(r.err, context.Canceled) {
+			t.Errorf("the cancelled exec failed with %v; want a result, or an error that says it was cancelled", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled exec did not return within 5 s while the agent was frozen")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer ccancel()
+	if err := e.sb.Close(cctx); err != nil {
+		t.Errorf("close with the agent frozen: %v", err)
+	}
+	select {
+	case <-e.sb.Done():
+	default:
+		t.Error("Done is not closed after Close with the agent frozen")
 	}
 }

@@ -7,11 +7,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
 func networkCases() []testCase {
 	return []testCase{
 		{name: "none", run: testNetworkNone},
+		{name: "none_has_no_proxy", run: testNoProxy},
 	}
 }
 
@@ -108,4 +111,25 @@ for addr in [("1.1.1.1", 53), ("8.8.8.8", 443), ("169.254.169.254", 80)]:
 			t.Errorf("failing to resolve and connect took %v; without a network it should fail at once", d)
 		}
 	})
+}
+
+// testNoProxy: a sandbox without egress has no proxy port, no proxy
+// variables and no egress summary.
+func testNoProxy(t *testing.T, e *env) {
+	out := e.pythonOK(t, `
+import os, socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=5); print("connected")
+except Exception as e:
+    print("error", type(e).__name__)
+print(repr(os.environ.get("HTTP_PROXY")), repr(os.environ.get("http_proxy")))
+`)
+	if out != "error ConnectionRefusedError\nNone None\n" {
+		t.Errorf("network none: %q, want no proxy listening and no proxy variables", out)
+	}
+	if rep, ok := e.sb.(egress.Reporter); ok {
+		if _, ok := rep.EgressSummary(); ok {
+			t.Error("a sandbox without egress reports an egress summary")
+		}
+	}
 }

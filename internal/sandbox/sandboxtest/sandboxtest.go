@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -52,6 +53,35 @@ type Options struct {
 	// checks that nothing of it (processes, cgroups, mounts, locks) remains
 	// on the host. Nil means no leak check.
 	Leaks func(t *testing.T, sandboxID string)
+	// Egress makes a driver whose sandboxes in network mode egress reach
+	// proxy. Nil: the egress cases must be declared Unsupported.
+	Egress func(t *testing.T, proxy *egress.Proxy) sandbox.Driver
+	// FreezeAgent stops sb's agent so that it answers nothing (SIGSTOP, a
+	// cgroup freezer) and returns what lets it go on; the thaw must be
+	// harmless once the sandbox is closed. Nil: the frozen-agent cases must
+	// be declared Unsupported.
+	FreezeAgent func(t *testing.T, sb sandbox.Instance) (thaw func())
+}
+
+// need is something a case needs from the driver beyond a sandbox.
+type need int
+
+const (
+	needEgress need = iota + 1 // Options.Egress
+	needFreeze                 // Options.FreezeAgent
+)
+
+// missing says what of needs the options lack, or "".
+func (o Options) missing(needs []need) string {
+	for _, n := range needs {
+		switch {
+		case n == needEgress && o.Egress == nil:
+			return "Options.Egress (how to make a driver that reaches a given egress proxy)"
+		case n == needFreeze && o.FreezeAgent == nil:
+			return "Options.FreezeAgent (how to stop a sandbox's agent)"
+		}
+	}
+	return ""
 }
 
 // smallLimits are the limits of a case's sandbox unless the case changes
@@ -84,7 +114,10 @@ type testCase struct {
 	// closes says the case closes the sandbox itself, so the suite does not
 	// check that it still works afterwards.
 	closes bool
-	run    func(t *testing.T, e *env)
+	// needs lists what the case needs from Options; a driver that does
+	// not give it must declare the case Unsupported.
+	needs []need
+	run   func(t *testing.T, e *env)
 }
 
 // group is a set of cases that Run runs as one subtest.
@@ -99,6 +132,7 @@ func groups() []group {
 		{"exec", execCases()},
 		{"files", fileCases()},
 		{"network", networkCases()},
+		{"egress", egressCases()},
 		{"limits", limitCases()},
 		{"posture", postureCases()},
 		{"file_escapes", fileEscapeCases()},
@@ -134,7 +168,15 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 					if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
 						t.Skipf("the driver does not support this: %s", why)
 					}
-					runCase(t, newDriver(t), opts, c)
+					if m := opts.missing(c.needs); m != "" {
+						t.Fatalf("this case needs %s, which the driver's test does not give: give it, or declare the case in Options.Unsupported with the reason", m)
+					}
+					if slices.Contains(c.needs, needEgress) {
+						ee := startEgress(t)
+						runCase(t, opts.Egress(t, ee.proxy), opts, c, ee)
+						return
+					}
+					runCase(t, newDriver(t), opts, c, nil)
 				})
 			}
 		})
@@ -143,8 +185,11 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 
 // runCase makes the case's sandbox, runs the case, then checks that the
 // sandbox still works, closes it and checks for leaks.
-func runCase(t *testing.T, d sandbox.Driver, opts Options, c testCase) {
+func runCase(t *testing.T, d sandbox.Driver, opts Options, c testCase, ee *egressEnv) {
 	spec := sandbox.Spec{Limits: smallLimits}
+	if ee != nil {
+		spec.Network = ee.network()
+	}
 	if c.spec != nil {
 		c.spec(t, &spec)
 	}
@@ -178,7 +223,7 @@ func runCase(t *testing.T, d sandbox.Driver, opts Options, c testCase) {
 			opts.Leaks(t, id)
 		}
 	})
-	e := &env{ctx: ctx, sb: sb, driver: d, spec: spec}
+	e := &env{ctx: ctx, sb: sb, driver: d, spec: spec, opts: opts, egress: ee}
 	if !c.closes {
 		// Cleanups run last-in first-out: this runs before the close
 		// above, even when the case stopped with t.Fatal.
@@ -193,6 +238,9 @@ type env struct {
 	sb     sandbox.Instance
 	driver sandbox.Driver
 	spec   sandbox.Spec
+	opts   Options
+	// egress is the proxy and servers of an egress case; nil otherwise.
+	egress *egressEnv
 }
 
 // output is what one exec printed and how it ended.
@@ -219,7 +267,7 @@ func (e *env) run(t *testing.T, req sandbox.ExecRequest) output {
 		req.Stderr = &errb
 	}
 	start := time.Now()
-	res, err := e.sb.Exec(e.ctx, req)
+	res, err := sandbox.Run(e.ctx, e.sb, req)
 	if err != nil {
 		t.Fatalf("exec %q: %v", req.Argv, err)
 	}
@@ -266,7 +314,7 @@ func (e *env) stillWorks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out syncBuffer
-	res, err := e.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Stdout: &out})
+	res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Stdout: &out})
 	if err != nil {
 		t.Errorf("afterwards, the same sandbox cannot run echo ok: %v", err)
 		return

@@ -1,4 +1,4 @@
-package native
+package agentdriver
 
 import (
 	"context"
@@ -9,39 +9,28 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// proxy returns the egress proxy: Options.Egress, or one of the driver's
-// own, made on first use (the one-shot CLI runs its proxy in-process).
-func (d *Driver) proxy() *egress.Proxy {
-	d.egressOnce.Do(func() {
-		d.egress = d.opts.Egress
-		if d.egress == nil {
-			d.egress = egress.New(egress.Options{Logger: d.opts.Logger})
-		}
-	})
-	return d.egress
-}
-
-// setupEgress attaches a sandbox in network mode egress to the proxy and
-// asks the agent for the proxy port; commands get the proxy variables.
-func (in *instance) setupEgress(cfg *agent.Config, undo *cleanups) error {
-	if in.spec.Network.Mode != sandbox.NetworkEgress {
-		return nil
+// AttachEgress attaches a sandbox in network mode egress to proxy, before
+// its agent starts: cfg asks the agent for the proxy port, and commands get
+// the proxy's variables. It returns nil for a sandbox without egress; the
+// caller closes the handle if the sandbox does not start, and hands it to
+// New otherwise.
+func AttachEgress(proxy *egress.Proxy, spec sandbox.Spec, cfg *agent.Config) (*egress.Sandbox, error) {
+	if spec.Network.Mode != sandbox.NetworkEgress {
+		return nil, nil
 	}
-	sb, err := in.d.proxy().Attach(in.spec.ID, in.spec.Network)
+	sb, err := proxy.Attach(spec.ID, spec.Network)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	undo.add(sb.Close)
-	in.egress = sb
 	cfg.Egress = &agent.EgressConfig{}
 	// The sandbox's own Env comes after, so a caller may override these.
 	cfg.Env = append(append([]string(nil), agent.EgressEnv...), cfg.Env...)
-	return nil
+	return sb, nil
 }
 
 // startEgress tunnels the sandbox's proxy connections to its proxy handle
 // until the sandbox closes.
-func (in *instance) startEgress() {
+func (in *Instance) startEgress() {
 	if in.egress == nil {
 		return
 	}
@@ -50,13 +39,13 @@ func (in *instance) startEgress() {
 	go func() {
 		err := in.client.ServeEgress(ctx, in.egress.ServeConn)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			in.d.opts.Logger.Debug("egress tunnel ended", "sandbox_id", in.spec.ID, "err", err)
+			in.log.Debug("egress tunnel ended", "err", err)
 		}
 	}()
 }
 
 // stopEgress ends the tunnels and detaches the sandbox from the proxy.
-func (in *instance) stopEgress() {
+func (in *Instance) stopEgress() {
 	if in.egressStop != nil {
 		in.egressStop()
 	}
@@ -67,11 +56,9 @@ func (in *instance) stopEgress() {
 
 // EgressSummary says what the sandbox did through the egress proxy; false
 // when it is not in network mode egress.
-func (in *instance) EgressSummary() (egress.Summary, bool) {
+func (in *Instance) EgressSummary() (egress.Summary, bool) {
 	if in.egress == nil {
 		return egress.Summary{}, false
 	}
 	return in.egress.Summary(), true
 }
-
-var _ egress.Reporter = (*instance)(nil)

@@ -1,4 +1,4 @@
-package native
+package sandboxtest
 
 import (
 	"bytes"
@@ -19,6 +19,47 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
+
+func egressCases() []testCase {
+	return []testCase{
+		{name: "allow_and_refuse", needs: []need{needEgress}, run: testEgress},
+	}
+}
+
+// egressSecret is the header the proxy adds to requests to allowed.test;
+// the sandbox must never see it.
+const egressSecret = "Bearer sandbox-never-sees-this-7f3a"
+
+// egressEnv is an egress case's world on the host: the proxy, a server on
+// 127.0.0.1 the sandbox may reach (by name, and by its address, which an
+// allow-address names), and one on 127.0.0.2 it may never reach.
+type egressEnv struct {
+	proxy *egress.Proxy
+	a, b  *egressServer
+	logs  lockedBuffer
+}
+
+func startEgress(t *testing.T) *egressEnv {
+	t.Helper()
+	ee := &egressEnv{a: startEgressServer(t, "127.0.0.1"), b: startEgressServer(t, "127.0.0.2")}
+	ee.proxy = egress.New(egress.Options{
+		Logger:   slog.New(slog.NewJSONHandler(&ee.logs, nil)),
+		Resolver: nameResolver{"allowed.test": "127.0.0.1", "b.test": "127.0.0.2", "unlisted.test": "127.0.0.1"},
+		Secrets:  []egress.Secret{{Host: "allowed.test", Header: "Authorization", Value: egressSecret}},
+	})
+	return ee
+}
+
+// network is the sandbox's network: allowed.test and b.test by name (b.test
+// resolves to a private address, so the proxy refuses it anyway), and the
+// allowed server's address.
+func (ee *egressEnv) network() sandbox.Network {
+	return sandbox.Network{
+		Mode:           sandbox.NetworkEgress,
+		AllowHosts:     []string{fmt.Sprintf("allowed.test:%d", ee.a.port), fmt.Sprintf("b.test:%d", ee.b.port)},
+		AllowAddresses: []string{fmt.Sprintf("127.0.0.1:%d", ee.a.port)},
+	}
+}
 
 // nameResolver maps the test's names to loopback addresses.
 type nameResolver map[string]string
@@ -44,7 +85,7 @@ func startEgressServer(t *testing.T, ip string) *egressServer {
 		t.Fatalf("listen on %s: %v", ip, err)
 	}
 	s := &egressServer{port: ln.Addr().(*net.TCPAddr).Port}
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
 		s.mu.Lock()
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
@@ -54,6 +95,23 @@ func startEgressServer(t *testing.T, ip string) *egressServer {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return s
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // egressProbe runs in the sandbox and prints one JSON object: what each
@@ -122,41 +180,21 @@ out["proxy_env"] = os.environ.get("HTTP_PROXY", "") + " " + no_proxy[0]
 print(json.dumps(out))
 `
 
-func TestEgressSandbox(t *testing.T) {
-	requireNative(t)
-	const secret = "Bearer sandbox-never-sees-this-7f3a"
-	a, b := startEgressServer(t, "127.0.0.1"), startEgressServer(t, "127.0.0.2")
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	proxy := egress.New(egress.Options{
-		Logger:   slog.New(slog.NewJSONHandler(lockedWriter{&logMu, &logs}, nil)),
-		Resolver: nameResolver{"allowed.test": "127.0.0.1", "b.test": "127.0.0.2", "unlisted.test": "127.0.0.1"},
-		Secrets:  []egress.Secret{{Host: "allowed.test", Header: "Authorization", Value: secret}},
+// testEgress: the allowed server is reached by name through the proxy
+// variables and by its allowed address; every private, loopback,
+// metadata and unlisted destination is refused in every notation; there is
+// no direct route and no DNS; the secret reaches the allowed server and
+// never the sandbox.
+func testEgress(t *testing.T, e *env) {
+	ee := e.egress
+	o := e.run(t, sandbox.ExecRequest{
+		Argv:    []string{"python3", "-c", egressProbe, fmt.Sprint(ee.a.port), fmt.Sprint(ee.b.port), reverse(egressSecret)},
+		Timeout: 60 * time.Second,
 	})
-	d, err := New(Options{Egress: proxy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := d.Create(t.Context(), sandbox.Spec{Network: sandbox.Network{
-		Mode:           sandbox.NetworkEgress,
-		AllowHosts:     []string{fmt.Sprintf("allowed.test:%d", a.port), fmt.Sprintf("b.test:%d", b.port)},
-		AllowAddresses: []string{fmt.Sprintf("127.0.0.1:%d", a.port)},
-	}})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	defer in.Close(context.Background())
-	var stdout, stderr bytes.Buffer
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{
-		Argv:   []string{"python3", "-c", egressProbe, fmt.Sprint(a.port), fmt.Sprint(b.port), reverse(secret)},
-		Stdout: &stdout, Stderr: &stderr, Timeout: 60 * time.Second,
-	})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("probe: %v %+v\n%s", err, res, stderr.String())
-	}
+	expectExit(t, "the egress probe", o, 0)
 	var got map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
-		t.Fatalf("probe output %q: %v", stdout.String(), err)
+	if err := json.Unmarshal([]byte(o.stdout), &got); err != nil {
+		t.Fatalf("probe output: %v\n%s", err, o)
 	}
 	want := map[string]string{
 		"env":             "200 answer from 127.0.0.1",
@@ -184,72 +222,29 @@ func TestEgressSandbox(t *testing.T) {
 	if found, _ := got["secret_found"].([]any); len(found) != 0 {
 		t.Errorf("the sandbox can read the secret in %v", found)
 	}
-	if n := b.hits.Load(); n != 0 {
+	if n := ee.b.hits.Load(); n != 0 {
 		t.Errorf("the server on 127.0.0.2 (never allowed) got %d requests", n)
 	}
-	a.mu.Lock()
-	auth := append([]string(nil), a.auth...)
-	a.mu.Unlock()
-	if len(auth) != 2 || auth[0] != secret || auth[1] != "" {
+	ee.a.mu.Lock()
+	auth := append([]string(nil), ee.a.auth...)
+	ee.a.mu.Unlock()
+	if len(auth) != 2 || auth[0] != egressSecret || auth[1] != "" {
 		t.Errorf("the allowed server got Authorization %q, want the secret for allowed.test only", auth)
 	}
-	rep, ok := in.(egress.Reporter)
+	rep, ok := e.sb.(egress.Reporter)
 	if !ok {
-		t.Fatal("the instance does not report egress")
+		t.Fatal("the instance does not report egress (egress.Reporter)")
 	}
-	sum, ok := rep.EgressSummary()
-	if !ok || sum.Allowed != 2 || sum.Denied < 10 {
-		t.Errorf("summary %+v", sum)
+	if sum, ok := rep.EgressSummary(); !ok || sum.Allowed != 2 || sum.Denied < 10 {
+		t.Errorf("egress summary %+v (reported %v): want 2 allowed, at least 10 denied", sum, ok)
 	}
-	logMu.Lock()
-	l := logs.String()
-	logMu.Unlock()
+	l := ee.logs.String()
 	if strings.Contains(l, "never-sees-this") {
 		t.Error("the secret is in the proxy's log")
 	}
 	if t.Failed() {
-		t.Logf("probe: %s\nlogs:\n%s", stdout.String(), l)
+		t.Logf("probe: %s\nlogs:\n%s", o.stdout, l)
 	}
-}
-
-// TestNetworkNoneHasNoProxy checks that a sandbox without egress has no
-// proxy port and no proxy variables.
-func TestNetworkNoneHasNoProxy(t *testing.T) {
-	requireNative(t)
-	in, err := newDriver(t).Create(t.Context(), sandbox.Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close(context.Background())
-	var out bytes.Buffer
-	res, err := in.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"python3", "-c", `
-import os, socket
-try:
-    socket.create_connection(("127.0.0.1", 3128), timeout=5); print("connected")
-except Exception as e:
-    print("error", type(e).__name__)
-print(repr(os.environ.get("HTTP_PROXY")), repr(os.environ.get("http_proxy")))
-`}, Stdout: &out})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("probe: %v %+v", err, res)
-	}
-	if got := out.String(); got != "error ConnectionRefusedError\nNone None\n" {
-		t.Fatalf("network none: %q", got)
-	}
-	if _, ok := in.(egress.Reporter).EgressSummary(); ok {
-		t.Fatal("network none reports an egress summary")
-	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
 }
 
 // reverse hands the probe the secret in a form it can search for without

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// The one driver table: every command that makes sandboxes (run, serve,
+// reap, mcp, doctor, bench) finds its drivers here. Each driver registers
+// itself from a file of its own (drivers_native.go…), which a build tag
+// can leave out, so a new driver is added in one place.
+
+// defaultDriver is the driver used when none is named.
+const defaultDriver = "native"
+
+// driverOptions are what every driver is made with.
+type driverOptions struct {
+	// logger receives the driver's logs; nil discards them.
+	logger *slog.Logger
+	// egress is the proxy sandboxes in network mode egress reach; nil
+	// means the driver's own (the one-shot CLI).
+	egress *egress.Proxy
+}
+
+// driverEntry is one driver of the table.
+type driverEntry struct {
+	name string
+	new  func(driverOptions) (sandbox.Driver, error)
+}
+
+// driverTable lists the drivers this build has, in the order doctor shows
+// them.
+var driverTable []driverEntry
+
+// registerDriver adds a driver to the table; drivers_*.go call it from init.
+func registerDriver(name string, new func(driverOptions) (sandbox.Driver, error)) {
+	driverTable = append(driverTable, driverEntry{name: name, new: new})
+}
+
+// driverNames lists the drivers this build has.
+func driverNames() []string {
+	var names []string
+	for _, e := range driverTable {
+		names = append(names, e.name)
+	}
+	return names
+}
+
+// newDriver makes the driver called name.
+func newDriver(name string, o driverOptions) (sandbox.Driver, error) {
+	for _, e := range driverTable {
+		if e.name == name {
+			return e.new(o)
+		}
+	}
+	return nil, fmt.Errorf("driver %q is not available in this build: %w; use one of: %s", name, sandbox.ErrUnsupported, strings.Join(driverNames(), ", "))
+}
+
+// availableDrivers makes the drivers a daemon offers to its templates:
+// every driver of the table that can run here. The default driver is
+// always offered, so that a create on a host that cannot run it says why;
+// the others are left out, with the reason logged (a template that names
+// one fails when the daemon starts). Each one sweeps what a previous
+// airlock left.
+func availableDrivers(ctx context.Context, o driverOptions) (map[string]sandbox.Driver, error) {
+	log := o.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	drivers := map[string]sandbox.Driver{}
+	for _, e := range driverTable {
+		d, err := e.new(o)
+		if err == nil && e.name != defaultDriver {
+			err = d.Probe(ctx)
+		}
+		if err != nil {
+			if e.name == defaultDriver {
+				return nil, err
+			}
+			log.Info("driver not available", "driver", e.name, "err", err)
+			continue
+		}
+		if sw, ok := d.(sandbox.Sweeper); ok {
+			if err := sw.Sweep(ctx); err != nil {
+				log.Warn("sweep the leftovers of dead sandboxes", "driver", e.name, "err", err)
+			}
+		}
+		drivers[e.name] = d
+	}
+	return drivers, nil
+}

@@ -1,0 +1,226 @@
+package agentdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Config is what a driver hands New once its agent has answered.
+type Config struct {
+	// Spec is the sandbox's spec, with its ID set and defaults applied.
+	Spec sandbox.Spec
+	// Client is the agent's connection, after the handshake.
+	Client *agent.Client
+	// Layers are the isolation layers in effect: the host's and the
+	// agent's.
+	Layers []sandbox.Layer
+	// Host is the driver's side of the environment.
+	Host Host
+	// Egress is the sandbox's handle on the egress proxy (AttachEgress);
+	// nil when the sandbox has no egress.
+	Egress *egress.Sandbox
+	// Logger receives the instance's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Instance is a sandbox whose agent airlock talks to: exec, files, egress
+// and the checks of what the agent says, for every agent driver.
+type Instance struct {
+	spec   sandbox.Spec
+	client *agent.Client
+	layers []sandbox.Layer
+	host   Host
+	egress *egress.Sandbox
+	log    *slog.Logger
+
+	egressStop context.CancelFunc
+	lifetime   *time.Timer
+
+	execSeq   atomic.Int64
+	mu        sync.Mutex
+	procs     map[string]*process
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ sandbox.Instance    = (*Instance)(nil)
+	_ sandbox.UsageReader = (*Instance)(nil)
+	_ egress.Reporter     = (*Instance)(nil)
+)
+
+// New returns the sandbox running: its egress tunnels serve, and its
+// lifetime runs.
+func New(cfg Config) *Instance {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	in := &Instance{
+		spec: cfg.Spec, client: cfg.Client, layers: cfg.Layers, host: cfg.Host, egress: cfg.Egress,
+		log: cfg.Logger.With("sandbox_id", cfg.Spec.ID), procs: map[string]*process{},
+	}
+	in.startEgress()
+	if l := cfg.Spec.Limits.Lifetime; l > 0 {
+		in.lifetime = time.AfterFunc(l, func() {
+			in.log.Info("sandbox lifetime reached")
+			_ = in.Close(context.Background())
+		})
+	}
+	return in
+}
+
+// ID is the sandbox's id.
+func (in *Instance) ID() string { return in.spec.ID }
+
+// Layers lists the isolation layers in effect.
+func (in *Instance) Layers() []sandbox.Layer { return append([]sandbox.Layer(nil), in.layers...) }
+
+// Done is closed once the sandbox has ended.
+func (in *Instance) Done() <-chan struct{} { return in.host.Done() }
+
+// Host is the driver's side of the sandbox.
+func (in *Instance) Host() Host { return in.host }
+
+// Files is the sandbox's file API, served by its agent.
+func (in *Instance) Files() sandbox.Files { return files{in} }
+
+// Usage reads what the whole sandbox uses now, where the host can see it.
+func (in *Instance) Usage(ctx context.Context) (sandbox.SandboxUsage, error) {
+	if u, ok := in.host.(sandbox.UsageReader); ok {
+		return u.Usage(ctx)
+	}
+	return sandbox.SandboxUsage{}, fmt.Errorf("usage of sandbox %s: %w", in.spec.ID, sandbox.ErrUnsupported)
+}
+
+// Start starts req and returns at once.
+func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	if closed {
+		return nil, sandbox.ErrClosed
+	}
+	if in.isDone() {
+		return nil, in.endedError()
+	}
+	id := "e" + strconv.FormatInt(in.execSeq.Add(1), 10)
+	l := in.spec.Limits
+	timeout := req.Timeout
+	if timeout == 0 && !req.Background {
+		timeout = l.Timeout
+	}
+	cpu := req.CPUTime
+	if cpu == 0 {
+		cpu = l.CPUTime
+	}
+	p := &process{in: in, id: id, req: req, timeout: timeout, cpuTime: cpu, done: make(chan struct{}), eh: in.host.Exec(id)}
+	// The stream lives as long as the exec, not as long as ctx.
+	sctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	stop := context.AfterFunc(ctx, cancel)
+	ex, err := in.client.StartExec(sctx, &agent.ExecStart{
+		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
+		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
+		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: l.OutputBytes,
+	})
+	stop()
+	if err != nil {
+		cancel()
+		p.eh.Abandon()
+		// A broken connection is a dead sandbox (say why) or a broken agent.
+		var ce *sandbox.CommandError
+		if !errors.As(err, &ce) && ctx.Err() == nil && in.waitDone(2*time.Second) {
+			return nil, in.endedError()
+		}
+		return nil, err
+	}
+	if err := p.eh.Started(ex.Cgroup); err != nil {
+		ex.Close()
+		cancel()
+		p.eh.Abandon()
+		return nil, fmt.Errorf("exec %s: %w", id, err)
+	}
+	p.ex, p.started = ex, time.Now()
+	in.mu.Lock()
+	in.procs[id] = p
+	in.mu.Unlock()
+	if req.Stdin != nil {
+		go ex.FeedStdin(req.Stdin)
+	}
+	go p.run()
+	return p, nil
+}
+
+// Close kills everything in the sandbox and removes what it made on the
+// host. It runs once; later calls return the first result.
+func (in *Instance) Close(ctx context.Context) error {
+	in.closeOnce.Do(func() {
+		in.mu.Lock()
+		in.closed = true
+		in.mu.Unlock()
+		if in.lifetime != nil {
+			in.lifetime.Stop()
+		}
+		in.stopEgress()
+		// The agent kills every command and exits when its connection ends.
+		in.client.Close()
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		in.closeErr = in.host.Teardown(tctx)
+	})
+	return in.closeErr
+}
+
+// isDone says whether the sandbox has ended.
+func (in *Instance) isDone() bool {
+	select {
+	case <-in.host.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// waitDone waits up to d for the sandbox to end, and says whether it did.
+func (in *Instance) waitDone(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-in.host.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// endedError is the error of every call on a sandbox that has ended.
+func (in *Instance) endedError() error {
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	if dt := in.host.Ended(); dt != nil && !closed {
+		return fmt.Errorf("sandbox %s ended: %s: %w", in.spec.ID, dt.Msg, sandbox.ErrClosed)
+	}
+	return sandbox.ErrClosed
+}
+
+// forget drops a finished exec.
+func (in *Instance) forget(id string) {
+	in.mu.Lock()
+	delete(in.procs, id)
+	in.mu.Unlock()
+}

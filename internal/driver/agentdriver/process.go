@@ -1,0 +1,205 @@
+package agentdriver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// process is one exec on the host's side.
+type process struct {
+	in       *Instance
+	id       string
+	req      sandbox.ExecRequest
+	timeout  time.Duration
+	cpuTime  time.Duration
+	ex       *agent.Exec
+	eh       ExecHost
+	started  time.Time
+	cancel   context.CancelFunc
+	killedBy atomic.Value // sandbox.Reason the host killed it for
+
+	done   chan struct{}
+	result sandbox.Result
+	err    error
+}
+
+var _ sandbox.Process = (*process)(nil)
+
+// ID is the exec's id within its sandbox.
+func (p *process) ID() string { return p.id }
+
+// Wait returns the exec's result once it has ended.
+func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-p.done:
+		return p.result, p.err
+	default:
+	}
+	select {
+	case <-p.done:
+		return p.result, p.err
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
+}
+
+// Signal sends sig to the exec. SIGKILL kills its whole tree: from the
+// host where it can, which needs no answer from the agent; through the
+// agent otherwise.
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		p.killedBy.CompareAndSwap(nil, sandbox.ReasonKilled)
+		if p.eh.Kill() == nil {
+			return nil
+		}
+	}
+	return p.in.client.Signal(ctx, p.id, int(sig))
+}
+
+// run reads the exec's events to the end, holding the agent to the limits
+// with the host's own clock and counters, and settles the result.
+func (p *process) run() {
+	defer close(p.done)
+	defer p.cancel()
+	l := p.in.spec.Limits
+	if p.timeout > 0 {
+		// A backstop: the agent enforces the timeout; if it does not, the
+		// host kills the exec itself.
+		t := time.AfterFunc(p.timeout+2*time.Second, func() { p.hostKill(sandbox.ReasonTimeout) })
+		defer t.Stop()
+	}
+	var outN, errN int64
+	for {
+		ev, err := p.ex.Next()
+		if err != nil {
+			p.lost(err)
+			return
+		}
+		switch {
+		case ev.Exit != nil:
+			outCut, errCut := p.result.StdoutTruncated, p.result.StderrTruncated
+			p.result = *ev.Exit
+			p.result.StdoutTruncated = p.result.StdoutTruncated || outCut
+			p.result.StderrTruncated = p.result.StderrTruncated || errCut
+			p.finish()
+			return
+		case len(ev.Stdout) > 0:
+			p.write(p.req.Stdout, ev.Stdout, &outN, l.OutputBytes, &p.result.StdoutTruncated)
+		case len(ev.Stderr) > 0:
+			p.write(p.req.Stderr, ev.Stderr, &errN, l.OutputBytes, &p.result.StderrTruncated)
+		}
+	}
+}
+
+// write passes output on, and holds the agent to the output limit.
+func (p *process) write(w io.Writer, data []byte, n *int64, limit int64, truncated *bool) {
+	if left := limit - *n; int64(len(data)) > left {
+		data = data[:max(left, 0)]
+		if !*truncated {
+			*truncated = true
+			go p.hostKill(sandbox.ReasonOutputLimit)
+		}
+	}
+	*n += int64(len(data))
+	if w != nil && len(data) > 0 {
+		_, _ = w.Write(data)
+	}
+}
+
+// hostKill kills the exec for reason: from the host where it can, else
+// through the agent, within a bound.
+func (p *process) hostKill(reason sandbox.Reason) {
+	p.killedBy.CompareAndSwap(nil, reason)
+	if p.eh.Kill() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.in.client.Signal(ctx, p.id, int(syscall.SIGKILL))
+}
+
+// finish checks what the agent said against the host's own counters,
+// classifies the result and writes its message.
+func (p *process) finish() {
+	r := &p.result
+	if r.Usage.WallMS == 0 {
+		r.Usage.WallMS = time.Since(p.started).Milliseconds()
+	}
+	// The agent's evidence stands; the host adds what it saw itself.
+	ev := p.eh.Finish(r, p.req.Background)
+	ev.OOM = ev.OOM || r.Hit(sandbox.LimitMemory)
+	ev.Pids = ev.Pids || r.Hit(sandbox.LimitPids)
+	// Why it ended: what the agent says, unless it says the command simply
+	// exited (or nothing) while the host killed it.
+	killedBy := r.Reason
+	if hk, ok := p.killedBy.Load().(sandbox.Reason); ok && hk != sandbox.ReasonError && (killedBy == sandbox.ReasonExit || killedBy == "") {
+		killedBy = hk
+	}
+	if killedBy == sandbox.ReasonExit {
+		killedBy = ""
+	}
+	if r.Reason != sandbox.ReasonError {
+		r.Reason = ""
+		r.Classify(killedBy, ev)
+	}
+	if r.Message == "" {
+		r.Message = sandbox.Message(r, p.in.spec.Limits, p.timeout, p.cpuTime)
+	}
+	p.in.forget(p.id)
+}
+
+// lost settles an exec whose stream broke: when the sandbox ended, the
+// result says why (an out-of-memory kill of the whole runtime, say);
+// otherwise airlock lost the command, and kills it from the host where it
+// can.
+func (p *process) lost(err error) {
+	in := p.in
+	r := &p.result
+	r.ExitCode, r.LimitsHit = -1, []sandbox.Limit{}
+	r.Usage.WallMS = time.Since(p.started).Milliseconds()
+	_ = p.eh.Kill()
+	if in.waitDone(3 * time.Second) {
+		in.mu.Lock()
+		closed := in.closed
+		in.mu.Unlock()
+		var dt *Death
+		if !closed {
+			dt = in.host.Ended()
+		}
+		r.Signal = "SIGKILL"
+		switch {
+		case dt != nil && dt.Reason == sandbox.ReasonOOM:
+			r.Reason, r.LimitsHit = sandbox.ReasonOOM, []sandbox.Limit{sandbox.LimitMemory}
+			r.Message = fmt.Sprintf("memory limit of %s exceeded; this ended the whole sandbox, and every process in it — use less memory (e.g. process the data in chunks) or raise --memory, and start a new sandbox", sandbox.FormatBytes(in.spec.Limits.MemoryBytes))
+		case dt != nil && dt.Reason == sandbox.ReasonPids:
+			r.Reason, r.LimitsHit = sandbox.ReasonPids, []sandbox.Limit{sandbox.LimitPids}
+			r.Message = "the sandbox ended: " + dt.Msg + " — start fewer processes, or raise --pids"
+		case dt != nil:
+			r.Reason = sandbox.ReasonError
+			r.Message = "the sandbox ended while the command ran: " + dt.Msg
+		case closed:
+			r.Reason = sandbox.ReasonKilled
+			r.Message = "the sandbox was closed while the command ran"
+		default:
+			r.Reason = sandbox.ReasonKilled
+			r.Message = "the sandbox ended while the command ran"
+		}
+	} else {
+		p.err = fmt.Errorf("exec %s: %w", p.id, err)
+		r.Reason = sandbox.ReasonError
+		r.Message = "airlock lost the command: " + err.Error()
+	}
+	in.forget(p.id)
+}

@@ -1,0 +1,209 @@
+// Package fake is an in-memory driver for tests of what sits above the
+// drivers (the supervisor, the API, MCP): sandboxes without processes whose
+// commands are a few built-ins, with an in-memory file tree. It isolates
+// nothing and runs nowhere but in tests.
+//
+// Commands: "cat" copies stdin to stdout; "true" and "false" exit 0 and 1;
+// "exit N" exits N; "sleep" runs until it is signalled or the sandbox
+// closes; anything else ("echo ARGS…", "python3 -c CODE") prints its
+// arguments and exits 0.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Driver makes in-memory sandboxes. Its exported fields may be set before
+// use; the counters may be read at any time.
+type Driver struct {
+	// DriverName is what Name returns; empty means "native", the driver a
+	// template names by default.
+	DriverName string
+	// Fail, when set, is what Create returns.
+	Fail error
+	// Created, Closed and Swept count calls.
+	Created, Closed, Swept atomic.Int32
+
+	mu    sync.Mutex
+	specs []sandbox.Spec
+	hook  func(ctx context.Context, spec sandbox.Spec) error
+}
+
+var (
+	_ sandbox.Driver  = (*Driver)(nil)
+	_ sandbox.Sweeper = (*Driver)(nil)
+)
+
+// Name is DriverName, or "native".
+func (d *Driver) Name() string {
+	if d.DriverName == "" {
+		return "native"
+	}
+	return d.DriverName
+}
+
+// Probe succeeds.
+func (d *Driver) Probe(context.Context) error { return nil }
+
+// Capabilities are those of a Linux driver, without egress.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true}
+}
+
+// Sweep counts.
+func (d *Driver) Sweep(context.Context) error { d.Swept.Add(1); return nil }
+
+// OnCreate sets a function every Create calls first (to delay it, or make
+// it fail); nil removes it.
+func (d *Driver) OnCreate(f func(ctx context.Context, spec sandbox.Spec) error) {
+	d.mu.Lock()
+	d.hook = f
+	d.mu.Unlock()
+}
+
+// Specs returns the specs of every sandbox made so far.
+func (d *Driver) Specs() []sandbox.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]sandbox.Spec(nil), d.specs...)
+}
+
+// Create makes a sandbox.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	if d.Fail != nil {
+		return nil, d.Fail
+	}
+	d.mu.Lock()
+	hook := d.hook
+	d.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.ID == "" {
+		spec.ID = sandbox.NewID()
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	d.mu.Lock()
+	d.specs = append(d.specs, spec)
+	d.mu.Unlock()
+	d.Created.Add(1)
+	return &Instance{d: d, spec: spec, done: make(chan struct{}), files: newTree()}, nil
+}
+
+// Instance is an in-memory sandbox.
+type Instance struct {
+	d     *Driver
+	spec  sandbox.Spec
+	seq   atomic.Int32
+	once  sync.Once
+	done  chan struct{}
+	files *tree
+}
+
+var _ sandbox.Instance = (*Instance)(nil)
+
+func (in *Instance) ID() string              { return in.spec.ID }
+func (in *Instance) Layers() []sandbox.Layer { return []sandbox.Layer{sandbox.LayerUserNS} }
+func (in *Instance) Files() sandbox.Files    { return in.files }
+func (in *Instance) Done() <-chan struct{}   { return in.done }
+
+// Close ends the sandbox and every command in it.
+func (in *Instance) Close(context.Context) error {
+	in.once.Do(func() { in.d.Closed.Add(1); close(in.done) })
+	return nil
+}
+
+// Start runs one of the built-in commands.
+func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-in.done:
+		return nil, sandbox.ErrClosed
+	default:
+	}
+	p := &process{id: "e" + strconv.Itoa(int(in.seq.Add(1))), done: make(chan struct{}), sig: make(chan syscall.Signal, 1)}
+	go p.run(in, req)
+	return p, nil
+}
+
+type process struct {
+	id   string
+	done chan struct{}
+	sig  chan syscall.Signal
+	res  sandbox.Result
+}
+
+func (p *process) run(in *Instance, req sandbox.ExecRequest) {
+	defer close(p.done)
+	exit := func(code int) {
+		p.res = sandbox.Result{ExitCode: code, Reason: sandbox.ReasonExit, LimitsHit: []sandbox.Limit{}}
+	}
+	switch req.Argv[0] {
+	case "cat":
+		if req.Stdin != nil && req.Stdout != nil {
+			_, _ = io.Copy(req.Stdout, req.Stdin)
+		}
+		exit(0)
+	case "true":
+		exit(0)
+	case "false":
+		exit(1)
+	case "exit":
+		code := 0
+		if len(req.Argv) > 1 {
+			code, _ = strconv.Atoi(req.Argv[1])
+		}
+		exit(code)
+	case "sleep":
+		select {
+		case sig := <-p.sig:
+			p.res = sandbox.Result{ExitCode: -1, Signal: sandbox.SignalName(sig), Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{}}
+		case <-in.done:
+			p.res = sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{}, Message: "the sandbox was closed while the command ran"}
+		}
+	default: // echo, and any other command
+		if req.Stdout != nil {
+			_, _ = io.WriteString(req.Stdout, strings.Join(req.Argv[1:], " ")+"\n")
+		}
+		exit(0)
+	}
+}
+
+func (p *process) ID() string { return p.id }
+
+func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-p.done:
+		return p.res, nil
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
+}
+
+// Signal ends a running "sleep" with sig.
+func (p *process) Signal(_ context.Context, sig syscall.Signal) error {
+	select {
+	case p.sig <- sig:
+	default:
+	}
+	return nil
+}
+
+// String names the sandbox, for test failures.
+func (in *Instance) String() string { return fmt.Sprintf("fake sandbox %s", in.spec.ID) }

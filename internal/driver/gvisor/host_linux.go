@@ -1,0 +1,350 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// host is one gVisor sandbox seen from the host: a `runsc run` process
+// whose container's only process is the agent, talking over the
+// container's stdin and stdout; its bundle, cgroup and lock.
+type host struct {
+	d        *Driver
+	spec     sandbox.Spec
+	lock     *hostlock.Lock
+	bundle   string
+	group    *cgroup.Group // the host cgroup; nil without cgroups
+	cmd      *exec.Cmd
+	conn     net.Conn
+	log      agentdriver.LogBuffer // runsc's and the agent's standard error
+	done     chan struct{}
+	doneOnce sync.Once
+
+	// closing is set once Teardown begins: from then on the sandbox does
+	// not end by itself.
+	closing atomic.Bool
+	mu      sync.Mutex
+	// ended says why the sandbox ended by itself (it died), once it has.
+	ended *agentdriver.Death
+
+	closeOnce    sync.Once
+	teardownErr  error
+	teardownOnce sync.Once
+}
+
+var (
+	_ agentdriver.Host    = (*host)(nil)
+	_ sandbox.UsageReader = (*host)(nil)
+)
+
+// Exec: the host sees the sandbox's cgroup only, which holds gVisor's
+// kernel too; kills go through the agent.
+func (h *host) Exec(string) agentdriver.ExecHost { return agentdriver.SandboxCgroupDelta(h.group) }
+
+func (h *host) Done() <-chan struct{} { return h.done }
+
+// Ended says why the sandbox died, once it has.
+func (h *host) Ended() *agentdriver.Death {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended
+}
+
+// Usage reads the sandbox's host cgroup, which holds gVisor's kernel and
+// its gofer too.
+func (h *host) Usage(context.Context) (sandbox.SandboxUsage, error) {
+	return agentdriver.CgroupUsage(h.group, h.spec.Limits)
+}
+
+// makeCgroup makes the sandbox's host cgroup with the host limits. runsc
+// joins a cgroup that exists and leaves it alone, so its counters (the OOM
+// kills above all) outlive runsc, until teardown removes it.
+func (h *host) makeCgroup(hl hostLimits) error {
+	g := h.d.hier.Open(h.d.opts.CgroupParent + "/" + h.spec.ID)
+	if g.Exists() {
+		// A stale group of a sandbox of the same name: its limits are not
+		// ours to trust.
+		_ = g.Kill(5*time.Second, os.Getpid())
+		if err := g.Remove(); err != nil {
+			return fmt.Errorf("remove the stale cgroup of %s: %w", h.spec.ID, err)
+		}
+	}
+	h.group = g
+	if err := g.Create(); err != nil {
+		return err
+	}
+	// The CPU quota comes once the sandbox is up (limitCPU): gVisor's own
+	// start is not the workload's, and throttled to half a core it takes
+	// twice as long.
+	return g.Set(cgroup.Limits{MemoryBytes: hl.MemoryBytes, Pids: int(hl.Pids)})
+}
+
+// limitCPU sets the sandbox's CPU quota on its host cgroup.
+func (h *host) limitCPU(hl hostLimits) error {
+	if h.group == nil {
+		return nil
+	}
+	return h.group.Set(cgroup.Limits{CPUs: hl.CPUs})
+}
+
+// start runs `runsc run` on the bundle, sends the agent cfg and performs
+// the handshake.
+func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []sandbox.Layer, error) {
+	d := h.d
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("make the agent connection: %w", err)
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, nil, fmt.Errorf("make the agent connection: %w", err)
+	}
+	h.conn = agent.PipeConn(stdoutR, stdinW)
+	args := append(d.runscArgs(), "run", "--bundle", h.bundle, h.spec.ID)
+	cmd := &exec.Cmd{
+		Path:   d.runsc.Path,
+		Args:   append([]string{"runsc"}, args...),
+		Env:    []string{}, // nothing of airlock's environment reaches runsc or its logs
+		Dir:    "/",
+		Stdin:  stdinR,
+		Stdout: stdoutW,
+		Stderr: &h.log,
+		// runsc passes its own stdio to the container. The Sentry and the
+		// gofer die with `runsc run` (it starts them attached).
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		WaitDelay:   2 * time.Second,
+	}
+	err = h.startInGroup(cmd)
+	stdinR.Close()
+	stdoutW.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start runsc: %w", err)
+	}
+	h.cmd = cmd
+	go h.wait()
+	if err := agent.WriteConfig(stdinW, cfg); err != nil {
+		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
+	client, layers, err := agent.Dial(dctx, h.conn)
+	stop()
+	if err != nil {
+		if dctx.Err() != nil {
+			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
+		}
+		return nil, nil, h.startError(err)
+	}
+	return client, layers, nil
+}
+
+// startInGroup starts cmd (runsc) inside the sandbox's host cgroup, so
+// that runsc, its gofer, the Sentry and every stub process they fork are
+// in it from their first instruction. runsc itself is told to leave
+// cgroups alone (--ignore-cgroups): joining the host's cgroup v1
+// hierarchies one by one, moving processes between them, costs it about
+// 50 ms a start.
+func (h *host) startInGroup(cmd *exec.Cmd) error {
+	if h.group == nil {
+		return cmd.Start()
+	}
+	return h.group.Start(cmd)
+}
+
+// startError explains why a sandbox did not start: runsc's own words, and
+// whether it ran into the host's process limit.
+func (h *host) startError(err error) error {
+	if h.group != nil {
+		// Give runsc a moment to fail all the way and count what it hit.
+		select {
+		case <-h.done:
+		case <-time.After(time.Second):
+		}
+		if st, serr := h.group.Stats(); serr == nil && st.PidsMax > 0 {
+			return fmt.Errorf("start the sandbox: gVisor's own processes and threads ran into the host's process limit of %d (pids): %w: %w%s",
+				hostLimitsFor(h.spec.Limits, false).Pids, sandbox.ErrLimit, err, h.stderr())
+		}
+	}
+	return fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
+}
+
+// wait waits for `runsc run` to exit: the sandbox has ended. If nobody
+// closed it, it died; the host's counters say why.
+func (h *host) wait() {
+	err := h.cmd.Wait()
+	if !h.closing.Load() {
+		dt := h.deathCause(err)
+		h.mu.Lock()
+		h.ended = dt
+		h.mu.Unlock()
+		h.d.opts.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+	}
+	h.doneOnce.Do(func() { close(h.done) })
+}
+
+// deathCause reads why the sandbox died from the host's counters.
+func (h *host) deathCause(waitErr error) *agentdriver.Death {
+	if dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, "gVisor's kernel", hostLimitsFor(h.spec.Limits, false).Pids); dt != nil {
+		return dt
+	}
+	msg := "gVisor exited"
+	if waitErr != nil {
+		msg += ": " + waitErr.Error()
+	}
+	return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: msg + h.stderr()}
+}
+
+// stderr returns what runsc and the agent wrote to standard error, for an
+// error message.
+func (h *host) stderr() string {
+	b := bytes.TrimSpace(h.log.Bytes())
+	if len(b) == 0 {
+		return ""
+	}
+	return ": " + string(b)
+}
+
+// waitDone waits up to d for the sandbox to end, and says whether it did:
+// a broken connection is either a dead sandbox or a broken agent.
+func (h *host) waitDone(d time.Duration) bool {
+	select {
+	case <-h.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Teardown ends the sandbox and removes everything it made on the host.
+func (h *host) Teardown(context.Context) error {
+	h.closeOnce.Do(func() {
+		h.teardown()
+		if left := h.leftovers(); len(left) > 0 {
+			h.teardownErr = fmt.Errorf("sandbox %s: left on the host after close: %v", h.spec.ID, left)
+		}
+	})
+	return h.teardownErr
+}
+
+// teardown stops the sandbox and removes what it made, whatever state it
+// is in: a live one, a half-made one, a dead one, a stale one of an
+// airlock process that died. In order: the agent is told to go (it exits
+// when its connection ends, and runsc with it, removing its own state);
+// runsc is killed if it lingers (the Sentry and the gofer die with it);
+// whatever is left in the host cgroup is killed; runsc's state, the
+// cgroups, the bundle and the lock are removed.
+func (h *host) teardown() {
+	h.teardownOnce.Do(func() {
+		h.closing.Store(true)
+		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
+		if h.conn != nil {
+			h.conn.Close()
+		}
+		if h.cmd != nil && !h.waitDone(5*time.Second) {
+			log.Warn("runsc did not exit after its agent was told to: killing it")
+			_ = h.cmd.Process.Kill()
+			if h.group != nil {
+				// A frozen sandbox dies only once thawed, which the
+				// group's kill does.
+				_ = h.group.Kill(5*time.Second, os.Getpid())
+			}
+			if !h.waitDone(10 * time.Second) {
+				log.Error("runsc did not exit after SIGKILL")
+			}
+		}
+		if h.group != nil {
+			// This process is never the sandbox's, even should a thread of
+			// it have been left in the group (see startInGroup).
+			if err := h.group.Kill(5*time.Second, os.Getpid()); err != nil {
+				log.Warn("kill what is left in the sandbox's cgroup", "err", err)
+			}
+		}
+		if h.d.runsc != nil && len(h.stateFiles()) > 0 {
+			if _, err := h.d.runscCmd(10*time.Second, "delete", "--force", h.spec.ID); err != nil {
+				log.Warn("delete the sandbox's runsc state", "err", err)
+			}
+			for _, f := range h.stateFiles() {
+				_ = os.Remove(f)
+			}
+		}
+		if h.group != nil {
+			if err := h.group.Remove(); err != nil {
+				log.Warn("remove the sandbox's cgroup", "err", err)
+			}
+		}
+		// runsc makes the controllers airlock does not use (cpuset,
+		// devices…) itself and removes them when it exits cleanly.
+		for _, dir := range cgroupDirs(h.d.opts.CgroupParent, h.spec.ID) {
+			if err := removeCgroupTree(dir); err != nil {
+				log.Warn("remove a cgroup runsc left", "dir", dir, "err", err)
+			}
+		}
+		if h.bundle != "" {
+			h.removeBundle(log)
+		}
+		h.lock.Release()
+		if h.cmd == nil {
+			h.doneOnce.Do(func() { close(h.done) })
+		}
+	})
+}
+
+// removeBundle removes the bundle, after detaching the mounts pinned in
+// it; while anything is still mounted below it, it is left alone, so that
+// removing it can never reach into a host directory the sandbox mounted.
+func (h *host) removeBundle(log *slog.Logger) {
+	if err := unpin(h.bundle); err != nil {
+		log.Warn("detach the bundle's mounts", "err", err)
+	}
+	if left := mountsBelow(h.bundle); len(left) > 0 {
+		log.Error("not removing the sandbox's bundle: something is still mounted in it", "mounts", left)
+		return
+	}
+	if err := os.RemoveAll(h.bundle); err != nil {
+		log.Warn("remove the sandbox's bundle", "err", err)
+	}
+}
+
+// stateFiles lists runsc's state files of the sandbox.
+func (h *host) stateFiles() []string {
+	dir := h.d.stateDir()
+	var out []string
+	for _, pat := range []string{h.spec.ID + "_sandbox:*", "runsc-" + h.spec.ID + ".sock"} {
+		m, _ := filepath.Glob(filepath.Join(dir, pat))
+		out = append(out, m...)
+	}
+	return out
+}
+
+// leftovers lists what of the sandbox is still on the host.
+func (h *host) leftovers() []string {
+	var left []string
+	left = append(left, h.stateFiles()...)
+	left = append(left, cgroupDirs(h.d.opts.CgroupParent, h.spec.ID)...)
+	if h.bundle != "" {
+		left = append(left, mountsBelow(h.bundle)...)
+		if _, err := os.Stat(h.bundle); err == nil {
+			left = append(left, h.bundle)
+		}
+	}
+	return left
+}

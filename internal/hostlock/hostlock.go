@@ -1,0 +1,102 @@
+// Package hostlock ties what a sandbox owns on the host to the process that
+// owns it, with file locks the kernel drops when that process dies: the
+// sandbox's id, taken once across every driver, and (native) its range of
+// host uids. A sweeper that can take a sandbox's lock knows its owner is
+// gone and may remove what is left of it.
+package hostlock
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Lock is a lock this process holds until it releases it or dies.
+type Lock struct{ f *os.File }
+
+// Path is the lock file.
+func (l *Lock) Path() string { return l.f.Name() }
+
+// Release removes the lock file and drops the lock.
+func (l *Lock) Release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	os.Remove(l.f.Name())
+	l.f.Close()
+}
+
+// Drop drops the lock and keeps the file (a slot that is used again).
+func (l *Lock) Drop() {
+	if l == nil || l.f == nil {
+		return
+	}
+	l.f.Close()
+}
+
+// Take takes an exclusive lock on dir/name.lock. It fails with an error
+// wrapping sandbox.ErrExists when a live process holds it.
+func Take(dir, name string) (*Lock, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("make state directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s is taken: %w", name, sandbox.ErrExists)
+		}
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Sandbox takes the lock of sandbox id below stateDir: an id is taken once
+// across every driver of every airlock process that shares stateDir.
+func Sandbox(stateDir, id string) (*Lock, error) {
+	if !sandbox.ValidID(id) {
+		return nil, fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalid)
+	}
+	return Take(filepath.Join(stateDir, "sandboxes"), id)
+}
+
+// RangeSize is the number of host uids (and gids) in each range.
+const RangeSize = 65536
+
+// Ranges of host uids that sandboxes own, one each, so that per-uid kernel
+// limits are never shared between sandboxes.
+const (
+	rangeFirst = 0x10000000
+	rangeSlots = 4096
+)
+
+// UIDRange takes one of the host uid ranges below stateDir and returns its
+// lock and its first uid.
+func UIDRange(stateDir string) (*Lock, int, error) {
+	dir := filepath.Join(stateDir, "uids")
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	start := int(b[0])<<8 | int(b[1])
+	for i := 0; i < rangeSlots; i++ {
+		slot := (start + i) % rangeSlots
+		l, err := Take(dir, strconv.Itoa(slot))
+		if errors.Is(err, sandbox.ErrExists) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return l, rangeFirst + slot*RangeSize, nil
+	}
+	return nil, 0, fmt.Errorf("all %d uid ranges are in use: %w", rangeSlots, sandbox.ErrLimit)
+}

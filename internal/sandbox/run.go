@@ -1,0 +1,42 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// KillWait bounds how long Run waits, after ctx is cancelled, for the
+// sandbox to confirm that the command it killed has ended.
+const KillWait = 750 * time.Millisecond
+
+// Run runs req in inst to its end: Start, then Wait. A command that cannot
+// start (not found, not executable) is a result with its exit code (127,
+// 126), not an error. Cancelling ctx kills the command and everything it
+// started (reason "killed"); Run then returns within KillWait even when the
+// sandbox does not answer, with a result that says so and an error wrapping
+// ctx's.
+func Run(ctx context.Context, inst Instance, req ExecRequest) (Result, error) {
+	p, err := inst.Start(ctx, req)
+	if err != nil {
+		var ce *CommandError
+		if errors.As(err, &ce) {
+			return Result{ExitCode: ce.Code, Reason: ReasonExit, LimitsHit: []Limit{}, Message: ce.Msg}, nil
+		}
+		return Result{}, err
+	}
+	res, err := p.Wait(ctx)
+	if ctx.Err() == nil || err == nil {
+		return res, err
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillWait)
+	defer cancel()
+	go func() { _ = p.Signal(kctx, syscall.SIGKILL) }()
+	if res, err := p.Wait(kctx); err == nil {
+		return res, nil
+	}
+	return Result{ExitCode: -1, Signal: "SIGKILL", Reason: ReasonKilled, LimitsHit: []Limit{},
+		Message: "the command was killed; the sandbox did not confirm it"}, fmt.Errorf("exec %s: %w", p.ID(), ctx.Err())
+}
