@@ -63,15 +63,15 @@ class ErrorsTest(DaemonTest):
         with self.assertRaises(airlock.InvalidRequest) as cm:
             self.agent.list_sandboxes(state="sleeping")
         self.check(cm, airlock.InvalidRequest, "invalid", 400)
-        with self.assertRaises(airlock.PathOutside) as cm:
+        with self.assertRaises(airlock.PathOutside) as cm2:
             self.sb.read_file("../../etc/passwd")
-        self.check(cm, airlock.PathOutside, "path_outside", 400)
-        with self.assertRaises(airlock.IsADirectory) as cm:
+        self.check(cm2, airlock.PathOutside, "path_outside", 400)
+        with self.assertRaises(airlock.IsADirectory) as cm3:
             self.sb.read_file("/workspace")
-        self.check(cm, airlock.IsADirectory, "is_directory", 400)
-        with self.assertRaises(airlock.MethodNotAllowed) as cm:
+        self.check(cm3, airlock.IsADirectory, "is_directory", 400)
+        with self.assertRaises(airlock.MethodNotAllowed) as cm4:
             self.agent._transport.request("PUT", "/v1/sandboxes")
-        self.check(cm, airlock.MethodNotAllowed, "method_not_allowed", 405)
+        self.check(cm4, airlock.MethodNotAllowed, "method_not_allowed", 405)
 
     def test_permission_denied(self) -> None:
         with self.assertRaises(airlock.PermissionDenied) as cm:
@@ -113,10 +113,10 @@ class ErrorsTest(DaemonTest):
             ti = tarfile.TarInfo("../escape.txt")
             ti.size = 1
             tf.addfile(ti, io.BytesIO(b"x"))
-        with self.assertRaises(airlock.ArchiveRefused) as cm:
+        with self.assertRaises(airlock.ArchiveRefused) as cm2:
             self.sb.upload_archive(buf.getvalue(), "/workspace/in")
-        self.check(cm, airlock.ArchiveRefused, "archive_refused", 400)
-        self.assertIn("escape.txt", cm.exception.message)
+        self.check(cm2, airlock.ArchiveRefused, "archive_refused", 400)
+        self.assertIn("escape.txt", cm2.exception.message)
 
     def test_quota_and_capacity(self) -> None:
         # The "huge" template asks for 100 TiB of memory: past the agent
@@ -128,9 +128,9 @@ class ErrorsTest(DaemonTest):
         self.addCleanup(self.operator.delete_key, key.id)
         self.assertEqual(key.quota.max_memory_bytes, 1 << 50)
         with airlock.Client(self.daemon.url, key.secret) as c:
-            with self.assertRaises(airlock.InsufficientCapacity) as cm:
+            with self.assertRaises(airlock.InsufficientCapacity) as cm2:
                 self.paced(lambda: c.create_sandbox("huge"))
-        self.check(cm, airlock.InsufficientCapacity, "insufficient_capacity", 503)
+        self.check(cm2, airlock.InsufficientCapacity, "insufficient_capacity", 503)
 
     def test_rate_limited(self) -> None:
         key = self.operator.create_key("slow", rate=airlock.RateLimits(creates_per_second=0.01, create_burst=1))

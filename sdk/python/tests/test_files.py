@@ -66,6 +66,10 @@ class FilesTest(DaemonTest):
         self.assertEqual(sb.read_file("d/e/z"), b"yy")
         sb.remove("/workspace/d")
         self.assertFalse(sb.exists("/workspace/d"))
+        with self.assertRaises(airlock.NotFound):
+            sb.write_file("new/dir/file.txt", "x")
+        sb.write_file("new/dir/file.txt", "x", parents=True)
+        self.assertEqual(sb.read_text("new/dir/file.txt"), "x")
         self.assertNotIn("d", [e.name for e in sb.list_files()])
 
     def test_file_transfer_50_mib(self) -> None:
@@ -82,7 +86,7 @@ class FilesTest(DaemonTest):
         self.assertEqual(self.sb.download_file("big.bin", back), 50 * MiB)
         t2 = time.monotonic()
         self.assertEqual(_sha256(back), want)
-        print(f"\n  50 MiB file: upload {t1 - t0:.2f} s, download {t2 - t1:.2f} s")
+        print(f"50 MiB file: upload {t1 - t0:.2f} s, download {t2 - t1:.2f} s")
 
     def test_directory_tree_50_mib(self) -> None:
         src = os.path.join(self.tmp, "project")
@@ -119,7 +123,7 @@ class FilesTest(DaemonTest):
             self.assertEqual(f.read(), "new")
         with open(os.path.join(dest, "data", "nested", "f7.txt")) as f:
             self.assertEqual(f.read(), "file 7\n")
-        print(f"\n  50 MiB tree: upload {t1 - t0:.2f} s, download {t2 - t1:.2f} s")
+        print(f"50 MiB tree: upload {t1 - t0:.2f} s, download {t2 - t1:.2f} s")
 
         # One file comes down under its base name.
         self.assertEqual(self.sb.download_dir("/workspace/project/run.sh", os.path.join(self.tmp, "one")), 1)

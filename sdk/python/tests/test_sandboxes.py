@@ -111,7 +111,8 @@ class SandboxTest(DaemonTest):
         logger.addHandler(handler)
         old = logger.level
         logger.setLevel(logging.DEBUG)
-        self.addCleanup(lambda: (logger.removeHandler(handler), logger.setLevel(old)))
+        self.addCleanup(logger.setLevel, old)
+        self.addCleanup(logger.removeHandler, handler)
         key = self.operator.create_key("throwaway")
         self.assertTrue(key.secret.startswith("airlock_"))
         with airlock.Client(self.daemon.url, key.secret) as c:

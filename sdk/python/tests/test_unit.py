@@ -18,7 +18,7 @@ from airlock.models import FileInfo, SandboxInfo, _time
 
 class ErrorClassTest(unittest.TestCase):
     def test_every_code_has_its_class(self) -> None:
-        cases = {
+        cases: dict[tuple[str, int], type[airlock.APIError]] = {
             ("invalid", 400): airlock.InvalidRequest,
             ("path_outside", 400): airlock.PathOutside,
             ("is_directory", 400): airlock.IsADirectory,
@@ -105,7 +105,14 @@ class DecodeTest(unittest.TestCase):
 class ClientSetupTest(unittest.TestCase):
     def setUp(self) -> None:
         saved = {k: os.environ.pop(k, None) for k in (airlock.ENV_URL, airlock.ENV_KEY)}
-        self.addCleanup(lambda: [os.environ.__setitem__(k, v) for k, v in saved.items() if v is not None])
+
+        def restore() -> None:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+        self.addCleanup(restore)
 
     def test_urls(self) -> None:
         for bad in ["", "127.0.0.1:7070", "ftp://x", "http://", "http://user:pw@host:1", "http://h:99999", "http://h:1/?q=1"]:
@@ -173,7 +180,7 @@ class ArchiveTest(unittest.TestCase):
         os.mkdir(self.outside)
 
     def test_refusals(self) -> None:
-        cases = {
+        cases: dict[str, list[tuple[tarfile.TarInfo, bytes | None]]] = {
             "absolute": [(_entry("/etc/x"), b"x")],
             "dotdot": [(_entry("a/../../outside/x"), b"x")],
             "absolute symlink": [(_entry("l", tarfile.SYMTYPE, "/etc"), None)],

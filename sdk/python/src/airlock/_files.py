@@ -4,6 +4,7 @@ directory trees to and from the host as tar archives."""
 from __future__ import annotations
 
 import os
+import posixpath
 import tempfile
 from typing import IO, TYPE_CHECKING, Any, Union
 
@@ -67,11 +68,18 @@ class FilesMixin:
         """The file decoded as text."""
         return self.read_file(path).decode(encoding, errors)
 
-    def write_file(self, path: str, data: Data, *, mode: int = 0o644) -> None:
-        """Creates or replaces the file at path (its parent must exist; see
-        mkdir). data is bytes, a str (written as UTF-8) or a binary file
-        object, which is streamed. Raises LimitExceeded when it does not
-        fit the sandbox's disk."""
+    def write_file(self, path: str, data: Data, *, mode: int = 0o644, parents: bool = False) -> None:
+        """Creates or replaces the file at path. data is bytes, a str
+        (written as UTF-8) or a binary file object, which is streamed.
+
+        The parent directory must exist (NotFound otherwise) unless
+        ``parents=True``, which makes it first. Raises LimitExceeded when
+        the file does not fit the sandbox's disk.
+        """
+        if parents:
+            parent = posixpath.dirname(path)
+            if parent not in ("", "/"):
+                self.mkdir(parent)
         q = {"path": path, "mode": format(mode & 0o777, "o")}
         body: Any
         length: int | None = None
@@ -88,9 +96,9 @@ class FilesMixin:
             "PUT", self._path("files"), query=q, body=body, length=length, content_type="application/octet-stream", read_timeout=None
         ).discard()
 
-    def write_text(self, path: str, text: str, *, encoding: str = "utf-8", mode: int = 0o644) -> None:
-        """Writes text to the file at path."""
-        self.write_file(path, text.encode(encoding), mode=mode)
+    def write_text(self, path: str, text: str, *, encoding: str = "utf-8", mode: int = 0o644, parents: bool = False) -> None:
+        """Writes text to the file at path (see write_file)."""
+        self.write_file(path, text.encode(encoding), mode=mode, parents=parents)
 
     def upload_file(self, local_path: str | os.PathLike[str], path: str, *, mode: int | None = None) -> None:
         """Streams the host file local_path to path in the sandbox (mode:
