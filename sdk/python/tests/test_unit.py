@@ -154,6 +154,32 @@ class ClientSetupTest(unittest.TestCase):
             c.health()
 
 
+class PackagingTest(unittest.TestCase):
+    """The build backend reads pyproject.toml the same with and without
+    tomllib (Python 3.10 has none), and the version is the same in both
+    places it is written."""
+
+    def test_backend_metadata(self) -> None:
+        import importlib.util
+
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        spec = importlib.util.spec_from_file_location("airlock_build", os.path.join(root, "build_backend", "airlock_build.py"))
+        assert spec is not None and spec.loader is not None
+        backend = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(backend)
+        with open(os.path.join(root, "pyproject.toml")) as f:
+            text = f.read()
+        fallback = backend._project_fallback(text)
+        self.assertEqual(fallback["version"], airlock.__version__)
+        self.assertEqual(fallback["requires-python"], ">=3.10")
+        self.assertIn("Typing :: Typed", fallback["classifiers"])
+        try:
+            import tomllib
+        except ImportError:
+            return
+        self.assertEqual(fallback, tomllib.loads(text)["project"])
+
+
 def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:

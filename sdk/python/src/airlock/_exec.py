@@ -158,11 +158,8 @@ def collect(stream: ExecStream, on_stdout: OutputCallback | None, on_stderr: Out
 
 
 def signal_name(sig: str | int) -> str:
-    if isinstance(sig, _signal.Signals):
-        return sig.name
-    if isinstance(sig, int):
-        return str(sig)
-    return str(sig)
+    """The API's form of a signal: a name ("TERM", "SIGKILL") or a number."""
+    return sig.name if isinstance(sig, _signal.Signals) else str(sig)
 
 
 @dataclass
