@@ -44,6 +44,14 @@ class FilesTest(DaemonTest):
         self.assertEqual(sb.read_file("empty"), b"")
         sb.write_file("streamed", io.BytesIO(b"from a file object"))
         self.assertEqual(sb.read_file("streamed"), b"from a file object")
+        # A stream of unknown length (a pipe) goes chunked.
+        r, w = os.pipe()
+        with os.fdopen(w, "wb") as wf:
+            wf.write(b"through a pipe " * 1000)
+        with os.fdopen(r, "rb") as rf:
+            self.assertFalse(rf.seekable())
+            sb.write_file("piped", rf)
+        self.assertEqual(sb.read_file("piped"), b"through a pipe " * 1000)
         # Commands see what the file API wrote, and the other way round.
         self.assertEqual(sb.exec(["cat", "t.txt"]).stdout, b"replaced")
         sb.exec("echo made by a command > /workspace/cmd.txt")
