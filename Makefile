@@ -9,9 +9,10 @@ GO    ?= go
 AGENT := internal/agentbin/bin/airlock-agent
 # What the tests and the sandboxes use from the host: the tools commands
 # run, the baselines the benchmark compares with, a browser for the
-# approval page's test, and Node.js for the MCP clients' tests (unless a
-# node is on PATH already).
+# approval page's test, Node.js for the MCP clients' tests (unless a
+# node is on PATH already), and venv for the Python SDK's tests.
 DEBS  := python3 procps iproute2 util-linux bubblewrap runsc chromium curl
+DEBS  += python3-venv
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
 
 # The runsc the gVisor driver uses (docs/decisions.md, 14): gVisor built

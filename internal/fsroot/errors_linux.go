@@ -5,6 +5,7 @@ package fsroot
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"golang.org/x/sys/unix"
 
@@ -56,6 +57,9 @@ func classify(errno unix.Errno) *errnoError {
 		e.msg = "permission denied"
 	case unix.ENOSPC, unix.EDQUOT:
 		e.msg, e.class = "disk full", sandbox.ErrLimit
+	case unix.EFBIG:
+		// The agent writes under RLIMIT_FSIZE, the sandbox's disk size.
+		e.msg, e.class = "file too large: it would be larger than the sandbox's disk", sandbox.ErrLimit
 	case unix.ELOOP:
 		e.msg, e.class = "too many levels of symbolic links (a symlink loop), or a /proc magic link, which the file API never follows", sandbox.ErrInvalid
 	case unix.ENOTDIR:
@@ -71,7 +75,7 @@ func classify(errno unix.Errno) *errnoError {
 	case unix.EINVAL:
 		e.msg, e.class = "invalid argument", sandbox.ErrInvalid
 	case unix.EROFS:
-		e.msg = "read-only file system"
+		e.msg, e.class = "read-only file system: write under /workspace or /tmp", fs.ErrPermission
 	}
 	return e
 }

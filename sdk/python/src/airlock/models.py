@@ -1,0 +1,551 @@
+"""The API's data: what you send (Limits, Network, Quota, RateLimits) and
+what the daemon answers (SandboxInfo, Result, FileInfo, Approval, ...).
+
+Field names are the API's (internal/api/openapi.json), so the OpenAPI
+document describes them too. Times are timezone-aware ``datetime``s in UTC;
+a time the daemon left out is None. Fields the daemon adds later are
+ignored by this version of the SDK.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "Limits",
+    "Network",
+    "SandboxInfo",
+    "Usage",
+    "Result",
+    "ExecResult",
+    "Event",
+    "FileInfo",
+    "ArchiveResult",
+    "Quota",
+    "RateLimits",
+    "Key",
+    "Approval",
+    "EgressHost",
+    "EgressSummary",
+    "Health",
+    "PoolStatus",
+]
+
+# Sandbox states (SandboxInfo.state).
+STATE_CREATING = "creating"
+STATE_POOLED = "pooled"
+STATE_RUNNING = "running"
+STATE_DESTROYED = "destroyed"
+#: The sandbox was live when the daemon stopped; its processes ended with it.
+STATE_LOST = "lost"
+
+_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+
+
+def _time(v: Any) -> datetime | None:
+    """Parses an RFC 3339 time as Go writes it (nanoseconds, Z)."""
+    if not isinstance(v, str) or not v:
+        return None
+    m = _TIME.match(v)
+    if not m:
+        return None
+    t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
+    if m.group(2):
+        t = t.replace(microsecond=int(m.group(2)[:6].ljust(6, "0")))
+    z = m.group(3)
+    if z == "Z":
+        tz = timezone.utc
+    else:
+        sign = 1 if z[0] == "+" else -1
+        tz = timezone(sign * timedelta(hours=int(z[1:3]), minutes=int(z[4:6])))
+    t = t.replace(tzinfo=tz).astimezone(timezone.utc)
+    return None if t.year <= 1 else t
+
+
+def _int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
+
+
+def _obj(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _output(text: Any, b64: Any) -> bytes:
+    """Output comes as text, or as base64 when it is not valid UTF-8."""
+    if isinstance(b64, str) and b64:
+        return base64.b64decode(b64)
+    return text.encode() if isinstance(text, str) else b""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A sandbox's limits. None takes the template's value; a value given
+    may only narrow it (a create asking for more is refused, not trimmed)."""
+
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    #: Each exec's default wall-time limit, in milliseconds.
+    timeout_ms: int | None = None
+    #: Each exec's user+system CPU time limit, in milliseconds.
+    cpu_time_ms: int | None = None
+    #: Size of /workspace.
+    disk_bytes: int | None = None
+    #: Size of /tmp.
+    tmp_bytes: int | None = None
+    #: Output kept per stream of an exec; past it the command is killed.
+    output_bytes: int | None = None
+    open_files: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Limits:
+        d = _obj(d)
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if isinstance(d.get(k), (int, float))})
+
+
+@dataclass(frozen=True)
+class Network:
+    """A sandbox's network. The default (no Network) is the template's,
+    which is none at all unless the template says otherwise.
+
+    With any rule given, the mode is ``"egress"``: an HTTP proxy inside
+    the sandbox (``HTTP_PROXY`` and friends are set) that reaches only
+    ``allow_hosts`` (``"pypi.org"``, ``"*.example.com"``, optionally with
+    ``:port``) and ``allow_addresses`` (exact ``IP:port``, the only way to a
+    private address); ``deny`` wins over both; ``report=True`` lets through
+    what the rules would refuse and records it as ``would_deny``. A create
+    may ask only for what its template's network allows.
+    """
+
+    mode: str | None = None
+    allow_hosts: Sequence[str] = ()
+    allow_addresses: Sequence[str] = ()
+    deny: Sequence[str] = ()
+    report: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        rules = bool(self.allow_hosts or self.allow_addresses or self.deny or self.report)
+        d: dict[str, Any] = {"mode": self.mode or ("egress" if rules else "none")}
+        for k in ("allow_hosts", "allow_addresses", "deny"):
+            v = getattr(self, k)
+            if isinstance(v, str):
+                raise TypeError(f"Network.{k}: give a list of strings, not one string")
+            if v:
+                d[k] = list(v)
+        if self.report:
+            d["report"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What the daemon says about a sandbox, live or ended."""
+
+    id: str
+    template: str = ""
+    driver: str = ""
+    #: creating, pooled, running, destroyed or lost.
+    state: str = ""
+    #: The id of the key that owns it.
+    owner: str = ""
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    idle_timeout_seconds: int = 0
+    last_active_at: datetime | None = None
+    ended_at: datetime | None = None
+    #: Why it ended: deleted, ttl, idle, ended, lost, shutdown.
+    end_reason: str = ""
+    limits: Limits = field(default_factory=Limits)
+    #: The isolation layers in effect (userns, seccomp, landlock, ...).
+    layers: tuple[str, ...] = ()
+    #: The create was served by a warm pool.
+    from_pool: bool = False
+
+    @property
+    def live(self) -> bool:
+        """Whether the sandbox can still run commands."""
+        return self.state in (STATE_CREATING, STATE_POOLED, STATE_RUNNING)
+
+    @classmethod
+    def from_json(cls, d: Any) -> SandboxInfo:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            template=_str(d.get("template")),
+            driver=_str(d.get("driver")),
+            state=_str(d.get("state")),
+            owner=_str(d.get("owner")),
+            created_at=_time(d.get("created_at")),
+            expires_at=_time(d.get("expires_at")),
+            idle_timeout_seconds=_int(d.get("idle_timeout_seconds")),
+            last_active_at=_time(d.get("last_active_at")),
+            ended_at=_time(d.get("ended_at")),
+            end_reason=_str(d.get("end_reason")),
+            limits=Limits.from_json(d.get("limits")),
+            layers=_strs(d.get("layers")),
+            from_pool=bool(d.get("from_pool")),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a command consumed."""
+
+    wall_ms: int = 0
+    cpu_ms: int = 0
+    memory_peak_bytes: int = 0
+    #: Bytes of output the command wrote.
+    bytes_written: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> Usage:
+        d = _obj(d)
+        return cls(**{k: _int(d.get(k)) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a command ended.
+
+    ``reason`` is authoritative: ``exit`` (it ended by itself; see
+    ``exit_code``), ``timeout``, ``cpu_time``, ``oom``, ``pids``,
+    ``output_limit``, ``killed``, ``denied`` or ``error``. ``message`` says
+    it in one line a model can act on.
+    """
+
+    #: The exit status, or -1 when a signal ended the command.
+    exit_code: int = 0
+    #: The signal that ended it ("SIGKILL"), or "".
+    signal: str = ""
+    reason: str = ""
+    #: Every limit reached, even ones the command survived (pids, disk_full).
+    limits_hit: tuple[str, ...] = ()
+    message: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def ok(self) -> bool:
+        """The command ended by itself with exit code 0."""
+        return self.reason == "exit" and self.exit_code == 0
+
+    @staticmethod
+    def _fields(d: Any) -> dict[str, Any]:
+        d = _obj(d)
+        return dict(
+            exit_code=_int(d.get("exit_code")),
+            signal=_str(d.get("signal")),
+            reason=_str(d.get("reason")),
+            limits_hit=_strs(d.get("limits_hit")),
+            message=_str(d.get("message")),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            usage=Usage.from_json(d.get("usage")),
+        )
+
+    @classmethod
+    def from_json(cls, d: Any) -> Result:
+        return cls(**cls._fields(d))
+
+
+@dataclass(frozen=True)
+class ExecResult(Result):
+    """A finished command: its Result and its output."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    @property
+    def stdout_text(self) -> str:
+        """stdout decoded as UTF-8 (invalid bytes replaced)."""
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        """stderr decoded as UTF-8 (invalid bytes replaced)."""
+        return self.stderr.decode("utf-8", "replace")
+
+    @classmethod
+    def from_result(cls, r: Result, stdout: bytes, stderr: bytes) -> ExecResult:
+        return cls(**{k: getattr(r, k) for k in Result.__dataclass_fields__}, stdout=stdout, stderr=stderr)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a streaming exec: output as it comes (``type`` is
+    ``"stdout"`` or ``"stderr"``, with ``data``), then the last one,
+    ``type == "result"``, with ``result``."""
+
+    type: str
+    data: bytes = b""
+    result: Result | None = None
+
+    @property
+    def text(self) -> str:
+        """data decoded as UTF-8 (invalid bytes replaced; a character split
+        across two events shows as replacement characters)."""
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file in a sandbox."""
+
+    name: str
+    path: str = ""
+    size: int = 0
+    #: Permission bits (0o644).
+    mode: int = 0
+    mod_time: datetime | None = None
+    #: file, dir, symlink or other.
+    type: str = ""
+    #: Where a symlink points, as stored (never followed).
+    target: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    @classmethod
+    def from_json(cls, d: Any) -> FileInfo:
+        d = _obj(d)
+        return cls(
+            name=_str(d.get("name")),
+            path=_str(d.get("path")),
+            size=_int(d.get("size")),
+            mode=_int(d.get("mode")) & 0o777,  # Go FileMode: type bits above, permissions below
+            mod_time=_time(d.get("mod_time")),
+            type=_str(d.get("type")),
+            target=_str(d.get("target")),
+        )
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    """What an upload extracted."""
+
+    entries: int = 0
+    bytes: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> ArchiveResult:
+        d = _obj(d)
+        return cls(entries=_int(d.get("entries")), bytes=_int(d.get("bytes")))
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What a key may hold at once; None means the daemon's default (10
+    sandboxes, 8 GiB of memory limits)."""
+
+    max_sandboxes: int | None = None
+    max_memory_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Quota:
+        d = _obj(d)
+        return cls(max_sandboxes=_int(d.get("max_sandboxes")) or None, max_memory_bytes=_int(d.get("max_memory_bytes")) or None)
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """How fast a key may act; None means the default (5 creates/s, burst
+    10; 200 execs and process starts/s, burst 400)."""
+
+    creates_per_second: float | None = None
+    create_burst: int | None = None
+    execs_per_second: float | None = None
+    exec_burst: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v}
+
+    @classmethod
+    def from_json(cls, d: Any) -> RateLimits:
+        d = _obj(d)
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if isinstance(d.get(k), (int, float)) and d[k]})
+
+
+@dataclass(frozen=True)
+class Key:
+    """An API key. ``secret`` is set only in the answer to its creation (the
+    daemon keeps only its hash) and never shows in repr."""
+
+    id: str
+    name: str = ""
+    #: agent or operator.
+    role: str = ""
+    quota: Quota = field(default_factory=Quota)
+    rate: RateLimits = field(default_factory=RateLimits)
+    created_at: datetime | None = None
+    secret: str = field(default="", repr=False)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Key:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            role=_str(d.get("role")),
+            quota=Quota.from_json(d.get("quota")),
+            rate=RateLimits.from_json(d.get("rate")),
+            created_at=_time(d.get("created_at")),
+            secret=_str(d.get("secret")),
+        )
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An action waiting for (or decided by) a person.
+
+    ``request`` is the policy's view of the action: ``action`` (exec,
+    file_write, ...), ``argv`` or ``code`` and ``language``, ``path``, ...
+    """
+
+    id: str
+    #: pending, approved, denied, expired or cancelled.
+    state: str = ""
+    created: datetime | None = None
+    #: When a pending approval is denied by itself.
+    expires: datetime | None = None
+    #: The id of the key that asked; it may not decide.
+    key: str = ""
+    sandbox: str = ""
+    request: Mapping[str, Any] = field(default_factory=dict)
+    #: The policy rule that asked, and why.
+    rule: str = ""
+    why: str = ""
+    decided_by: str = ""
+    reason: str = ""
+    decided: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "pending"
+
+    @classmethod
+    def from_json(cls, d: Any) -> Approval:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            state=_str(d.get("state")),
+            created=_time(d.get("created")),
+            expires=_time(d.get("expires")),
+            key=_str(d.get("key")),
+            sandbox=_str(d.get("sandbox")),
+            request=dict(_obj(d.get("request"))),
+            rule=_str(d.get("rule")),
+            why=_str(d.get("why")),
+            decided_by=_str(d.get("decided_by")),
+            reason=_str(d.get("reason")),
+            decided=_time(d.get("decided")),
+        )
+
+
+@dataclass(frozen=True)
+class EgressHost:
+    """What a sandbox did with one host through the egress proxy."""
+
+    host: str
+    allowed: int = 0
+    denied: int = 0
+    would_deny: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> EgressHost:
+        d = _obj(d)
+        return cls(host=_str(d.get("host")), **{k: _int(d.get(k)) for k in cls.__dataclass_fields__ if k != "host"})
+
+
+@dataclass(frozen=True)
+class EgressSummary:
+    """What a sandbox did through the egress proxy: requests by decision,
+    bytes, and the same per host (sorted by name)."""
+
+    sandbox_id: str
+    #: enforce or report.
+    mode: str = ""
+    requests: int = 0
+    allowed: int = 0
+    denied: int = 0
+    would_deny: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    hosts: tuple[EgressHost, ...] = ()
+
+    def host(self, name: str) -> EgressHost | None:
+        """The counts of one host, or None."""
+        return next((h for h in self.hosts if h.host == name), None)
+
+    @classmethod
+    def from_json(cls, d: Any) -> EgressSummary:
+        d = _obj(d)
+        hosts = d.get("hosts")
+        return cls(
+            sandbox_id=_str(d.get("sandbox_id")),
+            mode=_str(d.get("mode")),
+            hosts=tuple(EgressHost.from_json(h) for h in hosts) if isinstance(hosts, list) else (),
+            **{k: _int(d.get(k)) for k in ("requests", "allowed", "denied", "would_deny", "bytes_sent", "bytes_received")},
+        )
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """A template's warm pool."""
+
+    template: str
+    size: int = 0
+    ready: int = 0
+    filling: int = 0
+
+
+@dataclass(frozen=True)
+class Health:
+    """The daemon's state (GET /healthz)."""
+
+    status: str
+    sandboxes: int = 0
+    templates: tuple[str, ...] = ()
+    pools: tuple[PoolStatus, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> Health:
+        d = _obj(d)
+        pools = d.get("pools")
+        return cls(
+            status=_str(d.get("status")),
+            sandboxes=_int(d.get("sandboxes")),
+            templates=_strs(d.get("templates")),
+            pools=tuple(
+                PoolStatus(_str(p.get("template")), _int(p.get("size")), _int(p.get("ready")), _int(p.get("filling")))
+                for p in pools
+                if isinstance(p, dict)
+            )
+            if isinstance(pools, list)
+            else (),
+        )
