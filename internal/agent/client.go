@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
@@ -167,21 +169,49 @@ func (e *Exec) Close() {
 	e.stream.CloseResponse()
 }
 
+// bounded returns ctx with a deadline no later than CallTimeout from now.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, CallTimeout)
+}
+
+// callError names an agent that did not answer in time.
+func callError(ctx context.Context, what string, err error) error {
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s: the sandbox's agent did not answer within %v: %w", what, CallTimeout, err)
+	}
+	return hostError(err)
+}
+
 // Signal sends sig to exec id; SIGKILL kills its whole tree.
 func (c *Client) Signal(ctx context.Context, id string, sig int) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := c.signal.CallUnary(ctx, connect.NewRequest(&SignalRequest{ID: id, Signal: sig}))
-	return hostError(err)
+	return callError(ctx, "signal", err)
 }
 
 // ReadFile copies the file at path to w, at most limit bytes (0: all) from offset.
 func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64, w io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := newStallGuard(cancel)
+	defer g.stop()
+	g.arm()
 	st, err := c.readFile.CallServerStream(ctx, connect.NewRequest(&PathRequest{Path: path, Offset: offset, Limit: limit}))
+	g.disarm()
 	if err != nil {
-		return hostError(err)
+		return g.err("read file", err)
 	}
 	defer st.Close()
 	var n int64
-	for st.Receive() {
+	for {
+		// Only the agent's part is timed: a slow writer is the caller's.
+		g.arm()
+		ok := st.Receive()
+		g.disarm()
+		if !ok {
+			break
+		}
 		data := st.Msg().Data
 		if limit > 0 && n+int64(len(data)) > limit {
 			return errors.New("agent sent more than was asked for")
@@ -191,11 +221,15 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64,
 			return err
 		}
 	}
-	return hostError(st.Err())
+	return g.err("read file", st.Err())
 }
 
 // WriteFile replaces the file at path with what r holds.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := newStallGuard(cancel)
+	defer g.stop()
 	st := c.writeFile.CallClientStream(ctx)
 	buf := make([]byte, ChunkSize)
 	first := true
@@ -206,7 +240,11 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode f
 			if first {
 				msg.Path, msg.Mode, first = path, uint32(mode.Perm()), false
 			}
-			if err := st.Send(msg); err != nil {
+			// Only the agent's part is timed: a slow reader is the caller's.
+			g.arm()
+			err := st.Send(msg)
+			g.disarm()
+			if err != nil {
 				break // the answer below says why
 			}
 		}
@@ -218,24 +256,56 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode f
 			return rerr
 		}
 	}
+	g.arm()
 	_, err := st.CloseAndReceive()
+	g.disarm()
+	return g.err("write file", err)
+}
+
+// stallGuard cancels a streaming call when the agent's side of one step of
+// it (a send, a receive) takes longer than CallTimeout.
+type stallGuard struct {
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func newStallGuard(cancel context.CancelFunc) *stallGuard {
+	g := &stallGuard{}
+	g.t = time.AfterFunc(time.Hour, func() { g.fired.Store(true); cancel() })
+	g.t.Stop()
+	return g
+}
+
+func (g *stallGuard) arm()    { g.t.Reset(CallTimeout) }
+func (g *stallGuard) disarm() { g.t.Stop() }
+func (g *stallGuard) stop()   { g.t.Stop() }
+
+// err names a stall, or classifies err.
+func (g *stallGuard) err(what string, err error) error {
+	if err != nil && g.fired.Load() {
+		return fmt.Errorf("%s: the sandbox's agent made no progress within %v: %w", what, CallTimeout, err)
+	}
 	return hostError(err)
 }
 
 // ReadDir lists the directory at path.
 func (c *Client) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	resp, err := c.readDir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
 	if err != nil {
-		return nil, hostError(err)
+		return nil, callError(ctx, "read dir", err)
 	}
 	return resp.Msg.Files, nil
 }
 
 // Stat describes the file at path.
 func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	resp, err := c.stat.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
 	if err != nil {
-		return sandbox.FileInfo{}, hostError(err)
+		return sandbox.FileInfo{}, callError(ctx, "stat", err)
 	}
 	if len(resp.Msg.Files) != 1 {
 		return sandbox.FileInfo{}, errors.New("agent answered stat with no file")
@@ -245,26 +315,34 @@ func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error
 
 // Mkdir makes the directory at path and its parents.
 func (c *Client) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := c.mkdir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, Mode: uint32(mode.Perm())}))
-	return hostError(err)
+	return callError(ctx, "mkdir", err)
 }
 
 // Remove removes the file or tree at path.
 func (c *Client) Remove(ctx context.Context, path string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := c.remove.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
-	return hostError(err)
+	return callError(ctx, "remove", err)
 }
 
 // Rename moves oldpath to newpath.
 func (c *Client) Rename(ctx context.Context, oldpath, newpath string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := c.rename.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: oldpath, To: newpath}))
-	return hostError(err)
+	return callError(ctx, "rename", err)
 }
 
 // Symlink makes a symlink at path pointing to target.
 func (c *Client) Symlink(ctx context.Context, target, path string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	_, err := c.symlink.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, To: target}))
-	return hostError(err)
+	return callError(ctx, "symlink", err)
 }
 
 var (

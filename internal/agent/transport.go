@@ -46,8 +46,16 @@ func clientOptions() []connect.ClientOption {
 // the connection ends.
 func ServeConn(ctx context.Context, c net.Conn, h http.Handler) {
 	srv := &http2.Server{
-		MaxConcurrentStreams: 1000,
+		MaxConcurrentStreams: MaxStreams,
 		IdleTimeout:          0,
+		// A stream whose reader stops (stdin of a command that does not
+		// read it; an egress download the command never reads) holds at
+		// most its own window. The connection's window is larger than all
+		// streams' windows together, so data streams can never starve
+		// the control calls (exec, signal, files, close) of the
+		// connection's window.
+		MaxUploadBufferPerStream:     streamWindow,
+		MaxUploadBufferPerConnection: MaxStreams * streamWindow * 2,
 	}
 	srv.ServeConn(c, &http2.ServeConnOpts{
 		Context:    ctx,
@@ -71,6 +79,19 @@ func dialConn(c net.Conn) (*http.Client, *http2.ClientConn, error) {
 	}
 	return &http.Client{Transport: cc}, cc, nil
 }
+
+// MaxStreams caps the streams open at once on one agent connection.
+const MaxStreams = 1000
+
+// streamWindow is how much the host may send on one stream before the
+// agent reads it.
+const streamWindow = 512 << 10
+
+// CallTimeout bounds a host→agent call that moves no data (signal, stat,
+// mkdir…), and each step of one that does (a file transfer makes progress
+// at least this often, or fails): an agent that does not answer is an
+// error, never a hang.
+const CallTimeout = 30 * time.Second
 
 // baseURL is the URL prefix of every call; the host part is never resolved.
 const baseURL = "http://agent"

@@ -132,15 +132,23 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	sctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	stop := context.AfterFunc(ctx, cancel)
+	// An agent that does not start the command in time is an error, not a
+	// hang; the stream then ends with it.
+	var late atomic.Bool
+	timer := time.AfterFunc(agent.CallTimeout, func() { late.Store(true); cancel() })
 	ex, err := in.client.StartExec(sctx, &agent.ExecStart{
 		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
 		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
 		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: l.OutputBytes,
 	})
+	timer.Stop()
 	stop()
 	if err != nil {
 		cancel()
 		p.eh.Abandon()
+		if late.Load() {
+			return nil, fmt.Errorf("exec %s: the sandbox's agent did not start the command within %v: %w", id, agent.CallTimeout, err)
+		}
 		// A broken connection is a dead sandbox (say why) or a broken agent.
 		var ce *sandbox.CommandError
 		if !errors.As(err, &ce) && ctx.Err() == nil && in.waitDone(2*time.Second) {

@@ -23,6 +23,7 @@ import (
 func egressCases() []testCase {
 	return []testCase{
 		{name: "allow_and_refuse", needs: []need{needEgress}, run: testEgress},
+		{name: "unread_download", needs: []need{needEgress}, run: testUnreadDownload},
 	}
 }
 
@@ -86,6 +87,17 @@ func startEgressServer(t *testing.T, ip string) *egressServer {
 	}
 	s := &egressServer{port: ln.Addr().(*net.TCPAddr).Port}
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			// 32 MiB, for a client that never reads it.
+			w.Header().Set("Content-Length", fmt.Sprint(32<<20))
+			chunk := bytes.Repeat([]byte("x"), 1<<20)
+			for range 32 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			return
+		}
 		s.hits.Add(1)
 		s.mu.Lock()
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
@@ -255,4 +267,27 @@ func reverse(s string) string {
 		r[i], r[j] = r[j], r[i]
 	}
 	return string(r)
+}
+
+// testUnreadDownload: a command that starts a large download through the
+// egress proxy and never reads it cannot make its sandbox uncontrollable:
+// execs, file calls and signals still answer at once, and once it is
+// killed a new exec runs within a second.
+func testUnreadDownload(t *testing.T, e *env) {
+	p, err := e.sb.Start(e.ctx, sandbox.ExecRequest{Background: true, Argv: []string{"python3", "-c", fmt.Sprintf(`
+import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", 3128))
+s.sendall(b"GET http://127.0.0.1:%d/big HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n")
+open("/tmp/unread-started", "w").close()
+time.sleep(600)
+`, e.egress.a.port, e.egress.a.port)}})
+	if err != nil {
+		t.Fatalf("start the download that is never read: %v", err)
+	}
+	e.waitFile(t, "/tmp/unread-started")
+	// Give the proxy time to fill every window it can.
+	time.Sleep(2 * time.Second)
+	e.controlAnswers(t, p)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ func execCases() []testCase {
 		{name: "signal_term", run: testSignalTerm},
 		{name: "signal_kill", run: testSignalKill},
 		{name: "cancel_frozen_agent", closes: true, needs: []need{needFreeze}, run: testCancelFrozen},
+		{name: "unread_stdin", run: testUnreadStdin},
 		{name: "cancel", run: testCancel},
 	}
 }
@@ -611,4 +613,65 @@ func testCancelFrozen(t *testing.T, e *env) {
 	default:
 		t.Error("Done is not closed after Close with the agent frozen")
 	}
+}
+
+// testUnreadStdin: stdin sent to a command that never reads it cannot make
+// the sandbox uncontrollable: execs, file calls and signals still answer
+// at once, and once it is killed a new exec runs within a second.
+func testUnreadStdin(t *testing.T, e *env) {
+	p, err := e.sb.Start(e.ctx, sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", "touch /tmp/unread-started; exec sleep 600"}, Background: true,
+		Stdin: io.LimitReader(zeros{}, 8<<20),
+	})
+	if err != nil {
+		t.Fatalf("start a command that never reads its stdin: %v", err)
+	}
+	e.waitFile(t, "/tmp/unread-started")
+	time.Sleep(time.Second)
+	e.controlAnswers(t, p)
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// controlAnswers checks that while p holds its streams unread, the sandbox
+// still runs an exec, answers file calls and kills p, and that a new exec
+// runs within a second after the kill.
+func (e *env) controlAnswers(t *testing.T, p sandbox.Process) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	var out syncBuffer
+	if res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Stdout: &out}); err != nil || res.ExitCode != 0 || out.String() != "ok\n" {
+		t.Fatalf("an exec beside the stalled stream: %v, %s, stdout %q (want ok within 10 s)", err, describe(res), out.String())
+	}
+	if _, err := e.sb.Files().Stat(ctx, "/tmp"); err != nil {
+		t.Fatalf("a file call beside the stalled stream: %v", err)
+	}
+	if err := p.Signal(ctx, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the stalled command: %v", err)
+	}
+	if res, err := p.Wait(ctx); err != nil || res.Reason != sandbox.ReasonKilled {
+		t.Fatalf("the stalled command after SIGKILL: %v, %s; want reason killed", err, describe(res))
+	}
+	start := time.Now()
+	if res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("a new exec after the kill: %v, %s", err, describe(res))
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a new exec after the kill took %v; want under 1 s", d)
+	}
+}
+
+// waitFile waits until path exists in the sandbox.
+func (e *env) waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := e.sb.Files().Stat(e.ctx, path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s never appeared in the sandbox", path)
 }
