@@ -49,6 +49,13 @@ var EgressEnv = []string{
 type EgressConfig struct {
 	// Listen is the address to listen on; empty means EgressListen.
 	Listen string `json:"listen,omitempty"`
+	// Forward are allowed destinations on the host's loopback
+	// ("127.0.0.1:11434"): the agent listens on each same address inside
+	// the sandbox and carries what connects there to the proxy as a
+	// CONNECT to it. Commands reach them directly, as they would on the
+	// host, although NO_PROXY sends 127.0.0.1 past the proxy; the
+	// sandbox's own loopback stays its own on every other port.
+	Forward []string `json:"forward,omitempty"`
 }
 
 // EgressChunk is one message of an Egress stream: bytes of the tunnelled

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +18,16 @@ import (
 // the proxy port and the connections accepted from it, waiting for a
 // host stream each.
 type egressServer struct {
-	ln    net.Listener
-	conns chan net.Conn
+	lns   []net.Listener
+	conns chan accepted
+}
+
+// accepted is a command's connection, to the proxy port or to a forward.
+type accepted struct {
+	c net.Conn
+	// forward is the allowed address a forwarded connection goes to; ""
+	// for the proxy port.
+	forward string
 }
 
 // startEgress listens on the proxy port when the agent.Config asks for it. It
@@ -35,14 +44,30 @@ func startEgress(cfg *agent.EgressConfig) (*egressServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on the egress proxy port %s: %w", addr, err)
 	}
-	e := &egressServer{ln: ln, conns: make(chan net.Conn)}
-	go e.accept()
+	e := &egressServer{lns: []net.Listener{ln}, conns: make(chan accepted)}
+	go e.accept(ln, "")
+	for _, f := range cfg.Forward {
+		fl, err := net.Listen("tcp", f)
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("listen on %s, an allowed address forwarded to the host: %w", f, err)
+		}
+		e.lns = append(e.lns, fl)
+		go e.accept(fl, f)
+	}
 	return e, nil
 }
 
-func (e *egressServer) accept() {
+// close stops listening.
+func (e *egressServer) close() {
+	for _, ln := range e.lns {
+		ln.Close()
+	}
+}
+
+func (e *egressServer) accept(ln net.Listener, forward string) {
 	for {
-		c, err := e.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -54,7 +79,7 @@ func (e *egressServer) accept() {
 			continue // EMFILE and the like: the next accept may work
 		}
 		// Waits for a host stream; the host keeps some ready.
-		e.conns <- c
+		e.conns <- accepted{c: c, forward: forward}
 	}
 }
 
@@ -73,15 +98,21 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[age
 	if _, err := stream.Receive(); err != nil {
 		return err
 	}
-	var c net.Conn
+	var a accepted
 	select {
-	case c = <-e.conns:
+	case a = <-e.conns:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	c := a.c
 	defer c.Close()
 	if err := stream.Send(&agent.EgressChunk{}); err != nil {
 		return err
+	}
+	if a.forward != "" {
+		if ok, err := connectForward(stream, c, a.forward); !ok || err != nil {
+			return err
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -127,4 +158,58 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[age
 	// Returning ends the stream, so wait for the host's half first.
 	wg.Wait()
 	return nil
+}
+
+// connectForward asks the proxy, over the stream, for a tunnel to the
+// forwarded address, and says whether it was granted: then the stream
+// carries the command's connection as it is. A refusal (the proxy's HTTP
+// answer, which names the rule) is passed to the command, whose
+// connection then ends.
+func connectForward(stream *connect.BidiStream[agent.EgressChunk, agent.EgressChunk], c net.Conn, addr string) (bool, error) {
+	req := "CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\n\r\n"
+	if err := stream.Send(&agent.EgressChunk{Data: []byte(req)}); err != nil {
+		return false, err
+	}
+	var head []byte
+	var m agent.EgressChunk
+	for {
+		m.Data = m.Data[:0]
+		if err := stream.Conn().Receive(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				_, _ = c.Write(head)
+				return false, nil
+			}
+			return false, err
+		}
+		head = append(head, m.Data...)
+		if i := bytes.Index(head, []byte("\r\n\r\n")); i >= 0 {
+			status := head[:i]
+			if j := bytes.IndexByte(status, '\n'); j >= 0 {
+				status = status[:j]
+			}
+			if f := bytes.Fields(status); len(f) >= 2 && string(f[1]) == "200" {
+				// What followed the answer is the tunnel's first bytes.
+				if rest := head[i+4:]; len(rest) > 0 {
+					if _, err := c.Write(rest); err != nil {
+						return false, nil
+					}
+				}
+				return true, nil
+			}
+			// Refused: the command gets the proxy's answer and the end.
+			_, _ = c.Write(head)
+			for {
+				m.Data = m.Data[:0]
+				if err := stream.Conn().Receive(&m); err != nil {
+					return false, nil
+				}
+				if _, err := c.Write(m.Data); err != nil {
+					return false, nil
+				}
+			}
+		}
+		if len(head) > 16<<10 {
+			return false, errors.New("the egress proxy's answer to a forward has no end of headers")
+		}
+	}
 }

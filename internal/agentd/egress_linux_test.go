@@ -52,8 +52,8 @@ func tunnelPair(t testing.TB, serve func(net.Conn)) string {
 		t.Fatal(err)
 	}
 	go cl.ServeEgress(ctx, serve)
-	t.Cleanup(func() { cancel(); cl.Close(); agentEnd.Close(); e.ln.Close() })
-	return e.ln.Addr().String()
+	t.Cleanup(func() { cancel(); cl.Close(); agentEnd.Close(); e.close() })
+	return e.lns[0].Addr().String()
 }
 
 // TestEgressTunnel carries connections both ways through the tunnel,

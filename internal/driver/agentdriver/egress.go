@@ -3,6 +3,8 @@ package agentdriver
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/egress"
@@ -22,7 +24,7 @@ func AttachEgress(proxy *egress.Proxy, spec sandbox.Spec, cfg *agent.Config) (*e
 	if err != nil {
 		return nil, err
 	}
-	cfg.Egress = &agent.EgressConfig{}
+	cfg.Egress = &agent.EgressConfig{Forward: LoopbackForwards(spec.Network)}
 	// The sandbox's own Env comes after, so a caller may override these.
 	cfg.Env = append(append([]string(nil), agent.EgressEnv...), cfg.Env...)
 	return sb, nil
@@ -61,4 +63,23 @@ func (in *Instance) EgressSummary() (egress.Summary, bool) {
 		return egress.Summary{}, false
 	}
 	return in.egress.Summary(), true
+}
+
+// LoopbackForwards lists the allowed addresses on the host's loopback that
+// the agent forwards from the same address inside the sandbox (see
+// agent.EgressConfig.Forward). The proxy's own port is never one.
+func LoopbackForwards(n sandbox.Network) []string {
+	var out []string
+	for _, a := range n.AllowAddresses {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || !ap.Addr().Unmap().IsLoopback() {
+			continue
+		}
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		if ap.String() == agent.EgressListen || slices.Contains(out, ap.String()) {
+			continue
+		}
+		out = append(out, ap.String())
+	}
+	return out
 }

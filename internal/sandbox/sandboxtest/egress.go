@@ -24,6 +24,7 @@ func egressCases() []testCase {
 	return []testCase{
 		{name: "allow_and_refuse", needs: []need{needEgress}, run: testEgress},
 		{name: "unread_download", needs: []need{needEgress}, run: testUnreadDownload},
+		{name: "loopback_clients", needs: []need{needEgress}, run: testLoopbackClients},
 	}
 }
 
@@ -220,11 +221,12 @@ func testEgress(t *testing.T, e *env) {
 		"a_other_port":    "403 airlock egress",
 		"metadata":        "403 airlock egress",
 		"unlisted":        "403 airlock egress",
-		"direct_a":        "error ConnectionRefusedError",
-		"direct_b":        "error",
-		"dns":             "error",
-		"connect_b":       "error Tunnel connection failed: 403",
-		"proxy_env":       "http://127.0.0.1:3128 localhost,127.0.0.1",
+		"direct_a":        "connected", // forwarded to the proxy: an allowed address
+
+		"direct_b":  "error",
+		"dns":       "error",
+		"connect_b": "error Tunnel connection failed: 403",
+		"proxy_env": "http://127.0.0.1:3128 localhost,127.0.0.1",
 	}
 	for k, w := range want {
 		if g, _ := got[k].(string); !strings.HasPrefix(g, w) {
@@ -247,8 +249,8 @@ func testEgress(t *testing.T, e *env) {
 	if !ok {
 		t.Fatal("the instance does not report egress (egress.Reporter)")
 	}
-	if sum, ok := rep.EgressSummary(); !ok || sum.Allowed != 2 || sum.Denied < 10 {
-		t.Errorf("egress summary %+v (reported %v): want 2 allowed, at least 10 denied", sum, ok)
+	if sum, ok := rep.EgressSummary(); !ok || sum.Allowed != 3 || sum.Denied < 10 {
+		t.Errorf("egress summary %+v (reported %v): want 3 allowed (two requests and a forwarded connection), at least 10 denied", sum, ok)
 	}
 	l := ee.logs.String()
 	if strings.Contains(l, "never-sees-this") {
@@ -290,4 +292,61 @@ time.sleep(600)
 	// Give the proxy time to fill every window it can.
 	time.Sleep(2 * time.Second)
 	e.controlAnswers(t, p)
+}
+
+// testLoopbackClients: an allowed destination on the host's loopback
+// (127.0.0.1:PORT, named by an allow-address) is reached by ordinary
+// clients that honour NO_PROXY=127.0.0.1 and so connect straight to it (the
+// agent forwards that one address through the proxy), while a server the
+// command runs on the sandbox's own loopback stays reachable, and the
+// host's other loopback ports stay out of reach.
+func testLoopbackClients(t *testing.T, e *env) {
+	a := e.egress.a.port
+	o := e.run(t, sandbox.ExecRequest{Timeout: 60 * time.Second, Argv: []string{"sh", "-c", fmt.Sprintf(`
+python3 -m http.server 18080 --bind 127.0.0.1 --directory /tmp >/dev/null 2>&1 &
+server=$!
+echo inside > /tmp/inside.txt
+for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 18080), 1)' 2>/dev/null && break; sleep 0.1; done
+echo "python: $(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%d/", timeout=10).read().decode())' 2>&1)"
+echo "python-inside: $(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:18080/inside.txt", timeout=10).read().decode().strip())' 2>&1)"
+if command -v curl >/dev/null; then
+  echo "curl: $(curl -sS -m 10 http://127.0.0.1:%d/ 2>&1)"
+  echo "curl-inside: $(curl -sS -m 10 http://127.0.0.1:18080/inside.txt 2>&1)"
+  echo "curl-other: $(curl -s -m 10 -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/ 2>&1)"
+fi
+if command -v node >/dev/null; then
+  echo "node: $(node -e 'fetch("http://127.0.0.1:%d/").then(r => r.text()).then(t => console.log(t), e => console.log("error", e.cause ? e.cause.code : e.message))' 2>&1)"
+fi
+kill $server
+`, a, a, e.egress.b.port, a)}})
+	expectExit(t, "the loopback clients", o, 0)
+	want := map[string]string{
+		"python":        "answer from 127.0.0.1",
+		"python-inside": "inside",
+		"curl":          "answer from 127.0.0.1",
+		"curl-inside":   "inside",
+		"curl-other":    "000",
+		"node":          "answer from 127.0.0.1",
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			got[k] = v
+		}
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			if k != "python" && k != "python-inside" {
+				t.Logf("%s is not in this sandbox's root: not tried", strings.TrimSuffix(strings.TrimSuffix(k, "-inside"), "-other"))
+				continue
+			}
+		}
+		if !strings.HasPrefix(g, w) {
+			t.Errorf("%s: got %q, want %q", k, g, w)
+		}
+	}
+	if n := e.egress.b.hits.Load(); n != 0 {
+		t.Errorf("the host's server on another loopback address got %d requests", n)
+	}
 }
