@@ -53,6 +53,9 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := removeMountPoints(remove); err != nil {
 		return 0, err
 	}
+	if err := pruneDev(); err != nil {
+		return 0, err
+	}
 	dir, err := innerCgroups(g.Pids)
 	if err != nil {
 		// No cgroups inside: the process limit per uid stands in for them.
@@ -128,6 +131,24 @@ func removeMountPoints(names []string) error {
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("make the root read-only again: %w", err)
+	}
+	return nil
+}
+
+// extraDevices are what a runtime's /dev may hold beyond what the native
+// driver's has: gVisor adds /dev/fuse and /dev/net/tun (its own emulated
+// devices: no way to the host, but kernel attack surface inside the
+// Sentry) and /dev/char, links to them by number. A command needs none of
+// them.
+var extraDevices = []string{"/dev/fuse", "/dev/net/tun", "/dev/net", "/dev/char", "/dev/mqueue", "/dev/console"}
+
+// pruneDev removes the extra devices from /dev, a file system of the
+// sandbox's own (a tmpfs in gVisor).
+func pruneDev() error {
+	for _, name := range extraDevices {
+		if err := os.RemoveAll(name); err != nil {
+			return fmt.Errorf("remove %s from /dev: %w", name, err)
+		}
 	}
 	return nil
 }

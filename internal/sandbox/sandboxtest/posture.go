@@ -29,6 +29,7 @@ func postureCases() []testCase {
 		{name: "nosuid", run: testNosuid},
 		{name: "no_sys", run: testNoSys},
 		{name: "read_only_root", run: testReadOnlyRoot},
+		{name: "dev", run: testDev},
 	}
 }
 
