@@ -250,6 +250,8 @@ func testAgentProc(t *testing.T, e *env) {
 		"readlink /proc/1/exe",
 		"ls /proc/1/root/",
 		"ls /proc/1/fd/",
+		"kill -0 1",
+		"kill -STOP 1",
 		"cat /proc/1/maps",
 	} {
 		o := e.sh(t, script)
