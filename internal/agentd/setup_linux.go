@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -18,10 +19,16 @@ import (
 // from nobody but the sandbox.
 const staging = "/tmp"
 
-// maskedProc are covered so the workload cannot read them (as runc does).
+// maskedProc are covered so the workload cannot read them: what runc masks,
+// and what would tell this host apart from others (its kernel command line,
+// disks, memory layout, kernel symbols, consoles, and every process's file
+// locks on the host). docs/decisions.md lists what stays visible and why.
 var maskedProc = []string{
 	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats", "sched_debug",
 	"scsi", "sysrq-trigger", "timer_list", "timer_stats",
+	"buddyinfo", "cmdline", "consoles", "devices", "diskstats", "dma", "iomem", "ioports",
+	"kallsyms", "locks", "misc", "modules", "pagetypeinfo", "partitions", "softirqs",
+	"swaps", "vmstat", "zoneinfo",
 }
 
 // readonlyProc are made read-only.
@@ -265,6 +272,11 @@ func mountSpecial(cfg *agent.Config) error {
 			return fmt.Errorf("link /dev/%s: %w", name, err)
 		}
 	}
+	// The host's boot id would name this host in every sandbox it runs:
+	// each sandbox gets one of its own.
+	if err := bindBootID(root("mnt"), root("proc/sys/kernel/random/boot_id")); err != nil {
+		return err
+	}
 	if err := os.Mkdir(root("dev/shm"), 0o1777); err != nil {
 		return fmt.Errorf("make /dev/shm: %w", err)
 	}
@@ -435,6 +447,35 @@ func dropCaps(caps []uintptr) error {
 	}
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptrOf(&hdr), uintptrOf(&data[0]), 0); e != 0 {
 		return fmt.Errorf("drop capabilities: %w", e)
+	}
+	return nil
+}
+
+// bindBootID covers the boot id file at p with a random one of the
+// sandbox's own, read-only. The file lives on a tiny tmpfs of its own,
+// mounted at the empty directory dir for a moment and detached again: only
+// the bind over p keeps it.
+func bindBootID(dir, p string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	b[6] = b[6]&0x0f | 0x40 // a version 4 UUID, as the kernel's own
+	b[8] = b[8]&0x3f | 0x80
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=4,mode=0755"); err != nil {
+		return fmt.Errorf("make the sandbox's boot id: %w", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	src := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(src, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("make the sandbox's boot id: %w", err)
+	}
+	if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("cover the host's boot id: %w", err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("make the sandbox's boot id read-only: %w", err)
 	}
 	return nil
 }

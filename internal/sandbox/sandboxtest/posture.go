@@ -30,6 +30,7 @@ func postureCases() []testCase {
 		{name: "no_sys", run: testNoSys},
 		{name: "read_only_root", run: testReadOnlyRoot},
 		{name: "dev", run: testDev},
+		{name: "host_identity", run: testHostIdentity},
 	}
 }
 

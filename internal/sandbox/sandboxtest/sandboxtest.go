@@ -274,6 +274,17 @@ func (e *env) run(t *testing.T, req sandbox.ExecRequest) output {
 	return output{stdout: out.String(), stderr: errb.String(), res: res, wall: time.Since(start)}
 }
 
+// runIn runs req in sb, its standard output to out, and fails the test
+// unless it exits 0.
+func (e *env) runIn(t *testing.T, sb sandbox.Instance, req sandbox.ExecRequest, out *syncBuffer) {
+	t.Helper()
+	req.Stdout = out
+	res, err := sandbox.Run(e.ctx, sb, req)
+	if err != nil || res.ExitCode != 0 || res.Reason != sandbox.ReasonExit {
+		t.Fatalf("exec %q: %v, %s", req.Argv, err, describe(res))
+	}
+}
+
 // sh runs script with sh -c.
 func (e *env) sh(t *testing.T, script string) output {
 	t.Helper()
