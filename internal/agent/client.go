@@ -33,6 +33,7 @@ type Client struct {
 	remove    *connect.Client[PathRequest, Empty]
 	rename    *connect.Client[PathRequest, Empty]
 	symlink   *connect.Client[PathRequest, Empty]
+	resolve   *connect.Client[PathRequest, PathRequest]
 }
 
 // Dial speaks to the agent at the other end of c and performs the version
@@ -56,6 +57,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		remove:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRemove, o...),
 		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRename, o...),
 		symlink:   connect.NewClient[PathRequest, Empty](hc, baseURL+ProcSymlink, o...),
+		resolve:   connect.NewClient[PathRequest, PathRequest](hc, baseURL+ProcResolve, o...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
@@ -191,13 +193,38 @@ func (c *Client) Signal(ctx context.Context, id string, sig int) error {
 }
 
 // ReadFile copies the file at path to w, at most limit bytes (0: all) from offset.
-func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64, w io.Writer) error {
+// FileAPI is the sandbox's file API, served by the agent. Every path is
+// resolved inside the sandbox's own root.
+type FileAPI struct {
+	c        *Client
+	noFollow bool
+}
+
+// Files returns the sandbox's file API.
+func (c *Client) Files() FileAPI { return FileAPI{c: c} }
+
+// NoFollow returns the same file API whose writes follow no symlink on the
+// way to their file (see sandbox.Files).
+func (f FileAPI) NoFollow() sandbox.Files { return FileAPI{c: f.c, noFollow: true} }
+
+// Resolve returns the path inside the sandbox that path leads to.
+func (f FileAPI) Resolve(ctx context.Context, path string) (string, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := f.c.resolve.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	if err != nil {
+		return "", callError(ctx, "resolve", err)
+	}
+	return resp.Msg.Path, nil
+}
+
+func (f FileAPI) ReadFile(ctx context.Context, path string, offset, limit int64, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g := newStallGuard(cancel)
 	defer g.stop()
 	g.arm()
-	st, err := c.readFile.CallServerStream(ctx, connect.NewRequest(&PathRequest{Path: path, Offset: offset, Limit: limit}))
+	st, err := f.c.readFile.CallServerStream(ctx, connect.NewRequest(&PathRequest{Path: path, Offset: offset, Limit: limit}))
 	g.disarm()
 	if err != nil {
 		return g.err("read file", err)
@@ -225,12 +252,12 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64,
 }
 
 // WriteFile replaces the file at path with what r holds.
-func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+func (f FileAPI) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g := newStallGuard(cancel)
 	defer g.stop()
-	st := c.writeFile.CallClientStream(ctx)
+	st := f.c.writeFile.CallClientStream(ctx)
 	buf := make([]byte, ChunkSize)
 	first := true
 	for {
@@ -238,7 +265,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode f
 		if n > 0 || first {
 			msg := &FileChunk{Data: buf[:n]}
 			if first {
-				msg.Path, msg.Mode, first = path, uint32(mode.Perm()), false
+				msg.Path, msg.Mode, msg.NoFollow, first = path, uint32(mode.Perm()), f.noFollow, false
 			}
 			// Only the agent's part is timed: a slow reader is the caller's.
 			g.arm()
@@ -289,10 +316,10 @@ func (g *stallGuard) err(what string, err error) error {
 }
 
 // ReadDir lists the directory at path.
-func (c *Client) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+func (f FileAPI) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.readDir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	resp, err := f.c.readDir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
 	if err != nil {
 		return nil, callError(ctx, "read dir", err)
 	}
@@ -300,10 +327,10 @@ func (c *Client) ReadDir(ctx context.Context, path string) ([]sandbox.FileInfo, 
 }
 
 // Stat describes the file at path.
-func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+func (f FileAPI) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.stat.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	resp, err := f.c.stat.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
 	if err != nil {
 		return sandbox.FileInfo{}, callError(ctx, "stat", err)
 	}
@@ -314,39 +341,38 @@ func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error
 }
 
 // Mkdir makes the directory at path and its parents.
-func (c *Client) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
+func (f FileAPI) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	_, err := c.mkdir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, Mode: uint32(mode.Perm())}))
+	_, err := f.c.mkdir.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, Mode: uint32(mode.Perm()), NoFollow: f.noFollow}))
 	return callError(ctx, "mkdir", err)
 }
 
 // Remove removes the file or tree at path.
-func (c *Client) Remove(ctx context.Context, path string) error {
+func (f FileAPI) Remove(ctx context.Context, path string) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	_, err := c.remove.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path}))
+	_, err := f.c.remove.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, NoFollow: f.noFollow}))
 	return callError(ctx, "remove", err)
 }
 
 // Rename moves oldpath to newpath.
-func (c *Client) Rename(ctx context.Context, oldpath, newpath string) error {
+func (f FileAPI) Rename(ctx context.Context, oldpath, newpath string) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	_, err := c.rename.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: oldpath, To: newpath}))
+	_, err := f.c.rename.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: oldpath, To: newpath, NoFollow: f.noFollow}))
 	return callError(ctx, "rename", err)
 }
 
 // Symlink makes a symlink at path pointing to target.
-func (c *Client) Symlink(ctx context.Context, target, path string) error {
+func (f FileAPI) Symlink(ctx context.Context, target, path string) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	_, err := c.symlink.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, To: target}))
+	_, err := f.c.symlink.CallUnary(ctx, connect.NewRequest(&PathRequest{Path: path, To: target, NoFollow: f.noFollow}))
 	return callError(ctx, "symlink", err)
 }
 
 var (
 	_ http.RoundTripper = (*http2.ClientConn)(nil)
-	// The client is a sandbox's file API as it stands.
-	_ sandbox.Files = (*Client)(nil)
+	_ sandbox.Files     = FileAPI{}
 )

@@ -18,7 +18,7 @@ import (
 )
 
 // Version is the protocol version. The host refuses an agent that speaks another.
-const Version = 2
+const Version = 3
 
 // Procedure paths.
 const (
@@ -34,6 +34,7 @@ const (
 	ProcRemove    = service + "Remove"
 	ProcRename    = service + "Rename"
 	ProcSymlink   = service + "Symlink"
+	ProcResolve   = service + "Resolve"
 )
 
 // MaxMessage caps every message either side accepts.
@@ -105,6 +106,8 @@ type PathRequest struct {
 	Mode   uint32 `json:"mode,omitempty"`
 	Offset int64  `json:"offset,omitempty"`
 	Limit  int64  `json:"limit,omitempty"`
+	// NoFollow makes a write follow no symlink on the way to its file.
+	NoFollow bool `json:"no_follow,omitempty"`
 }
 
 // FileChunk carries file data. The first chunk of a WriteFile stream holds
@@ -112,7 +115,10 @@ type PathRequest struct {
 type FileChunk struct {
 	Path string `json:"path,omitempty"`
 	Mode uint32 `json:"mode,omitempty"`
-	Data []byte `json:"data,omitempty"`
+	// NoFollow, on the first chunk, makes the write follow no symlink on
+	// the way to its file.
+	NoFollow bool   `json:"no_follow,omitempty"`
+	Data     []byte `json:"data,omitempty"`
 }
 
 // FileList is the answer to ReadDir and Stat.

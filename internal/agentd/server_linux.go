@@ -209,6 +209,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcRemove, connect.NewUnaryHandlerSimple(agent.ProcRemove, s.remove, o...))
 	mux.Handle(agent.ProcRename, connect.NewUnaryHandlerSimple(agent.ProcRename, s.rename, o...))
 	mux.Handle(agent.ProcSymlink, connect.NewUnaryHandlerSimple(agent.ProcSymlink, s.symlink, o...))
+	mux.Handle(agent.ProcResolve, connect.NewUnaryHandlerSimple(agent.ProcResolve, s.resolve, o...))
 	s.egress.register(mux)
 	return mux
 }
@@ -497,7 +498,7 @@ func (s *server) writeFile(_ context.Context, stream *connect.ClientStream[agent
 		mode = 0o644
 	}
 	err := s.files(func() error {
-		_, err := s.root.WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
+		_, err := s.writeRoot(first.NoFollow).WriteFile(first.Path, r, mode, s.cfg.DiskBytes)
 		return err
 	})
 	return &agent.Empty{}, agent.WireError(err)
@@ -526,19 +527,37 @@ func (s *server) mkdir(_ context.Context, req *agent.PathRequest) (*agent.Empty,
 	if mode == 0 {
 		mode = 0o755
 	}
-	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Mkdir(req.Path, mode) }))
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.writeRoot(req.NoFollow).Mkdir(req.Path, mode) }))
 }
 
 func (s *server) remove(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
-	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Remove(req.Path) }))
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.writeRoot(req.NoFollow).Remove(req.Path) }))
 }
 
 func (s *server) rename(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
-	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Rename(req.Path, req.To) }))
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.writeRoot(req.NoFollow).Rename(req.Path, req.To) }))
+}
+
+func (s *server) resolve(_ context.Context, req *agent.PathRequest) (*agent.PathRequest, error) {
+	var p string
+	err := s.files(func() (err error) {
+		p, err = s.root.Resolve(req.Path)
+		return err
+	})
+	return &agent.PathRequest{Path: p}, agent.WireError(err)
+}
+
+// writeRoot is the root a write works in: with noFollow, one that follows
+// no symlink on the way.
+func (s *server) writeRoot(noFollow bool) *fsroot.Root {
+	if noFollow {
+		return s.root.NoFollow()
+	}
+	return s.root
 }
 
 func (s *server) symlink(_ context.Context, req *agent.PathRequest) (*agent.Empty, error) {
-	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.root.Symlink(req.To, req.Path) }))
+	return &agent.Empty{}, agent.WireError(s.files(func() error { return s.writeRoot(req.NoFollow).Symlink(req.To, req.Path) }))
 }
 
 // chunkWriter sends what is written in chunks of at most agent.ChunkSize.

@@ -61,7 +61,7 @@ func classify(errno unix.Errno) *errnoError {
 		// The agent writes under RLIMIT_FSIZE, the sandbox's disk size.
 		e.msg, e.class = "file too large: it would be larger than the sandbox's disk", sandbox.ErrLimit
 	case unix.ELOOP:
-		e.msg, e.class = "too many levels of symbolic links (a symlink loop), or a /proc magic link, which the file API never follows", sandbox.ErrInvalid
+		e.msg, e.class = "a symlink on the way (the file API writes only through real directories: write to the path it leads to), a symlink loop, or a /proc magic link, which the file API never follows", sandbox.ErrInvalid
 	case unix.ENOTDIR:
 		e.msg, e.class = "a path component is not a directory", sandbox.ErrInvalid
 	case unix.EISDIR:

@@ -26,6 +26,8 @@ const (
 	// the root, and /proc magic links (/proc/self/root, /proc/self/fd/N)
 	// fail with ELOOP.
 	resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+	// strictFlags are those of the directories a NoFollow root writes in.
+	strictFlags = resolveFlags | unix.RESOLVE_NO_SYMLINKS
 	// maxID is the largest valid uid or gid ((uid_t)-1 means "none").
 	maxID = math.MaxUint32 - 1
 	// maxDirEntries bounds what ReadDir returns, so that a workload cannot
@@ -41,12 +43,27 @@ const (
 // Root is a directory whose paths are resolved only inside it. Its methods
 // are safe for concurrent use.
 type Root struct {
+	*core
+	// writeResolve are the resolve flags of the directories a write works
+	// in (see NoFollow).
+	writeResolve uint64
+}
+
+// core is what every view of a root shares.
+type core struct {
 	uid, gid int
 	workdir  string
 
 	mu sync.RWMutex
 	fd int // O_PATH descriptor of the root directory; -1 once closed
 }
+
+// NoFollow returns a view of the same root whose writes (WriteFile, Mkdir,
+// Remove, Rename, Symlink) follow no symlink on the way to their file: a
+// path that Resolve returned is written where it was checked, even when a
+// command swaps one of its directories for a symlink meanwhile; a path
+// through a symlink fails. Reads still follow symlinks inside the root.
+func (r *Root) NoFollow() *Root { return &Root{core: r.core, writeResolve: strictFlags} }
 
 // Open opens dir as a root. Operations run with the file-system identity
 // (fsuid/fsgid) uid/gid, with no supplementary groups when gid is set; -1
@@ -69,7 +86,7 @@ func Open(dir string, uid, gid int, workdir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open file root: open the root directory: %w", err)
 	}
-	r := &Root{uid: uid, gid: gid, workdir: wd, fd: fd}
+	r := &Root{core: &core{uid: uid, gid: gid, workdir: wd, fd: fd}, writeResolve: resolveFlags}
 	probe, err := r.open(fd, "/", unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		unix.Close(fd)
@@ -109,13 +126,20 @@ func (r *Root) do(f func(root int) error) error {
 	return asIdentity(r.uid, r.gid, func() error { return f(r.fd) })
 }
 
-// open resolves the clean in-root path p with openat2 inside root.
+// open resolves the clean in-root path p with openat2 inside root,
+// following symlinks that stay inside it.
 func (r *Root) open(root int, p string, flags int) (int, error) {
+	return r.openHow(root, p, flags, resolveFlags)
+}
+
+// openHow resolves the clean in-root path p with openat2 inside root, with
+// the resolve flags how.
+func (r *Root) openHow(root int, p string, flags int, resolve uint64) (int, error) {
 	rel := strings.TrimPrefix(p, "/")
 	if rel == "" {
 		rel = "."
 	}
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveFlags}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolve}
 	for range 16 {
 		fd, err := unix.Openat2(root, rel, &how)
 		// EAGAIN: a rename or mount raced a ".." lookup; the kernel asks to retry.
@@ -127,10 +151,16 @@ func (r *Root) open(root int, p string, flags int) (int, error) {
 	return -1, unix.EAGAIN
 }
 
-// openDir opens the directory at the clean path p as an O_PATH descriptor
-// usable with the *at calls, refusing kernel file systems.
+// openDir opens the directory at the clean path p, which a write works in,
+// as an O_PATH descriptor usable with the *at calls, refusing kernel file
+// systems (and with NoFollow, any symlink on the way).
 func (r *Root) openDir(root int, p string) (int, error) {
-	fd, err := r.open(root, p, unix.O_PATH|unix.O_DIRECTORY)
+	return r.openDirHow(root, p, r.writeResolve)
+}
+
+// openDirHow is openDir with the resolve flags how.
+func (r *Root) openDirHow(root int, p string, resolve uint64) (int, error) {
+	fd, err := r.openHow(root, p, unix.O_PATH|unix.O_DIRECTORY, resolve)
 	if err != nil {
 		return -1, err
 	}
@@ -415,7 +445,7 @@ func (r *Root) Stat(name string) (sandbox.FileInfo, error) {
 			info = fileInfo("/", "/", &st)
 			return nil
 		}
-		dfd, err := r.openDir(root, path.Dir(p))
+		dfd, err := r.openDirHow(root, path.Dir(p), resolveFlags)
 		if err != nil {
 			return err
 		}
@@ -513,7 +543,7 @@ func (r *Root) Mkdir(name string, mode fs.FileMode) error {
 
 // mkdirAll creates the directory p and its missing parents.
 func (r *Root) mkdirAll(root int, p string, perm uint32) error {
-	fd, err := r.open(root, p, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := r.openHow(root, p, unix.O_PATH|unix.O_DIRECTORY, r.writeResolve)
 	if err == nil {
 		unix.Close(fd)
 		return nil
@@ -533,7 +563,7 @@ func (r *Root) mkdirAll(root int, p string, perm uint32) error {
 	err = unix.Mkdirat(dfd, path.Base(p), perm)
 	if err == unix.EEXIST {
 		// Made meanwhile, or a dangling symlink: only a directory will do.
-		if fd, err = r.open(root, p, unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		if fd, err = r.openHow(root, p, unix.O_PATH|unix.O_DIRECTORY, r.writeResolve); err == nil {
 			unix.Close(fd)
 			return nil
 		}
@@ -672,4 +702,66 @@ func (r *Root) Symlink(target, name string) error {
 		return fail("symlink", p, err)
 	}
 	return nil
+}
+
+// Resolve returns the path name leads to inside the root: every symlink of
+// its directories resolved (inside the root, as every lookup is), its last
+// element as given (a write replaces a symlink there, never follows it).
+// Directories that do not exist yet are kept as written. What Resolve
+// returns, written through NoFollow, is what a policy must judge and the
+// audit log record.
+func (r *Root) Resolve(name string) (string, error) {
+	p, err := cleanPath(r.workdir, name)
+	if err != nil {
+		return "", fmt.Errorf("resolve: %w", err)
+	}
+	if p == "/" {
+		return p, nil
+	}
+	dir, tail := path.Dir(p), []string{path.Base(p)}
+	var out string
+	err = r.do(func(root int) error {
+		for {
+			fd, err := r.open(root, dir, unix.O_PATH|unix.O_DIRECTORY)
+			if err == nil {
+				real, rerr := inRoot(root, fd)
+				unix.Close(fd)
+				if rerr != nil {
+					return rerr
+				}
+				out = path.Join(append([]string{real}, tail...)...)
+				return nil
+			}
+			if err != unix.ENOENT || dir == "/" {
+				return err
+			}
+			tail = append([]string{path.Base(dir)}, tail...)
+			dir = path.Dir(dir)
+		}
+	})
+	if err != nil {
+		return "", fail("resolve", p, err)
+	}
+	return out, nil
+}
+
+// inRoot returns the path of the directory fd relative to root, as an
+// absolute path inside the root.
+func inRoot(root, fd int) (string, error) {
+	base, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", root))
+	if err != nil {
+		return "", err
+	}
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return "", err
+	}
+	if base == "/" {
+		return p, nil
+	}
+	rel, ok := strings.CutPrefix(p, base)
+	if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) {
+		return "", fmt.Errorf("%s is not below the root %s", p, base)
+	}
+	return "/" + strings.TrimPrefix(rel, "/"), nil
 }

@@ -844,3 +844,70 @@ func TestWriteFileDiskFull(t *testing.T) {
 		t.Fatalf("files left behind: %v, %v", entries, err)
 	}
 }
+
+// TestResolveAndNoFollow: Resolve names the real in-root path behind
+// symlinked directories (keeping the last element and missing directories
+// as written), and a NoFollow root writes only along paths without a
+// symlink, so a checked path is the written one.
+func TestResolveAndNoFollow(t *testing.T) {
+	f := newFixture(t, -1, -1, "/workspace")
+	if err := os.MkdirAll(filepath.Join(f.root, "tmp", "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, "/tmp", filepath.Join(f.ws, "s"))
+	symlink(t, "../tmp/real", filepath.Join(f.ws, "r"))
+	symlink(t, f.outside, filepath.Join(f.ws, "out"))
+	symlink(t, "/etc/passwd", filepath.Join(f.ws, "last"))
+	for in, want := range map[string]string{
+		"s/x":             "/tmp/x",
+		"/workspace/s/x":  "/tmp/x",
+		"r/y":             "/tmp/real/y",
+		"s/real/new/deep": "/tmp/real/new/deep",
+		"s/missing/a/b":   "/tmp/missing/a/b",
+		"last":            "/workspace/last",
+		"plain.txt":       "/workspace/plain.txt",
+		"/":               "/",
+		// A symlink whose target does not exist inside the root (here a
+		// host path): kept as written, and a NoFollow write there fails.
+		"out/canary.txt": "/workspace/out/canary.txt",
+		// Paths are cleaned as written before anything is resolved.
+		"s/../workspace/z": "/workspace/workspace/z",
+	} {
+		got, err := f.r.Resolve(in)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	strict := f.r.NoFollow()
+	if err := writeString(strict, "s/x", "through a symlink"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("NoFollow write through a symlinked directory = %v; want a refusal (ErrInvalid)", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, "tmp", "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused write left /tmp/x: %v", err)
+	}
+	for _, op := range []func() error{
+		func() error { return strict.Mkdir("s/d", 0o755) },
+		func() error { return strict.Symlink("t", "s/l") },
+		func() error { return strict.Remove("r/gone") },
+		func() error { return strict.Rename("plain.txt", "s/moved") },
+	} {
+		if err := op(); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("NoFollow op through a symlinked directory = %v; want ErrInvalid", err)
+		}
+	}
+	real, err := f.r.Resolve("s/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeString(strict, real, "resolved"); err != nil {
+		t.Fatalf("NoFollow write of the resolved path %s: %v", real, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(f.root, "tmp", "x")); err != nil || string(got) != "resolved" {
+		t.Errorf("/tmp/x = %q, %v", got, err)
+	}
+	// Reads still follow symlinks inside the root.
+	if got, err := readString(strict, "s/x"); err != nil || got != "resolved" {
+		t.Errorf("NoFollow read through a symlink = %q, %v", got, err)
+	}
+	f.checkCanary(t)
+}

@@ -50,3 +50,9 @@ func (r *Root) Rename(oldname, newname string) error { return errUnsupported }
 
 // Symlink is not supported off Linux.
 func (r *Root) Symlink(target, name string) error { return errUnsupported }
+
+// Resolve is not supported off Linux.
+func (r *Root) Resolve(name string) (string, error) { return "", errUnsupported }
+
+// NoFollow returns r off Linux.
+func (r *Root) NoFollow() *Root { return r }

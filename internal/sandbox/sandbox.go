@@ -84,6 +84,16 @@ type Files interface {
 	// stored as given and never followed by the file API; path must not
 	// exist.
 	Symlink(ctx context.Context, target, path string) error
+	// Resolve returns the path inside the sandbox that path leads to: every
+	// symlink of its directories resolved, its last element as given (a
+	// write replaces a symlink there, never follows it), directories that
+	// do not exist yet as written.
+	Resolve(ctx context.Context, path string) (string, error)
+	// NoFollow returns the same file API whose writes (WriteFile, Mkdir,
+	// Remove, Rename, Symlink) follow no symlink on the way to their file:
+	// a path that Resolve returned is written where it was checked, even
+	// when a command swaps one of its directories for a symlink meanwhile.
+	NoFollow() Files
 }
 
 // FileInfo describes a file in a sandbox.

@@ -106,11 +106,39 @@ func (h *hashWriter) sum() string { return hex.EncodeToString(h.h.Sum(nil)) }
 // guardedFiles puts the policy and the audit log in front of a sandbox's
 // file API: writes, directory creation, moves and removals are decided
 // first and recorded after. Reads pass through.
+//
+// A write is judged, recorded and done on the path it really lands on:
+// its directories' symlinks resolved inside the sandbox (Resolve), and
+// written through the file API's NoFollow view, which follows no symlink
+// on the way, so a command that swaps a directory for a symlink meanwhile
+// makes the write fail rather than land elsewhere.
 type guardedFiles struct {
 	sandbox.Files
 	s *Supervisor
 	c Caller
 	l *live
+}
+
+// NoFollow is the same guard: every write already follows no symlink.
+func (g *guardedFiles) NoFollow() sandbox.Files { return g }
+
+// target resolves path for a write and has the policy judge it: the
+// resolved path, and the path as asked when they differ (the stricter
+// verdict wins).
+func (g *guardedFiles) target(ctx context.Context, a policy.Action, path string) (string, error) {
+	real, err := g.Files.Resolve(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	if err := g.check(ctx, a, real); err != nil {
+		return "", err
+	}
+	if real != path {
+		if err := g.check(ctx, a, path); err != nil {
+			return "", err
+		}
+	}
+	return real, nil
 }
 
 func (g *guardedFiles) check(ctx context.Context, a policy.Action, path string) error {
@@ -140,55 +168,61 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 func (g *guardedFiles) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
-	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+	real, err := g.target(ctx, policy.ActionFileWrite, path)
+	if err != nil {
 		return err
 	}
 	cr := &countReader{r: r, h: sha256.New()}
-	err := g.Files.WriteFile(ctx, path, cr, mode)
-	g.done(ctx, audit.KindFileWrite, path, hex.EncodeToString(cr.h.Sum(nil)), cr.n, err)
+	err = g.Files.NoFollow().WriteFile(ctx, real, cr, mode)
+	g.done(ctx, audit.KindFileWrite, real, hex.EncodeToString(cr.h.Sum(nil)), cr.n, err)
 	return err
 }
 
 func (g *guardedFiles) Mkdir(ctx context.Context, path string, mode fs.FileMode) error {
-	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+	real, err := g.target(ctx, policy.ActionFileWrite, path)
+	if err != nil {
 		return err
 	}
-	err := g.Files.Mkdir(ctx, path, mode)
-	g.done(ctx, audit.KindFileWrite, path, "", 0, err)
+	err = g.Files.NoFollow().Mkdir(ctx, real, mode)
+	g.done(ctx, audit.KindFileWrite, real, "", 0, err)
 	return err
 }
 
 func (g *guardedFiles) Remove(ctx context.Context, path string) error {
-	if err := g.check(ctx, policy.ActionFileDelete, path); err != nil {
+	real, err := g.target(ctx, policy.ActionFileDelete, path)
+	if err != nil {
 		return err
 	}
-	err := g.Files.Remove(ctx, path)
-	g.done(ctx, audit.KindFileDelete, path, "", 0, err)
+	err = g.Files.NoFollow().Remove(ctx, real)
+	g.done(ctx, audit.KindFileDelete, real, "", 0, err)
 	return err
 }
 
 func (g *guardedFiles) Rename(ctx context.Context, oldpath, newpath string) error {
-	if err := g.check(ctx, policy.ActionFileDelete, oldpath); err != nil {
+	from, err := g.target(ctx, policy.ActionFileDelete, oldpath)
+	if err != nil {
 		return err
 	}
-	if err := g.check(ctx, policy.ActionFileWrite, newpath); err != nil {
+	to, err := g.target(ctx, policy.ActionFileWrite, newpath)
+	if err != nil {
 		return err
 	}
-	err := g.Files.Rename(ctx, oldpath, newpath)
-	g.done(ctx, audit.KindFileDelete, oldpath, "", 0, err)
-	g.done(ctx, audit.KindFileWrite, newpath, "", 0, err)
+	err = g.Files.NoFollow().Rename(ctx, from, to)
+	g.done(ctx, audit.KindFileDelete, from, "", 0, err)
+	g.done(ctx, audit.KindFileWrite, to, "", 0, err)
 	return err
 }
 
 // Symlink is a write of path whose content is the link's target: the audit
 // event carries the target's digest and length.
 func (g *guardedFiles) Symlink(ctx context.Context, target, path string) error {
-	if err := g.check(ctx, policy.ActionFileWrite, path); err != nil {
+	real, err := g.target(ctx, policy.ActionFileWrite, path)
+	if err != nil {
 		return err
 	}
-	err := g.Files.Symlink(ctx, target, path)
+	err = g.Files.NoFollow().Symlink(ctx, target, real)
 	sum := sha256.Sum256([]byte(target))
-	g.done(ctx, audit.KindFileWrite, path, hex.EncodeToString(sum[:]), int64(len(target)), err)
+	g.done(ctx, audit.KindFileWrite, real, hex.EncodeToString(sum[:]), int64(len(target)), err)
 	return err
 }
 

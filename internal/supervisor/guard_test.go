@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -235,6 +236,9 @@ func (f *memFiles) WriteFile(ctx context.Context, path string, r io.Reader, mode
 	return err
 }
 
+func (f *memFiles) Resolve(_ context.Context, path string) (string, error) { return path, nil }
+func (f *memFiles) NoFollow() sandbox.Files                                { return f }
+
 func (f *memFiles) Remove(ctx context.Context, path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -271,5 +275,70 @@ func TestRedaction(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte(audit.Digest([]byte("key [REDACTED]\n")))) {
 		t.Fatal("the stdout digest is not of the redacted output")
+	}
+}
+
+// TestPathRulesJudgeTheResolvedPath (security review F10): a path rule is
+// checked on the path a write really lands on, and the audit log records
+// that path: a symlink the sandbox made cannot steer a write past a rule.
+func TestPathRulesJudgeTheResolvedPath(t *testing.T) {
+	sup, al, logPath := guardFixture(t, `
+[[rule]]
+name = "no-writes-outside-workspace"
+when = 'action == "file_write" && !path.startsWith("/workspace/")'
+decision = "deny"
+reason = "write under /workspace"
+`)
+	ctx := context.Background()
+	info, err := sup.Create(ctx, alice, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, done, err := sup.Files(ctx, alice, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	// What a command in the sandbox would do: a symlink to /tmp.
+	l, err := sup.lookup(alice, info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.inst.Files().Symlink(ctx, "/tmp", "/workspace/s"); err != nil {
+		t.Fatal(err)
+	}
+	var denied *policy.Denied
+	if err := files.WriteFile(ctx, "/workspace/s/via-symlink", strings.NewReader("x"), 0o644); !errors.As(err, &denied) || denied.Decision.Rule != "rule:no-writes-outside-workspace" {
+		t.Fatalf("a write through a symlink to /tmp: %v; want denied by no-writes-outside-workspace", err)
+	}
+	if _, err := l.inst.Files().Stat(ctx, "/tmp/via-symlink"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("the denied write landed in /tmp: %v", err)
+	}
+	// An allowed write through a symlink is recorded at the path it landed on.
+	if err := l.inst.Files().Mkdir(ctx, "/workspace/real", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.inst.Files().Symlink(ctx, "/workspace/real", "/workspace/link"); err != nil {
+		t.Fatal(err)
+	}
+	if err := files.WriteFile(ctx, "/workspace/link/f.txt", strings.NewReader("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := al.Close(); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []string
+	for _, line := range strings.Split(string(log), "\n") {
+		var ev struct{ Kind, Path string }
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind == "file_write" {
+			writes = append(writes, ev.Path)
+		}
+	}
+	if len(writes) != 1 || writes[0] != "/workspace/real/f.txt" {
+		t.Errorf("file_write events at %q; want one, at /workspace/real/f.txt (where the write landed):\n%s", writes, log)
 	}
 }

@@ -93,7 +93,7 @@ func (in *Instance) Done() <-chan struct{} { return in.host.Done() }
 func (in *Instance) Host() Host { return in.host }
 
 // Files is the sandbox's file API, served by its agent.
-func (in *Instance) Files() sandbox.Files { return files{in} }
+func (in *Instance) Files() sandbox.Files { return files{in: in, api: in.client.Files()} }
 
 // Usage reads what the whole sandbox uses now, where the host can see it.
 func (in *Instance) Usage(ctx context.Context) (sandbox.SandboxUsage, error) {

@@ -249,3 +249,43 @@ func (t *tree) Symlink(_ context.Context, target, p string) error {
 	t.nodes[c] = &node{target: target, mode: 0o777, mtime: time.Now()}
 	return nil
 }
+
+// Resolve follows the symlinks of p's directories. (The fake's writes
+// never follow a symlink, so NoFollow is the tree itself.)
+func (t *tree) Resolve(_ context.Context, p string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, err := clean(p)
+	if err != nil {
+		return "", err
+	}
+	if c == "/" {
+		return c, nil
+	}
+	dir, base := path.Dir(c), path.Base(c)
+	for range 40 {
+		resolved, changed := "/", false
+		for _, part := range strings.Split(strings.TrimPrefix(dir, "/"), "/") {
+			if part == "" {
+				continue
+			}
+			next := path.Join(resolved, part)
+			if n, ok := t.nodes[next]; ok && n.target != "" {
+				target := n.target
+				if !path.IsAbs(target) {
+					target = path.Join(resolved, target)
+				}
+				next, changed = path.Clean(target), true
+			}
+			resolved = next
+		}
+		dir = resolved
+		if !changed {
+			return path.Join(dir, base), nil
+		}
+	}
+	return "", fmt.Errorf("resolve %s: a symlink loop: %w", c, sandbox.ErrInvalid)
+}
+
+// NoFollow is the tree itself: its writes never follow a symlink.
+func (t *tree) NoFollow() sandbox.Files { return t }
