@@ -274,7 +274,7 @@ func mountSpecial(cfg *agent.Config) error {
 	}
 	// The host's boot id would name this host in every sandbox it runs:
 	// each sandbox gets one of its own.
-	if err := bindBootID(root("mnt"), root("proc/sys/kernel/random/boot_id")); err != nil {
+	if err := bindBootID(root("dev/.boot"), root("proc/sys/kernel/random/boot_id")); err != nil {
 		return err
 	}
 	if err := os.Mkdir(root("dev/shm"), 0o1777); err != nil {
@@ -453,8 +453,8 @@ func dropCaps(caps []uintptr) error {
 
 // bindBootID covers the boot id file at p with a random one of the
 // sandbox's own, read-only. The file lives on a tiny tmpfs of its own,
-// mounted at the empty directory dir for a moment and detached again: only
-// the bind over p keeps it.
+// mounted at the new directory dir for a moment and detached again (dir is
+// removed): only the bind over p keeps it.
 func bindBootID(dir, p string) error {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -463,6 +463,10 @@ func bindBootID(dir, p string) error {
 	b[6] = b[6]&0x0f | 0x40 // a version 4 UUID, as the kernel's own
 	b[8] = b[8]&0x3f | 0x80
 	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("make the sandbox's boot id: %w", err)
+	}
+	defer os.Remove(dir)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=4,mode=0755"); err != nil {
 		return fmt.Errorf("make the sandbox's boot id: %w", err)
 	}
