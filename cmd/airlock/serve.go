@@ -42,6 +42,7 @@ died: the sandboxes it ran are marked lost (their processes died with it)
 and their leftovers on the host are removed.
 
 Make a key first:  airlock keys create --state-dir DIR --role operator
+
 The config file is TOML (the reference with every key and its default is
 /etc/airlock/config.toml in the Debian package); the flags given here win
 over it. --check-config reads it, names each wrong key with its line, and
