@@ -100,12 +100,11 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	drivers, err := offerDrivers(cfg, daemonDrivers(ctx, drv, log))
-	if err != nil {
+	if drivers, err = offerDrivers(cfg, drivers); err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sup, err := supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,

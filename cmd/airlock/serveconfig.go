@@ -14,10 +14,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
-// knownDrivers are the drivers daemonDrivers can offer, for the checks of
-// a config file made before any is probed.
-var knownDrivers = []string{"native", "gvisor"}
-
 // serveConfig reads the config file, if one is given, and lays the flags
 // the user set over it: a flag given on the command line wins over the
 // file, the file over the flag's default. changed reports whether a flag
@@ -55,6 +51,7 @@ func serveConfig(f serveFlags, changed func(flag string) bool) (supervisor.Confi
 // and the policy file loads.
 func checkServeConfig(cfg supervisor.Config) error {
 	var errs []error
+	knownDrivers := driverNames()
 	for i, d := range cfg.Drivers {
 		if !slices.Contains(knownDrivers, d) {
 			errs = append(errs, cfg.KeyError(fmt.Sprintf("drivers[%d]", i), fmt.Errorf("no driver %q: this airlock has %s", d, strings.Join(knownDrivers, ", "))))
