@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -145,6 +147,7 @@ func TestDebianPackage(t *testing.T) {
 		t.Fatalf("exec: %+v stdout %q stderr %q", res.Result, res.Stdout, res.Stderr)
 	}
 	t.Logf("sandbox %s ran a command through the installed daemon: %q", sb.ID, res.Stdout)
+	checkHidden(ctx, t, c, sb.ID, root)
 
 	// Stop as systemd does: SIGTERM; the daemon ends its sandboxes and exits.
 	d.stop(t)
@@ -162,6 +165,45 @@ func TestDebianPackage(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "var/lib/airlock/airlock.db")); err != nil {
 		t.Errorf("purge removed the registry: %v", err)
+	}
+}
+
+// hiddenScript looks, from inside a sandbox, for the airlock that runs it
+// and its data: by name, on PATH, and by content (every file of the
+// binary's size is hashed). It prints only "checked" when it finds none.
+const hiddenScript = `size=$1 sum=$2
+for p in /usr/lib/airlock/airlock /usr/share/doc/airlock/copyright /etc/airlock /var/lib/airlock /run/airlock; do
+	[ -e "$p" ] && echo "visible: $p"
+done
+for d in /usr/lib/airlock /usr/share/doc/airlock; do
+	[ -z "$(ls -A "$d" 2>/dev/null)" ] || echo "not empty: $d"
+done
+command -v airlock >/dev/null 2>&1 && echo "on PATH: $(command -v airlock)"
+find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -size "${size}c" -print 2>/dev/null |
+while read -r f; do
+	[ "$(sha256sum < "$f" | cut -d" " -f1)" = "$sum" ] && echo "found: $f"
+done
+echo checked
+`
+
+// checkHidden runs hiddenScript in sandbox id: a sandbox must not find the
+// airlock binary installed in root, nor its data.
+func checkHidden(ctx context.Context, t *testing.T, c *client.Client, id, root string) {
+	t.Helper()
+	bin, err := os.ReadFile(filepath.Join(root, "usr/lib/airlock/airlock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(bin)
+	res, err := c.Exec(ctx, id, client.ExecRequest{
+		Argv:    []string{"sh", "-c", hiddenScript, "sh", strconv.Itoa(len(bin)), hex.EncodeToString(sum[:])},
+		Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 || string(res.Stdout) != "checked\n" {
+		t.Errorf("sandbox %s finds airlock: exit %d, %q %q", id, res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
 

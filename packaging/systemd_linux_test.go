@@ -285,6 +285,7 @@ func TestSystemdService(t *testing.T) {
 			t.Fatalf("exec in the %q sandbox: %v %+v %q %q\n%s", template, err, res, res.Stdout, res.Stderr, journal)
 		}
 		t.Logf("%s sandbox %s under systemd: %q", template, sb.ID, res.Stdout)
+		checkHidden(ctx, t, cl, sb.ID, root)
 		return sb.ID
 	}
 	native := run("default")
