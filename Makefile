@@ -3,16 +3,22 @@
 #   make hello   build airlock and run one command in a sandbox
 #   make test    run every test this host can run; name the skipped ones
 #   make check   formatting, vet, a macOS build, go.mod tidiness
+#   make deb     the Debian package, bin/airlock_VERSION_ARCH.deb
 #
 # Both hello and test install what they need (Debian packages, as root).
 GO    ?= go
 AGENT := internal/agentbin/bin/airlock-agent
+# The version airlock --version prints and the Debian package carries.
+VERSION ?= 0.1.0~git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null)
 # What the tests and the sandboxes use from the host: the tools commands
 # run, the baselines the benchmark compares with, a browser for the
 # approval page's test, Node.js for the MCP clients' tests (unless a
 # node is on PATH already), and venv for the Python SDK's tests.
 DEBS  := python3 procps iproute2 util-linux bubblewrap runsc chromium curl
 DEBS  += python3-venv
+# The Debian package's install test: a fresh Debian root, and the checks of
+# the systemd unit (systemd need not run).
+DEBS  += debootstrap systemd
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
 
 # The runsc the gVisor driver uses (docs/decisions.md, 14): gVisor built
@@ -22,7 +28,7 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 RUNSC_DIR     := /opt/airlock
 RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)
 
-.PHONY: all build agent deps hello test check clean runsc
+.PHONY: all build agent deps hello test check clean runsc deb
 
 all: build
 
@@ -32,7 +38,12 @@ agent:
 	sha256sum $(AGENT) | cut -d' ' -f1 > $(AGENT).sha256
 
 build: agent
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-X main.version=$(VERSION)' -o bin/airlock ./cmd/airlock
+
+# deb packs bin/airlock with its unit, reference config and man pages
+# (packaging/build-deb.sh; dpkg-deb comes with every Debian).
+deb: build
+	@packaging/build-deb.sh bin/airlock '$(VERSION)' bin
 
 # deps installs the Debian packages above that are missing (needs root).
 deps:

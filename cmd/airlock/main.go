@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Run untrusted, agent-generated code in a sandbox",
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newSandboxCmd(),
 		newMCPCmd(),
 		newAuditCmd(),
+		newManCmd(),
 	)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError

@@ -27,12 +27,13 @@ const defaultStateDir = "/var/lib/airlock"
 
 type serveFlags struct {
 	listen, stateDir, config, logFormat, policy string
+	checkConfig                                 bool
 }
 
 func newServeCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR] [--state-dir DIR] [--config FILE]",
+		Use:   "serve [--config FILE] [--listen ADDR] [--state-dir DIR] [--check-config]",
 		Short: "Run the daemon: HTTP API, registry, reaper, warm pools",
 		Long: `Run the airlock daemon. It serves the HTTP API under /v1 (OpenAPI document
 at /v1/openapi.json), /healthz and /metrics, keeps its registry in
@@ -41,39 +42,38 @@ died: the sandboxes it ran are marked lost (their processes died with it)
 and their leftovers on the host are removed.
 
 Make a key first:  airlock keys create --state-dir DIR --role operator
-The config file is TOML; see docs/daemon.md.`,
+
+The config file is TOML (the reference with every key and its default is
+/etc/airlock/config.toml in the Debian package); the flags given here win
+over it. --check-config reads it, names each wrong key with its line, and
+exits without serving. Logs go to stderr (the journal, under systemd).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(cmd.Context(), f, cmd.ErrOrStderr())
+			changed := cmd.Flags().Changed
+			if f.checkConfig {
+				return checkConfig(f, changed, cmd.OutOrStdout())
+			}
+			return serve(cmd.Context(), f, changed, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to listen on")
-	fl.StringVar(&f.stateDir, "state-dir", defaultStateDir, "directory of the registry")
-	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, intervals)")
-	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply")
+	fl.StringVar(&f.listen, "listen", supervisor.DefaultListen, "address to listen on (config: listen)")
+	fl.StringVar(&f.stateDir, "state-dir", defaultStateDir, "directory of the registry (config: state_dir)")
+	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, limits, egress, ...)")
+	fl.StringVar(&f.logFormat, "log-format", supervisor.DefaultLogFormat, "log format on stderr: text or json (config: log_format)")
+	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply (config: policy)")
+	fl.BoolVar(&f.checkConfig, "check-config", false, "check the --config file and the flags, print what is wrong (key and line) or ok, and exit")
 	return cmd
 }
 
-func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
-	var h slog.Handler
-	switch f.logFormat {
-	case "text":
-		h = slog.NewTextHandler(stderr, nil)
-	case "json":
-		h = slog.NewJSONHandler(stderr, nil)
-	default:
-		return fmt.Errorf("--log-format %q: use text or json", f.logFormat)
+func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr io.Writer) error {
+	cfg, err := serveConfig(f, changed)
+	if err != nil {
+		return err
 	}
+	f.listen, f.stateDir, f.policy = cfg.Listen, cfg.StateDir, cfg.Policy
+	h := logHandler(cfg.LogFormat, stderr)
 	log := slog.New(h)
-	var cfg supervisor.Config
-	if f.config != "" {
-		var err error
-		if cfg, err = supervisor.LoadConfig(f.config); err != nil {
-			return err
-		}
-	}
 	st, err := store.Open(f.stateDir, 0)
 	if err != nil {
 		return err
@@ -98,6 +98,9 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer) error {
 	}
 	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
 	if err != nil {
+		return err
+	}
+	if drivers, err = offerDrivers(cfg, drivers); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()

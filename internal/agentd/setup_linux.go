@@ -122,6 +122,11 @@ func composeRoot(cfg *agent.Config) error {
 	if err := bindRO("/usr", filepath.Join(staging, "usr")); err != nil {
 		return err
 	}
+	for _, d := range rootfs.HiddenUsr {
+		if err := hide(filepath.Join(staging, "usr", d), "/usr/"+d); err != nil {
+			return err
+		}
+	}
 	// Merged /usr: /bin, /lib… are symlinks into /usr; a split /usr gets binds.
 	for _, d := range rootfs.UsrLinks {
 		if err := mirror("/"+d, filepath.Join(staging, d)); err != nil {
@@ -137,6 +142,19 @@ func composeRoot(cfg *agent.Config) error {
 		if err := os.WriteFile(filepath.Join(staging, "etc", name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// hide covers the directory dst (what is the sandbox's path), when there is
+// one, with an empty read-only one.
+func hide(dst, what string) error {
+	if fi, err := os.Lstat(dst); err != nil || !fi.IsDir() {
+		return nil
+	}
+	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("tmpfs", dst, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0755"); err != nil {
+		return fmt.Errorf("hide %s: %w", what, err)
 	}
 	return nil
 }

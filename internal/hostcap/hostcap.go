@@ -51,6 +51,7 @@ var Names = []string{
 	"bwrap",
 	"node",     // Node.js and npm, for the tests that drive airlock from npm clients
 	"chromium", // a headless browser, for the test of the approval page
+	"debroot",  // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

@@ -30,6 +30,7 @@ var probes = map[string]probe{
 	"bwrap":    {run: probeBwrap, timeout: 15 * time.Second},
 	"node":     {run: probeNode, timeout: 15 * time.Second},
 	"chromium": {run: probeChromium, timeout: 30 * time.Second},
+	"debroot":  {run: probeDebroot, timeout: 20 * time.Second},
 }
 
 // ok is a working capability.

@@ -25,6 +25,13 @@ var RootDirs = []string{"usr", "etc", "proc", "dev", "tmp", "workspace", "mnt", 
 // /usr; a split-/usr host has them as directories, which are bound instead.
 var UsrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
+// HiddenUsr are the directories below the host's /usr that a composed root
+// shows empty: airlock's own program and documentation, where its Debian
+// package puts them, so that code in a sandbox cannot read or run the
+// airlock that confines it (docs/decisions.md). /usr/bin/airlock, a link
+// into /usr/lib/airlock, is left pointing at nothing.
+var HiddenUsr = []string{"lib/airlock", "share/doc/airlock"}
+
 // EtcFiles are the files of /etc a composed root gets generated, so that
 // nothing of the host's users, hosts or resolvers shows through: name to
 // content, for the workload's uid and gid and the sandbox's host name.

@@ -5,15 +5,19 @@ import (
 	"os"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // Config is the daemon's configuration file (TOML). Every field may be left
 // out; the zero Config gives one template, "default", on the native driver
-// with sandbox's default limits and no pool.
+// with sandbox's default limits and no pool. The reference file with every
+// key is packaging/config.toml (installed as /etc/airlock/config.toml).
 //
+//	listen = "127.0.0.1:7070"  # read by airlock serve, like the four below
+//	state_dir = "/var/lib/airlock"
+//	policy = ""              # policy file; none: the safe defaults
+//	log_format = "text"      # or "json"
+//	drivers = []             # drivers offered; none: every one this host runs
 //	reap_interval = "1s"     # how often TTLs and idle timeouts are checked
 //	sweep_interval = "1m"    # how often the drivers' orphans are swept
 //	retention = "1h"         # how long records of ended sandboxes are kept
@@ -33,6 +37,14 @@ import (
 //	idle_timeout = "5m"      # destroyed after this long unused (0: never)
 //	pool = 2                 # sandboxes kept ready
 type Config struct {
+	// Listen, StateDir, Policy, LogFormat and Drivers are airlock serve's;
+	// its flags override them.
+	Listen    string   `toml:"listen"`
+	StateDir  string   `toml:"state_dir"`
+	Policy    string   `toml:"policy"`
+	LogFormat string   `toml:"log_format"`
+	Drivers   []string `toml:"drivers"`
+
 	ReapInterval   Duration   `toml:"reap_interval"`
 	SweepInterval  Duration   `toml:"sweep_interval"`
 	Retention      Duration   `toml:"retention"`
@@ -42,6 +54,11 @@ type Config struct {
 	Templates      []Template `toml:"template"`
 	// Egress configures the egress proxy (see EgressConfig).
 	Egress EgressConfig `toml:"egress"`
+
+	// file is the file the Config was read from, and where finds a key's
+	// line in it (see KeyError).
+	file  string
+	where func(key string) int
 }
 
 // Template is a named preset a create starts from. A create may narrow its
@@ -88,31 +105,35 @@ const (
 	DefaultMemoryReserve = 512 << 20
 	DefaultMaxTTL        = 24 * time.Hour
 	DefaultTemplate      = "default"
+	DefaultListen        = "127.0.0.1:7070"
+	DefaultStateDir      = "/var/lib/airlock"
+	DefaultLogFormat     = "text"
 )
 
-// LoadConfig reads a TOML configuration file.
+// LoadConfig reads a TOML configuration file. A mistake in it is a
+// *ConfigError naming the key and its line.
 func LoadConfig(path string) (Config, error) {
-	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("read config: %w", err)
+		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	md, err := toml.Decode(string(b), &c)
-	if err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return c, fmt.Errorf("config %s: unknown setting %q", path, und[0].String())
-	}
-	c, err = c.withDefaults()
-	if err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return parseConfig(path, string(b))
 }
 
 // withDefaults fills zero fields and checks the templates.
 func (c Config) withDefaults() (Config, error) {
+	if err := c.checkServe(); err != nil {
+		return c, err
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = DefaultLogFormat
+	}
 	if c.ReapInterval <= 0 {
 		c.ReapInterval = Duration(DefaultReapInterval)
 	}
@@ -131,11 +152,17 @@ func (c Config) withDefaults() (Config, error) {
 	seen := map[string]bool{}
 	for i := range c.Templates {
 		t := &c.Templates[i]
+		key := func(k string) string {
+			if k == "" {
+				return fmt.Sprintf("template[%d]", i)
+			}
+			return fmt.Sprintf("template[%d].%s", i, k)
+		}
 		if !sandbox.ValidID(t.Name) {
-			return c, fmt.Errorf("template name %q: use 1-63 lower-case letters, digits, '-' or '_'", t.Name)
+			return c, keyErr(key("name"), fmt.Errorf("template name %q: use 1-63 lower-case letters, digits, '-' or '_'", t.Name))
 		}
 		if seen[t.Name] {
-			return c, fmt.Errorf("template %q is defined twice", t.Name)
+			return c, keyErr(key("name"), fmt.Errorf("template %q is defined twice", t.Name))
 		}
 		seen[t.Name] = true
 		if t.Driver == "" {
@@ -147,14 +174,14 @@ func (c Config) withDefaults() (Config, error) {
 		if t.MaxTTL == 0 {
 			t.MaxTTL = Duration(max(DefaultMaxTTL, time.Duration(t.TTL)))
 		}
-		if t.TTL < 0 || t.MaxTTL < t.TTL || t.IdleTimeout < 0 || t.Pool < 0 || t.Pool > 1000 {
-			return c, fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name)
+		if k := t.badLifetime(); k != "" {
+			return c, keyErr(key(k), fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name))
 		}
 		if err := t.spec().Validate(); err != nil {
-			return c, fmt.Errorf("template %q: %w", t.Name, err)
+			return c, keyErr(key(t.badSpecKey()), fmt.Errorf("template %q: %w", t.Name, err))
 		}
 		if err := t.Network.check(); err != nil {
-			return c, fmt.Errorf("template %q: %w", t.Name, err)
+			return c, keyErr(key("network"), fmt.Errorf("template %q: %w", t.Name, err))
 		}
 	}
 	if err := c.Egress.check(); err != nil {

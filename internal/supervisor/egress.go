@@ -68,15 +68,24 @@ func (c EgressConfig) ProxyOptions(log *slog.Logger) egress.Options {
 
 // check says what is wrong with the egress section.
 func (c EgressConfig) check() error {
-	if c.RequestsPerSecond < 0 || c.Burst < 0 || c.MaxConns < 0 || c.MaxBytes < 0 {
-		return fmt.Errorf("egress limits cannot be negative")
-	}
-	for _, s := range c.Secrets {
-		if _, _, err := sandbox.ParseHostPattern(s.Host); err != nil || strings.ContainsAny(s.Host, "*:") {
-			return fmt.Errorf("egress secret for %q: give one host name, without wildcard or port", s.Host)
+	for _, l := range []struct {
+		key string
+		v   float64
+	}{{"requests_per_second", c.RequestsPerSecond}, {"burst", float64(c.Burst)}, {"max_conns", float64(c.MaxConns)}, {"max_bytes", float64(c.MaxBytes)}} {
+		if l.v < 0 {
+			return keyErr("egress."+l.key, fmt.Errorf("egress limits cannot be negative"))
 		}
-		if s.Header == "" || strings.ContainsAny(s.Header, " :\r\n") || strings.ContainsAny(string(s.Value), "\r\n") {
-			return fmt.Errorf("egress secret for %q: give a header name and a one-line value", s.Host)
+	}
+	for i, s := range c.Secrets {
+		key := func(k string) string { return fmt.Sprintf("egress.secret[%d].%s", i, k) }
+		if _, _, err := sandbox.ParseHostPattern(s.Host); err != nil || strings.ContainsAny(s.Host, "*:") {
+			return keyErr(key("host"), fmt.Errorf("egress secret for %q: give one host name, without wildcard or port", s.Host))
+		}
+		if s.Header == "" || strings.ContainsAny(s.Header, " :\r\n") {
+			return keyErr(key("header"), fmt.Errorf("egress secret for %q: give a header name", s.Host))
+		}
+		if strings.ContainsAny(string(s.Value), "\r\n") {
+			return keyErr(key("value"), fmt.Errorf("egress secret for %q: give a one-line value", s.Host))
 		}
 	}
 	return nil

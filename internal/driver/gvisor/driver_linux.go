@@ -215,6 +215,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			return nil, err
 		}
 		b.Binds, err = composeRoot(b.Rootfs, etc)
+		b.Hidden = hiddenUsr()
 	} else {
 		b.Binds, err = composeGivenRoot(b.Rootfs, given)
 	}

@@ -50,6 +50,18 @@ func composeRoot(dir, etc string) ([]bind, error) {
 	return binds, nil
 }
 
+// hiddenUsr lists the directories of rootfs.HiddenUsr this host has, as
+// paths of the sandbox.
+func hiddenUsr() []string {
+	var out []string
+	for _, d := range rootfs.HiddenUsr {
+		if fi, err := os.Lstat("/usr/" + d); err == nil && fi.IsDir() {
+			out = append(out, "/usr/"+d)
+		}
+	}
+	return out
+}
+
 // etcDir is where the /etc snapshots live below the driver's state.
 const etcDir = "etc"
 

@@ -90,6 +90,9 @@ type bundle struct {
 	// Binds are the composed root's read-only binds (/usr, the /etc
 	// allowlist); none for a root given by the caller.
 	Binds []bind
+	// Hidden are directories of the composed root's /usr shown empty
+	// (rootfs.HiddenUsr that the host has).
+	Hidden []string
 	// Mounts are the caller's mounts, already checked.
 	Mounts []sandbox.Mount
 	// Agent is the host path of the agent's binary.
@@ -120,6 +123,9 @@ func (b bundle) spec() *specs.Spec {
 	}
 	for _, m := range b.Binds {
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: ro})
+	}
+	for _, h := range b.Hidden {
+		mounts = append(mounts, specs.Mount{Destination: h, Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec", "mode=0755"}})
 	}
 	mounts = append(mounts,
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{

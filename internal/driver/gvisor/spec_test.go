@@ -309,3 +309,22 @@ func TestAgentConfig(t *testing.T) {
 		t.Errorf("config %+v names host descriptors: runsc passes none", cfg)
 	}
 }
+
+// TestSpecHidden: airlock's own directories of /usr are covered, after the
+// /usr bind, by empty read-only tmpfs mounts.
+func TestSpecHidden(t *testing.T) {
+	b := testBundle(sandbox.Limits{})
+	b.Hidden = []string{"/usr/lib/airlock", "/usr/share/doc/airlock"}
+	s := b.spec()
+	usr := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr" })
+	for _, h := range b.Hidden {
+		i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == h })
+		if i < 0 || i < usr {
+			t.Fatalf("%s is not mounted after /usr: %v", h, destinations(s))
+		}
+		m := s.Mounts[i]
+		if m.Type != "tmpfs" || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "noexec") {
+			t.Errorf("%s: %+v, want an empty read-only tmpfs", h, m)
+		}
+	}
+}
