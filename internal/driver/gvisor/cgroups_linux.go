@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,8 +35,14 @@ func cgroupMounts() []string {
 		return nil
 	}
 	defer f.Close()
+	return cgroupPoints(f)
+}
+
+// cgroupPoints lists the mount points of the cgroup file systems in a
+// mount table.
+func cgroupPoints(r io.Reader) []string {
 	var out []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		if !ok {

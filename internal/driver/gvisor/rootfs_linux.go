@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -402,8 +403,13 @@ func mountsBelow(dir string) []string {
 		return nil
 	}
 	defer f.Close()
+	return pointsBelow(f, dir)
+}
+
+// pointsBelow lists the mount points of a mount table at or below dir.
+func pointsBelow(r io.Reader, dir string) []string {
 	var out []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
