@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // v1Required are the cgroup v1 controllers the native driver uses.
@@ -34,12 +36,7 @@ func probeCgroupName() string {
 
 // readCgroupMounts finds this process's cgroup mounts.
 func readCgroupMounts() (cgroupMounts, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return cgroupMounts{}, fmt.Errorf("open mount table: %w", err)
-	}
-	defer f.Close()
-	mounts, err := parseMountinfo(f)
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return cgroupMounts{}, err
 	}

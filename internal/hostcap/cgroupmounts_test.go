@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // hybridMountinfo is the cgroup part of the development machine's table.
@@ -35,73 +37,6 @@ const comountedMountinfo = `27 21 0:24 / /sys/fs/cgroup ro,nosuid,nodev,noexec s
 33 27 0:30 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,pids
 34 27 0:31 / /sys/fs/cgroup/freezer rw,nosuid,nodev,noexec,relatime shared:17 - cgroup cgroup rw,freezer
 `
-
-func TestParseMountinfo(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    []mount
-		wantErr string
-	}{
-		{
-			name: "several optional fields",
-			in:   "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 shared:7 - ext3 /dev/root rw,errors=continue\n",
-			want: []mount{{Root: "/mnt1", Point: "/mnt2", FSType: "ext3", SuperOpts: []string{"rw", "errors=continue"}}},
-		},
-		{
-			name: "no optional fields",
-			in:   "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n",
-			want: []mount{{Root: "/", Point: "/sys/fs/cgroup/unified", FSType: "cgroup2", SuperOpts: []string{"rw"}}},
-		},
-		{
-			name: "escaped space and backslash",
-			in:   `50 22 0:40 /a\134b /mnt/my\040disk rw - tmpfs tmpfs rw` + "\n",
-			want: []mount{{Root: `/a\b`, Point: "/mnt/my disk", FSType: "tmpfs", SuperOpts: []string{"rw"}}},
-		},
-		{
-			name: "blank lines are skipped",
-			in:   "\n41 31 0:38 / /x rw - cgroup2 cgroup2 rw\n\n",
-			want: []mount{{Root: "/", Point: "/x", FSType: "cgroup2", SuperOpts: []string{"rw"}}},
-		},
-		{
-			name: "empty",
-			in:   "",
-			want: nil,
-		},
-		{
-			name:    "no separator",
-			in:      "36 35 98:0 /mnt1 /mnt2 rw,noatime ext3 /dev/root rw\n",
-			wantErr: "line 1: malformed",
-		},
-		{
-			name:    "separator too early",
-			in:      "36 35 98:0 /mnt1 - ext3 /dev/root rw\n",
-			wantErr: "line 1: malformed",
-		},
-		{
-			name:    "truncated after separator",
-			in:      "41 31 0:38 / /x rw - cgroup2 cgroup2 rw\n36 35 98:0 /mnt1 /mnt2 rw - ext3\n",
-			wantErr: "line 2: malformed",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseMountinfo(strings.NewReader(tt.in))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("parseMountinfo() error = %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("parseMountinfo() error = %v", err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("parseMountinfo() = %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
 
 func TestFindCgroupMounts(t *testing.T) {
 	tests := []struct {
@@ -163,9 +98,9 @@ func TestFindCgroupMounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mounts, err := parseMountinfo(strings.NewReader(tt.in))
+			mounts, err := mountinfo.Parse(strings.NewReader(tt.in))
 			if err != nil {
-				t.Fatalf("parseMountinfo() error = %v", err)
+				t.Fatalf("mountinfo.Parse() error = %v", err)
 			}
 			got := findCgroupMounts(mounts)
 			if !reflect.DeepEqual(got.V1, tt.wantV1) {
@@ -214,30 +149,13 @@ func TestMissing(t *testing.T) {
 	}
 }
 
-func TestUnescapeOctal(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"/plain", "/plain"},
-		{`/a\040b`, "/a b"},
-		{`/tab\011x\012y`, "/tab\tx\ny"},
-		{`/back\134slash`, `/back\slash`},
-		{`/short\04`, `/short\04`},
-		{`/notoctal\09x`, `/notoctal\09x`},
-		{`/end\`, `/end\`},
-	}
-	for _, tt := range tests {
-		if got := unescapeOctal(tt.in); got != tt.want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func FuzzParseMountinfo(f *testing.F) {
+func FuzzFindCgroupMounts(f *testing.F) {
 	f.Add(hybridMountinfo)
 	f.Add(v2Mountinfo)
 	f.Add(comountedMountinfo)
 	f.Add(`50 22 0:40 /a\134b /mnt/my\040disk rw - tmpfs tmpfs rw`)
 	f.Fuzz(func(t *testing.T, in string) {
-		mounts, err := parseMountinfo(strings.NewReader(in))
+		mounts, err := mountinfo.Parse(strings.NewReader(in))
 		if err != nil {
 			return
 		}
