@@ -13,7 +13,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // V1Controllers are the v1 controllers a sandbox needs. cpu and cpuacct are
@@ -60,40 +61,32 @@ func readControllers(mount string) ([]string, error) {
 	return strings.Fields(string(b)), nil
 }
 
-// parseMountinfo picks the hierarchies out of a mountinfo table. controllers
-// reads the controllers a v2 mount offers.
+// parseMountinfo picks the hierarchies out of a mountinfo table, passing
+// over lines that are not well-formed. controllers reads the controllers a
+// v2 mount offers.
 func parseMountinfo(r io.Reader, controllers func(mount string) ([]string, error)) (*Hierarchy, error) {
+	mounts, err := mountinfo.Parse(r)
+	var malformed *mountinfo.SyntaxError
+	if err != nil && !errors.As(err, &malformed) {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
 	v1 := map[string]string{}
 	var unified string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// 36 35 0:30 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		mnt := unescape(f[4])
-		switch g[0] {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup2":
 			if unified == "" {
-				unified = mnt
+				unified = m.Point
 			}
 		case "cgroup":
-			for _, opt := range strings.Split(g[2], ",") {
+			for _, opt := range m.SuperOptions {
 				if slices.Contains(V1Controllers, opt) {
 					if _, dup := v1[opt]; !dup {
-						v1[opt] = mnt
+						v1[opt] = m.Point
 					}
 				}
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	if len(v1) == len(V1Controllers) {
 		return &Hierarchy{Mounts: v1}, nil
@@ -135,25 +128,6 @@ func containsAll(have, want []string) bool {
 		}
 	}
 	return true
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // roots returns the distinct mount points, in a stable order.

@@ -228,25 +228,3 @@ func TestParseMountinfo(t *testing.T) {
 		})
 	}
 }
-
-func TestUnescape(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"/plain", "/plain"},
-		{`/a\040b`, "/a b"},
-		{`/a\011b`, "/a\tb"},
-		{`/a\012b`, "/a\nb"},
-		{`/a\134b`, `/a\b`},
-		{`/end\040`, "/end "},
-		{`\040start`, " start"},
-		{`/two\040\040`, "/two  "},
-		{`/short\04`, `/short\04`},
-		{`/notoctal\08x`, `/notoctal\08x`},
-		{`/toobig\777`, `/toobig\777`},
-		{`/trailing\`, `/trailing\`},
-	}
-	for _, tt := range tests {
-		if got := unescape(tt.in); got != tt.want {
-			t.Errorf("unescape(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}

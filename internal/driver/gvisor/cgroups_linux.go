@@ -1,17 +1,16 @@
 package gvisor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // cgroupDirs lists the directories of the sandbox id's cgroup that exist in
@@ -39,41 +38,16 @@ func cgroupMounts() []string {
 }
 
 // cgroupPoints lists the mount points of the cgroup file systems in a
-// mount table.
+// mount table, passing over lines that are not well-formed.
 func cgroupPoints(r io.Reader) []string {
+	mounts, _ := mountinfo.Parse(r)
 	var out []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
+	for _, m := range mounts {
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			out = append(out, m.Point)
 		}
-		fields, fs := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(fs) < 1 || (fs[0] != "cgroup" && fs[0] != "cgroup2") {
-			continue
-		}
-		out = append(out, unescapeMount(fields[4]))
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // removeCgroupTree removes an empty cgroup directory and its children,

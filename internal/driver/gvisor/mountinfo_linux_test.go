@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // hostMountinfo is a host's table with cgroup v1 and v2 mounts, mount points
@@ -58,7 +60,7 @@ func TestHostMountReaders(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		point := unescapeMount(fields[1])
+		point := mountinfo.Unescape(fields[1])
 		if fields[2] == "cgroup" || fields[2] == "cgroup2" {
 			cgroups = append(cgroups, point)
 		}

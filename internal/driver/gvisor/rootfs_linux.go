@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -406,17 +406,14 @@ func mountsBelow(dir string) []string {
 	return pointsBelow(f, dir)
 }
 
-// pointsBelow lists the mount points of a mount table at or below dir.
+// pointsBelow lists the mount points of a mount table at or below dir,
+// passing over lines that are not well-formed.
 func pointsBelow(r io.Reader, dir string) []string {
+	mounts, _ := mountinfo.Parse(r)
 	var out []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		if p := unescapeMount(fields[4]); p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, p)
+	for _, m := range mounts {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			out = append(out, m.Point)
 		}
 	}
 	return out
