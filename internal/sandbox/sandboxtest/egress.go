@@ -22,9 +22,9 @@ import (
 
 func egressCases() []testCase {
 	return []testCase{
-		{name: "allow_and_refuse", needs: []need{needEgress}, run: testEgress},
-		{name: "unread_download", needs: []need{needEgress}, run: testUnreadDownload},
-		{name: "loopback_clients", needs: []need{needEgress}, run: testLoopbackClients},
+		{name: "allow_and_refuse", needs: []need{needShell, needEgress}, run: testEgress},
+		{name: "unread_download", needs: []need{needShell, needEgress}, run: testUnreadDownload},
+		{name: "loopback_clients", needs: []need{needShell, needEgress}, run: testLoopbackClients},
 	}
 }
 

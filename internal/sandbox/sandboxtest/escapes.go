@@ -15,10 +15,33 @@ import (
 
 func fileEscapeCases() []testCase {
 	return []testCase{
-		{name: "dotdot", run: testDotDot},
-		{name: "symlink_read", run: testSymlinkRead},
-		{name: "symlink_write", run: testSymlinkWrite},
-		{name: "remove_symlinked_dir", run: testRemoveSymlinkedDir},
+		{name: "dotdot", needs: []need{needFiles}, run: testDotDot},
+		{name: "symlink_read", needs: []need{needFiles}, run: testSymlinkRead},
+		{name: "symlink_write", needs: []need{needFiles}, run: testSymlinkWrite},
+		{name: "remove_symlinked_dir", needs: []need{needFiles}, run: testRemoveSymlinkedDir},
+	}
+}
+
+// insidePasswd is the sandbox's own /etc/passwd as a command reads it, and
+// whether it has one. Every Linux userland has one; a sandbox without a
+// shell may have none.
+func (e *env) insidePasswd(t *testing.T) (string, bool) {
+	t.Helper()
+	if e.caps.Shell {
+		return e.ok(t, e.w.ReadFiles("/etc/passwd")), true
+	}
+	o := e.run(t, e.w.ReadFiles("/etc/passwd"))
+	return o.stdout, o.res.ExitCode == 0 && o.res.Reason == sandbox.ReasonExit
+}
+
+// symlinks makes each link (a path inside) point to its target, through
+// the file API: the target is stored as given, as ln -s stores it.
+func (e *env) symlinks(t *testing.T, links ...[2]string) {
+	t.Helper()
+	for _, l := range links {
+		if err := e.sb.Files().Symlink(e.ctx, l[1], l[0]); err != nil {
+			t.Fatalf("Symlink %s -> %s: %v", l[0], l[1], err)
+		}
 	}
 }
 
@@ -34,7 +57,7 @@ func hostFile(t *testing.T, p string) string {
 
 func testDotDot(t *testing.T, e *env) {
 	hostPasswd := hostFile(t, "/etc/passwd")
-	insidePasswd := e.shOK(t, "cat /etc/passwd")
+	insidePasswd, has := e.insidePasswd(t)
 	for _, p := range []string{
 		"../../etc/passwd", "../../../../../../etc/passwd", "/workspace/../../../etc/passwd",
 		"/../../etc/passwd", "..", "/workspace/..//..//etc/passwd",
@@ -47,6 +70,8 @@ func testDotDot(t *testing.T, e *env) {
 			}
 		case got == hostPasswd && got != insidePasswd:
 			t.Errorf("ReadFile %q returned the host's /etc/passwd", p)
+		case !has:
+			t.Errorf("ReadFile %q returned %q, though a command in the sandbox finds no /etc/passwd", p, clip(got))
 		case got != insidePasswd:
 			t.Errorf("ReadFile %q returned %q, which is neither an error nor the sandbox's own /etc/passwd", p, clip(got))
 		}
@@ -71,22 +96,22 @@ func testDotDot(t *testing.T, e *env) {
 func testSymlinkRead(t *testing.T, e *env) {
 	c := newHostCanary(t)
 	hostShadow := hostFile(t, "/etc/shadow")
-	e.shOK(t, strings.Join([]string{
-		"cd /workspace",
-		"ln -s /etc/shadow shadow",
-		"ln -s " + c.path + " canary",
-		"ln -s ../../../../../../.." + c.path + " canary-rel",
-		"ln -s " + c.dir + " canary-dir",
-		"ln -s /proc/1/environ agent-environ",
-		"ln -s /proc/1/cmdline agent-cmdline",
-		"ln -s /proc/1/status agent-status",
-		"ln -s /proc/self/environ self-environ",
-		"ln -s /proc/self/status self-status",
-		"ln -s /proc/self/root/etc/passwd self-root",
-		"ln -s /proc/1/root/etc/passwd agent-root",
-		"ln -s /proc/1/mem agent-mem",
-		"ln -s loop1 loop2; ln -s loop2 loop1",
-	}, " && "))
+	e.symlinks(t,
+		[2]string{"shadow", "/etc/shadow"},
+		[2]string{"canary", c.path},
+		[2]string{"canary-rel", "../../../../../../.." + c.path},
+		[2]string{"canary-dir", c.dir},
+		[2]string{"agent-environ", "/proc/1/environ"},
+		[2]string{"agent-cmdline", "/proc/1/cmdline"},
+		[2]string{"agent-status", "/proc/1/status"},
+		[2]string{"self-environ", "/proc/self/environ"},
+		[2]string{"self-status", "/proc/self/status"},
+		[2]string{"self-root", "/proc/self/root/etc/passwd"},
+		[2]string{"agent-root", "/proc/1/root/etc/passwd"},
+		[2]string{"agent-mem", "/proc/1/mem"},
+		[2]string{"loop2", "loop1"},
+		[2]string{"loop1", "loop2"},
+	)
 	check := func(name, got string) {
 		t.Helper()
 		switch {
@@ -123,16 +148,15 @@ func testSymlinkWrite(t *testing.T, e *env) {
 	for _, p := range watched {
 		before[p] = sha256.Sum256([]byte(hostFile(t, p)))
 	}
-	insidePasswd := e.shOK(t, "cat /etc/passwd")
+	insidePasswd, _ := e.insidePasswd(t)
 	newHost := filepath.Join(c.dir, "created-through-link")
-	e.shOK(t, strings.Join([]string{
-		"cd /workspace",
-		"ln -s /etc/passwd passwd",
-		"ln -s " + c.path + " canary",
-		"ln -s " + newHost + " new-host-file",
-		"ln -s " + c.dir + " host-dir",
-		"ln -s /proc/1/root/etc/passwd agent-root",
-	}, " && "))
+	e.symlinks(t,
+		[2]string{"passwd", "/etc/passwd"},
+		[2]string{"canary", c.path},
+		[2]string{"new-host-file", newHost},
+		[2]string{"host-dir", c.dir},
+		[2]string{"agent-root", "/proc/1/root/etc/passwd"},
+	)
 	for _, name := range []string{"passwd", "canary", "new-host-file", "host-dir/written", "agent-root"} {
 		// Either refused, or written inside the sandbox: both are fine.
 		_ = e.sb.Files().WriteFile(e.ctx, name, strings.NewReader("pwned\n"), 0o644)
@@ -147,43 +171,55 @@ func testSymlinkWrite(t *testing.T, e *env) {
 			t.Errorf("WriteFile through a symlink created host file %s", p)
 		}
 	}
-	if got := e.shOK(t, "cat /etc/passwd"); got != insidePasswd {
+	if got, _ := e.insidePasswd(t); got != insidePasswd {
 		t.Errorf("the sandbox's read-only /etc/passwd changed through a symlink: %q", got)
 	}
 }
 
 func testRemoveSymlinkedDir(t *testing.T, e *env) {
 	c := newHostCanary(t)
-	e.shOK(t, strings.Join([]string{
-		"mkdir -p /workspace/keep/inner /workspace/victim/sub",
-		"echo kept > /workspace/keep/inner/file",
-		"echo gone > /workspace/victim/sub/file",
-		"ln -s /workspace/keep /workspace/victim/link-to-keep",
-		"ln -s ../keep/inner /workspace/victim/sub/rel-link",
-		"ln -s /etc /workspace/victim/link-to-etc",
-		"ln -s /tmp /workspace/victim/link-to-tmp",
-		"ln -s " + c.dir + " /workspace/victim/link-to-host",
-		"echo tmpfile > /tmp/keepme",
-	}, " && "))
+	f := e.sb.Files()
+	for _, d := range []string{"/workspace/keep/inner", "/workspace/victim/sub"} {
+		if err := f.Mkdir(e.ctx, d, 0o755); err != nil {
+			t.Fatalf("Mkdir %s: %v", d, err)
+		}
+	}
+	e.writeFile(t, "/workspace/keep/inner/file", "kept\n", 0o644)
+	e.writeFile(t, "/workspace/victim/sub/file", "gone\n", 0o644)
+	e.writeFile(t, "/tmp/keepme", "tmpfile\n", 0o644)
+	e.symlinks(t,
+		[2]string{"/workspace/victim/link-to-keep", "/workspace/keep"},
+		[2]string{"/workspace/victim/sub/rel-link", "../keep/inner"},
+		[2]string{"/workspace/victim/link-to-etc", "/etc"},
+		[2]string{"/workspace/victim/link-to-tmp", "/tmp"},
+		[2]string{"/workspace/victim/link-to-host", c.dir},
+	)
+	passwd, hasPasswd := e.insidePasswd(t)
 	if err := e.sb.Files().Remove(e.ctx, "/workspace/victim"); err != nil {
 		t.Fatalf("Remove a directory holding symlinks: %v", err)
 	}
 	if _, err := e.sb.Files().Stat(e.ctx, "/workspace/victim"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("the directory still exists after Remove: %v", err)
 	}
-	if got := e.shOK(t, "cat /workspace/keep/inner/file /tmp/keepme; test -e /etc/passwd && echo etc"); got != "kept\ntmpfile\netc\n" {
+	if got := e.ok(t, e.w.ReadFiles("/workspace/keep/inner/file", "/tmp/keepme")); got != "kept\ntmpfile\n" {
 		t.Errorf("Remove followed a symlink and deleted its target's contents: %q", got)
+	}
+	if got, has := e.insidePasswd(t); has != hasPasswd || got != passwd {
+		t.Errorf("Remove followed a symlink into /etc: /etc/passwd was %q (present: %v), is now %q (present: %v)", clip(passwd), hasPasswd, clip(got), has)
 	}
 	if got := hostFile(t, c.path); got != c.content+"\n" {
 		t.Errorf("the host canary changed after Remove: %q", got)
 	}
 	// Removing a symlink to a directory removes the link only.
-	e.shOK(t, "ln -s /workspace/keep /workspace/lonely-link")
+	e.symlinks(t, [2]string{"/workspace/lonely-link", "/workspace/keep"})
 	if err := e.sb.Files().Remove(e.ctx, "lonely-link"); err != nil {
 		t.Errorf("Remove of a symlink: %v", err)
 	}
-	if got := e.shOK(t, "cat /workspace/keep/inner/file; test -L /workspace/lonely-link || echo link-gone"); got != "kept\nlink-gone\n" {
-		t.Errorf("after removing a link to a directory: %q", got)
+	if got := e.ok(t, e.w.ReadFiles("/workspace/keep/inner/file")); got != "kept\n" {
+		t.Errorf("after removing a link to a directory, its target holds: %q", got)
+	}
+	if got := e.ok(t, e.w.ListDir("/workspace")); slices.Contains(strings.Split(got, "\n"), "lonely-link") {
+		t.Errorf("after removing a link to a directory, the link is still there: %q", got)
 	}
 	if !bytes.Equal([]byte(hostFile(t, c.path)), []byte(c.content+"\n")) {
 		t.Errorf("the host canary changed")

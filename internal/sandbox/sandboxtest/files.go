@@ -14,9 +14,9 @@ import (
 
 func fileCases() []testCase {
 	return []testCase{
-		{name: "read_write", run: testReadWrite},
-		{name: "dirs", run: testDirs},
-		{name: "ownership", run: testOwnership},
+		{name: "read_write", needs: []need{needFiles}, run: testReadWrite},
+		{name: "dirs", needs: []need{needFiles}, run: testDirs},
+		{name: "ownership", needs: []need{needShell, needFiles}, run: testOwnership},
 	}
 }
 
@@ -66,7 +66,7 @@ func testReadWrite(t *testing.T, e *env) {
 		if err := f.ReadFile(e.ctx, "big.bin", 0, 0, &b); err != nil || !bytes.Equal(b.Bytes(), data) {
 			t.Errorf("3 MiB did not round-trip: %d bytes back, err %v", b.Len(), err)
 		}
-		if got := e.shOK(t, "wc -c < /workspace/big.bin"); strings.TrimSpace(got) != "3145745" {
+		if got := e.ok(t, e.w.FileSize("/workspace/big.bin")); strings.TrimSpace(got) != "3145745" {
 			t.Errorf("a command sees %s bytes in the file written through the API", got)
 		}
 	})
@@ -105,7 +105,9 @@ func testDirs(t *testing.T, e *env) {
 	if err := f.Mkdir(e.ctx, "a/b/c/file.txt/sub", 0o755); err == nil {
 		t.Errorf("Mkdir below a file succeeded")
 	}
-	e.shOK(t, "ln -s file.txt /workspace/a/b/c/link")
+	if err := f.Symlink(e.ctx, "file.txt", "/workspace/a/b/c/link"); err != nil {
+		t.Fatalf("Symlink: %v", err)
+	}
 
 	t.Run("stat", func(t *testing.T) {
 		fi, err := f.Stat(e.ctx, "/workspace/a/b/c/file.txt")
@@ -150,7 +152,7 @@ func testDirs(t *testing.T, e *env) {
 		if got, err := e.readFile("a/moved.txt"); err != nil || got != "content" {
 			t.Errorf("ReadFile of the new name: %q, %v", got, err)
 		}
-		if got := e.shOK(t, "cat /workspace/a/moved.txt"); got != "content" {
+		if got := e.ok(t, e.w.ReadFiles("/workspace/a/moved.txt")); got != "content" {
 			t.Errorf("a command reads %q from the renamed file", got)
 		}
 	})
@@ -164,7 +166,7 @@ func testDirs(t *testing.T, e *env) {
 		if _, err := f.Stat(e.ctx, "a"); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("Stat after Remove: %v, want ErrNotFound", err)
 		}
-		if got := e.shOK(t, "ls -A /workspace"); strings.Contains(got, "a\n") {
+		if got := e.ok(t, e.w.ListDir("/workspace")); slices.Contains(strings.Split(got, "\n"), "a") {
 			t.Errorf("a command still sees the removed tree: %q", got)
 		}
 	})

@@ -16,20 +16,20 @@ import (
 func limitCases() []testCase {
 	return []testCase{
 		{name: "memory", run: testMemoryBomb},
-		{name: "fork_bomb", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.Pids = 16 }, run: testForkBomb},
+		{name: "fork_bomb", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.Pids = 16 }, needs: []need{needShell}, run: testForkBomb},
 		{name: "cpu_spin_timeout", run: testCPUSpinTimeout},
 		{name: "sleep_timeout", run: testSleepTimeout},
 		{name: "cpu_time", run: testCPUTime},
-		{name: "setsid_survivor", run: testSetsidSurvivor},
+		{name: "setsid_survivor", needs: []need{needShell, needFiles}, run: testSetsidSurvivor},
 		{name: "output_flood", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 64 << 10 }, run: testOutputFlood},
-		{name: "workspace_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.DiskBytes = 16 << 20 }, run: func(t *testing.T, e *env) { testFill(t, e, "/workspace") }},
-		{name: "tmp_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.TmpBytes = 16 << 20 }, run: func(t *testing.T, e *env) { testFill(t, e, "/tmp") }},
+		{name: "workspace_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.DiskBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/workspace") }},
+		{name: "tmp_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.TmpBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/tmp") }},
 	}
 }
 
 func testMemoryBomb(t *testing.T, e *env) {
 	// 16 MiB at a time, each written, until the 128 MiB limit kills it.
-	o := e.python(t, "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n")
+	o := e.run(t, e.w.Alloc())
 	expectLimits(t, "memory bomb", o, sandbox.ReasonOOM, sandbox.LimitMemory)
 	if o.res.Signal != "SIGKILL" || o.res.ExitCode != -1 {
 		t.Errorf("memory bomb: want it killed by SIGKILL (exit -1), got %s", o)
@@ -83,7 +83,9 @@ print("failed", failed)
 }
 
 func testCPUSpinTimeout(t *testing.T, e *env) {
-	o := e.run(t, sandbox.ExecRequest{Argv: []string{"python3", "-c", "while True: pass"}, Timeout: time.Second})
+	req := e.w.Spin()
+	req.Timeout = time.Second
+	o := e.run(t, req)
 	expectLimits(t, "CPU spin past the timeout", o, sandbox.ReasonTimeout, sandbox.LimitTimeout)
 	if o.res.Signal != "SIGKILL" || o.res.ExitCode != -1 {
 		t.Errorf("CPU spin past the timeout: want SIGKILL, exit -1; got %s", o)
@@ -94,7 +96,9 @@ func testCPUSpinTimeout(t *testing.T, e *env) {
 }
 
 func testSleepTimeout(t *testing.T, e *env) {
-	o := e.run(t, sandbox.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: time.Second})
+	req := e.w.Sleep(30 * time.Second)
+	req.Timeout = time.Second
+	o := e.run(t, req)
 	expectLimits(t, "sleep past the timeout", o, sandbox.ReasonTimeout, sandbox.LimitTimeout)
 	if o.wall < time.Second || o.wall > 1700*time.Millisecond {
 		t.Errorf("a 1 s timeout ended sleep 30 after %v; want close to 1 s", o.wall)
@@ -103,7 +107,7 @@ func testSleepTimeout(t *testing.T, e *env) {
 		t.Errorf("timeout: no message says what happened")
 	}
 	// The sandbox's own default timeout applies when the request sets none.
-	o = e.run(t, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
+	o = e.run(t, e.w.Sleep(30*time.Second))
 	expectLimits(t, "sleep past the sandbox's default timeout", o, sandbox.ReasonTimeout, sandbox.LimitTimeout)
 	if lim := e.spec.Limits.Timeout; o.wall < lim || o.wall > lim+700*time.Millisecond {
 		t.Errorf("the sandbox's %v timeout ended sleep 30 after %v", lim, o.wall)
@@ -111,7 +115,9 @@ func testSleepTimeout(t *testing.T, e *env) {
 }
 
 func testCPUTime(t *testing.T, e *env) {
-	o := e.run(t, sandbox.ExecRequest{Argv: []string{"python3", "-c", "while True: pass"}, CPUTime: time.Second, Timeout: 10 * time.Second})
+	req := e.w.Spin()
+	req.CPUTime, req.Timeout = time.Second, 10*time.Second
+	o := e.run(t, req)
 	expectLimits(t, "CPU time past its limit", o, sandbox.ReasonCPUTime, sandbox.LimitCPUTime)
 	if o.res.Hit(sandbox.LimitTimeout) {
 		t.Errorf("the CPU-time limit was reported as a timeout: %s", o)
@@ -123,7 +129,9 @@ func testCPUTime(t *testing.T, e *env) {
 		t.Errorf("usage says %d ms of CPU for a 1 s CPU-time limit", o.res.Usage.CPUMS)
 	}
 	// Sleeping uses no CPU: a CPU-time limit alone does not stop it.
-	o = e.run(t, sandbox.ExecRequest{Argv: []string{"sleep", "1.5"}, CPUTime: time.Second})
+	req = e.w.Sleep(1500 * time.Millisecond)
+	req.CPUTime = time.Second
+	o = e.run(t, req)
 	expectExit(t, "sleep 1.5 under a 1 s CPU-time limit", o, 0)
 }
 
@@ -165,7 +173,7 @@ func testOutputFlood(t *testing.T, e *env) {
 			if stream == "stderr" {
 				redirect = " >&2"
 			}
-			o := e.run(t, sandbox.ExecRequest{Argv: []string{"sh", "-c", "yes" + redirect}})
+			o := e.run(t, e.w.Flood(stream == "stderr"))
 			expectLimits(t, "yes", o, sandbox.ReasonOutputLimit, sandbox.LimitOutput)
 			got, truncated, other := o.stdout, o.res.StdoutTruncated, o.res.StderrTruncated
 			if stream == "stderr" {
@@ -189,8 +197,7 @@ func testOutputFlood(t *testing.T, e *env) {
 
 // testFill fills dir (sized 16 MiB) past its size with two files.
 func testFill(t *testing.T, e *env, dir string) {
-	script := fmt.Sprintf("dd if=/dev/zero of=%[1]s/fill1 bs=1M count=12 && dd if=/dev/zero of=%[1]s/fill2 bs=1M count=12", dir)
-	o := e.sh(t, script)
+	o := e.run(t, e.w.WriteZeros(12<<20, dir+"/fill1", dir+"/fill2"))
 	if o.res.ExitCode == 0 {
 		t.Errorf("writing 24 MiB into a 16 MiB %s succeeded: %s", dir, o)
 	}
@@ -204,5 +211,8 @@ func testFill(t *testing.T, e *env, dir string) {
 			t.Errorf("remove %s/%s: %v", dir, f, err)
 		}
 	}
-	e.shOK(t, fmt.Sprintf("dd if=/dev/zero of=%s/again bs=1M count=4 2>/dev/null && rm %s/again", dir, dir))
+	e.ok(t, e.w.WriteZeros(4<<20, dir+"/again"))
+	if err := e.sb.Files().Remove(e.ctx, dir+"/again"); err != nil {
+		t.Errorf("remove %s/again: %v", dir, err)
+	}
 }

@@ -14,23 +14,50 @@ import (
 func networkCases() []testCase {
 	return []testCase{
 		{name: "none", run: testNetworkNone},
+		{name: "none_loopback_only", needs: []need{needShell}, run: testLoopbackOnly},
 		{name: "none_has_no_proxy", run: testNoProxy},
 	}
 }
 
+// testLoopbackOnly: a sandbox without network has no interface but lo.
+func testLoopbackOnly(t *testing.T, e *env) {
+	dev := e.shOK(t, "cat /proc/net/dev")
+	var ifaces []string
+	for _, line := range strings.Split(dev, "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok {
+			ifaces = append(ifaces, strings.TrimSpace(name))
+		}
+	}
+	if len(ifaces) != 1 || ifaces[0] != "lo" {
+		t.Errorf("interfaces inside: %q, want only lo", ifaces)
+	}
+}
+
+// connectLines checks the output of Workload.Connect for addrs: one line
+// each, in order, none of them "connected"; it returns each line's class.
+func connectLines(t *testing.T, o output, addrs []string) []string {
+	t.Helper()
+	expectExit(t, "connect", o, 0)
+	lines := strings.Split(strings.TrimSuffix(o.stdout, "\n"), "\n")
+	if len(lines) != len(addrs) {
+		t.Fatalf("connecting to %d addresses printed %d lines: %s", len(addrs), len(lines), o)
+	}
+	classes := make([]string, len(lines))
+	for i, line := range lines {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "connected":
+			t.Errorf("a sandbox without network connected to %s: %s", addrs[i], line)
+		case len(f) >= 3 && f[0] == "failed" && f[1] == addrs[i]:
+			classes[i] = f[2]
+		default:
+			t.Errorf("connecting to %s printed %q, which is neither connected nor failed", addrs[i], line)
+		}
+	}
+	return classes
+}
+
 func testNetworkNone(t *testing.T, e *env) {
-	t.Run("loopback_only", func(t *testing.T) {
-		dev := e.shOK(t, "cat /proc/net/dev")
-		var ifaces []string
-		for _, line := range strings.Split(dev, "\n") {
-			if name, _, ok := strings.Cut(line, ":"); ok {
-				ifaces = append(ifaces, strings.TrimSpace(name))
-			}
-		}
-		if len(ifaces) != 1 || ifaces[0] != "lo" {
-			t.Errorf("interfaces inside: %q, want only lo", ifaces)
-		}
-	})
 	t.Run("host_listener", func(t *testing.T) {
 		// A listener on every host address, loopback included: the
 		// sandbox's 127.0.0.1 is its own, and no other address is reachable.
@@ -50,34 +77,16 @@ func testNetworkNone(t *testing.T, e *env) {
 				c.Close()
 			}
 		}()
-		port := ln.Addr().(*net.TCPAddr).Port
-		targets := []string{"127.0.0.1"}
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		targets := []string{"127.0.0.1:" + port}
 		if addrs, err := net.InterfaceAddrs(); err == nil {
 			for _, a := range addrs {
 				if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-					targets = append(targets, ipn.IP.String())
+					targets = append(targets, ipn.IP.String()+":"+port)
 				}
 			}
 		}
-		prog := `
-import socket, sys
-port = int(sys.argv[1])
-for host in sys.argv[2:]:
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-        print("connected", host)
-    except OSError as e:
-        print("refused", host, e.errno)
-    finally:
-        s.close()
-`
-		o := e.run(t, execArgv(append([]string{"python3", "-c", prog, strconv.Itoa(port)}, targets...)...))
-		expectExit(t, "connect to the host", o, 0)
-		if strings.Contains(o.stdout, "connected") || !strings.Contains(o.stdout, "refused") {
-			t.Errorf("connecting to a listener on the host's %v from inside: %s", targets, o.stdout)
-		}
+		connectLines(t, e.run(t, e.w.Connect(targets...)), targets)
 		time.Sleep(50 * time.Millisecond)
 		if n := accepted.Load(); n != 0 {
 			t.Errorf("the host's listener accepted %d connections from the sandbox", n)
@@ -85,27 +94,9 @@ for host in sys.argv[2:]:
 	})
 	t.Run("outside", func(t *testing.T) {
 		start := time.Now()
-		o := e.python(t, `
-import socket
-try:
-    print(socket.getaddrinfo("example.com", 80))
-    print("resolved")
-except OSError as e:
-    print("no dns", e)
-for addr in [("1.1.1.1", 53), ("8.8.8.8", 443), ("169.254.169.254", 80)]:
-    s = socket.socket()
-    s.settimeout(2)
-    try:
-        s.connect(addr)
-        print("connected", addr)
-    except OSError as e:
-        print("unreachable", addr, e.errno)
-    finally:
-        s.close()
-`)
-		expectExit(t, "reach the outside", o, 0)
-		if strings.Contains(o.stdout, "resolved") || strings.Contains(o.stdout, "connected") || !strings.Contains(o.stdout, "no dns") {
-			t.Errorf("a sandbox without network reached the outside: %s", o.stdout)
+		targets := []string{"example.com:80", "1.1.1.1:53", "8.8.8.8:443", "169.254.169.254:80"}
+		if class := connectLines(t, e.run(t, e.w.Connect(targets...)), targets); class[0] != "dns" {
+			t.Errorf("a sandbox without network resolved example.com (connecting to it failed with %q, want dns)", class[0])
 		}
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("failing to resolve and connect took %v; without a network it should fail at once", d)
@@ -116,16 +107,14 @@ for addr in [("1.1.1.1", 53), ("8.8.8.8", 443), ("169.254.169.254", 80)]:
 // testNoProxy: a sandbox without egress has no proxy port, no proxy
 // variables and no egress summary.
 func testNoProxy(t *testing.T, e *env) {
-	out := e.pythonOK(t, `
-import os, socket
-try:
-    socket.create_connection(("127.0.0.1", 3128), timeout=5); print("connected")
-except Exception as e:
-    print("error", type(e).__name__)
-print(repr(os.environ.get("HTTP_PROXY")), repr(os.environ.get("http_proxy")))
-`)
-	if out != "error ConnectionRefusedError\nNone None\n" {
-		t.Errorf("network none: %q, want no proxy listening and no proxy variables", out)
+	proxy := []string{"127.0.0.1:3128"}
+	if class := connectLines(t, e.run(t, e.w.Connect(proxy...)), proxy); class[0] != "refused" {
+		t.Errorf("network none: connecting to 127.0.0.1:3128 failed with %q, want refused: no proxy listens", class[0])
+	}
+	for _, kv := range envLines(t, e, nil) {
+		if strings.HasPrefix(kv, "HTTP_PROXY=") || strings.HasPrefix(kv, "http_proxy=") {
+			t.Errorf("network none: the environment holds %s, want no proxy variables", kv)
+		}
 	}
 	if rep, ok := e.sb.(egress.Reporter); ok {
 		if _, ok := rep.EgressSummary(); ok {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +14,22 @@ import (
 
 func postureCases() []testCase {
 	return []testCase{
-		{name: "identity", run: testIdentity},
-		{name: "processes", run: testProcesses},
+		{name: "identity", needs: []need{needShell}, run: testIdentity},
+		{name: "processes", needs: []need{needShell}, run: testProcesses},
 		{name: "host_files", run: testHostFiles},
-		{name: "mount", run: testMount},
-		{name: "unshare", run: testUnshare},
-		{name: "ptrace", run: testPtrace},
-		{name: "raw_socket", run: testRawSocket},
-		{name: "hostname", run: testHostname},
-		{name: "agent_proc", run: testAgentProc},
-		{name: "no_agent_binary", run: testNoAgentBinary},
-		{name: "tiocsti", run: testTIOCSTI},
-		{name: "nosuid", run: testNosuid},
-		{name: "no_sys", run: testNoSys},
-		{name: "read_only_root", run: testReadOnlyRoot},
-		{name: "dev", run: testDev},
-		{name: "host_identity", run: testHostIdentity},
+		{name: "mount", needs: []need{needShell}, run: testMount},
+		{name: "unshare", needs: []need{needShell}, run: testUnshare},
+		{name: "ptrace", needs: []need{needShell}, run: testPtrace},
+		{name: "raw_socket", needs: []need{needShell}, run: testRawSocket},
+		{name: "hostname", needs: []need{needShell}, run: testHostname},
+		{name: "agent_proc", needs: []need{needShell}, run: testAgentProc},
+		{name: "no_agent_binary", needs: []need{needShell}, run: testNoAgentBinary},
+		{name: "tiocsti", needs: []need{needShell}, run: testTIOCSTI},
+		{name: "nosuid", needs: []need{needShell}, run: testNosuid},
+		{name: "no_sys", needs: []need{needShell}, run: testNoSys},
+		{name: "read_only_root", needs: []need{needShell}, run: testReadOnlyRoot},
+		{name: "dev", needs: []need{needShell}, run: testDev},
+		{name: "host_identity", needs: []need{needShell}, run: testHostIdentity},
 	}
 }
 
@@ -119,13 +118,13 @@ func newHostCanary(t *testing.T) hostCanary {
 
 func testHostFiles(t *testing.T, e *env) {
 	t.Run("shadow", func(t *testing.T) {
-		o := e.sh(t, "cat /etc/shadow")
+		o := e.run(t, e.w.ReadFiles("/etc/shadow"))
 		expectFail(t, "cat /etc/shadow", o)
 	})
 	t.Run("root_and_home", func(t *testing.T) {
 		for _, dir := range []string{"/root", "/home"} {
 			host, _ := os.ReadDir(dir)
-			o := e.sh(t, "ls -A "+dir)
+			o := e.run(t, e.w.ListDir(dir))
 			for _, ent := range host {
 				if slices.Contains(strings.Fields(o.stdout), ent.Name()) {
 					t.Errorf("the host's %s/%s is visible inside: ls -A %s printed %q", dir, ent.Name(), dir, o.stdout)
@@ -136,17 +135,16 @@ func testHostFiles(t *testing.T, e *env) {
 	t.Run("canary", func(t *testing.T) {
 		c := newHostCanary(t)
 		for _, p := range []string{c.path, "/proc/self/root" + c.path, "/proc/1/root" + c.path, "/proc/self/cwd/../../../../.." + c.path} {
-			o := e.sh(t, "cat "+p)
+			o := e.run(t, e.w.ReadFiles(p))
 			if o.res.ExitCode == 0 || strings.Contains(o.stdout, c.content) {
 				t.Errorf("the host canary is readable inside at %s: %s", p, o)
 			}
 		}
-		o := e.sh(t, "ls "+c.dir)
+		o := e.run(t, e.w.ListDir(c.dir))
 		expectFail(t, "ls of the canary's host directory", o)
-		o = e.run(t, sandbox.ExecRequest{
-			Argv:    []string{"sh", "-c", "find / -path /proc -prune -o -name '" + c.name + "' -print 2>/dev/null; grep -rl '" + c.content + "' /tmp /workspace /root /home /mnt /run /var /opt /srv /etc /dev/shm 2>/dev/null; true"},
-			Timeout: 30 * time.Second,
-		})
+		req := e.w.Search(c.name, c.content, "/tmp", "/workspace", "/root", "/home", "/mnt", "/run", "/var", "/opt", "/srv", "/etc", "/dev/shm")
+		req.Timeout = 30 * time.Second
+		o = e.run(t, req)
 		expectExit(t, "search for the canary", o, 0)
 		if strings.TrimSpace(o.stdout) != "" {
 			t.Errorf("the host canary is reachable inside: %s", o.stdout)
@@ -163,8 +161,10 @@ func testMount(t *testing.T, e *env) {
 	} {
 		expectFail(t, script, e.sh(t, script))
 	}
-	if mi := e.shOK(t, "cat /proc/self/mountinfo"); strings.Contains(mi, " /tmp/x ") {
-		t.Errorf("a mount at /tmp/x appeared:\n%s", mi)
+	for _, m := range e.mountTable(t) {
+		if m.Point == "/tmp/x" {
+			t.Errorf("a mount at /tmp/x appeared: %+v", m)
+		}
 	}
 }
 
@@ -295,21 +295,15 @@ except OSError as e:
 }
 
 func testNosuid(t *testing.T, e *env) {
-	mi := e.shOK(t, "cat /proc/self/mountinfo")
-	for _, line := range strings.Split(strings.TrimSpace(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 {
-			continue
-		}
-		target, opts := unescapeMount(f[4]), strings.Split(f[5], ",")
-		if slices.Contains(opts, "nosuid") {
+	for _, m := range e.mountTable(t) {
+		if slices.Contains(m.Options, "nosuid") {
 			continue
 		}
 		// A bind of a single device node holds no program to run.
-		if kind := strings.TrimSpace(e.shOK(t, "stat -c %F '"+target+"'")); kind == "character special file" {
+		if kind := strings.TrimSpace(e.shOK(t, "stat -c %F '"+m.Point+"'")); kind == "character special file" {
 			continue
 		}
-		t.Errorf("mount %s is not nosuid: %s", target, line)
+		t.Errorf("mount %s is not nosuid: %+v", m.Point, m)
 	}
 	o := e.sh(t, "su -c id root < /dev/null")
 	if o.res.ExitCode == 0 || strings.Contains(o.stdout, "uid=0") {
@@ -328,25 +322,6 @@ print(os.getuid(), os.geteuid())
 	if out != "1000 1000\n" {
 		t.Errorf("changing to uid 0: %q", out)
 	}
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func testNoSys(t *testing.T, e *env) {

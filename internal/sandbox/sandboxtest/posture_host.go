@@ -41,11 +41,7 @@ func testHostIdentity(t *testing.T, e *env) {
 	}
 	// The boot id is the sandbox's own, not one shared by all sandboxes:
 	// another sandbox of the same driver has another.
-	other, err := e.driver.Create(e.ctx, e.spec)
-	if err != nil {
-		t.Fatalf("create a second sandbox: %v", err)
-	}
-	defer other.Close(e.ctx)
+	other := e.create(t, e.spec)
 	var a, b syncBuffer
 	e.runIn(t, e.sb, execArgv("cat", "/proc/sys/kernel/random/boot_id"), &a)
 	e.runIn(t, other, execArgv("cat", "/proc/sys/kernel/random/boot_id"), &b)

@@ -12,16 +12,24 @@
 //
 // Every case makes its own small sandbox, checks real behaviour from the
 // outside and from the inside (a hostile workload trying to escape), checks
-// that the same sandbox still runs `echo ok` afterwards, closes it, and asks
+// that the same sandbox still runs a command afterwards, closes it, and asks
 // the driver's Leaks check whether anything of it is left on the host.
 // Cases run one after another: resource limits are flaky under contention.
 //
-// A driver that cannot do what a case checks declares it in
-// Options.Unsupported; the suite then skips the case with that reason. A
-// driver never passes a case silently.
+// What a case needs of the driver beyond running a command (a shell, the
+// file API, background processes, egress, host mounts) it reads from the
+// driver's Capabilities. A driver that cannot do what a case checks, or
+// lacks what it needs, declares the case in Options.Unsupported with the
+// reason; the suite then skips it. A case whose need the driver lacks and
+// does not declare fails: a driver never passes a case silently.
 //
-// The cases' workloads use the tools of a Debian-like root: sh, coreutils,
-// ps, find, dd, yes, unshare, hostname and python3.
+// What the cases run inside goes through a Workload. The cases about exec,
+// exit codes, streams, stdin, the environment, the file API and its escapes,
+// memory, timeouts, output limits, the network and host files need nothing
+// else, so a driver without a shell runs them with a workload of its own.
+// The rest (processes, signals, mounts, posture) need Capabilities.Shell:
+// they use the tools of a Debian-like root, sh, coreutils, ps, find, dd,
+// unshare, hostname and python3, as ShellWorkload does.
 package sandboxtest
 
 import (
@@ -61,27 +69,51 @@ type Options struct {
 	// harmless once the sandbox is closed. Nil: the frozen-agent cases must
 	// be declared Unsupported.
 	FreezeAgent func(t *testing.T, sb sandbox.Instance) (thaw func())
+	// Workload is what the cases run inside the sandbox. Nil means
+	// ShellWorkload, which needs Capabilities.Shell: a driver without a
+	// shell gives its own.
+	Workload Workload
 }
 
-// need is something a case needs from the driver beyond a sandbox.
+// need is something a case needs from the driver beyond running a command.
 type need int
 
 const (
-	needEgress need = iota + 1 // Options.Egress
-	needFreeze                 // Options.FreezeAgent
+	needShell      need = iota + 1 // Capabilities.Shell
+	needFiles                      // Capabilities.Files
+	needBackground                 // Capabilities.Background
+	needEgress                     // Capabilities.Egress and Options.Egress
+	needHostMounts                 // Capabilities.HostMounts
+	needFreeze                     // Options.FreezeAgent
 )
 
-// missing says what of needs the options lack, or "".
-func (o Options) missing(needs []need) string {
+// missing says which of needs the driver's capabilities or the options
+// lack, or "" when none. A lacking capability comes first: it is the
+// driver's to declare, an option the test's to give.
+func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, capability bool) {
+	for _, n := range needs {
+		switch {
+		case n == needShell && !caps.Shell:
+			return "Capabilities.Shell (a Linux userland with sh and the usual tools)", true
+		case n == needFiles && !caps.Files:
+			return "Capabilities.Files (the file API)", true
+		case n == needBackground && !caps.Background:
+			return "Capabilities.Background (execs that run on in the background)", true
+		case n == needEgress && !caps.Egress:
+			return "Capabilities.Egress (network mode egress)", true
+		case n == needHostMounts && !caps.HostMounts:
+			return "Capabilities.HostMounts (host paths as the root and as mounts)", true
+		}
+	}
 	for _, n := range needs {
 		switch {
 		case n == needEgress && o.Egress == nil:
-			return "Options.Egress (how to make a driver that reaches a given egress proxy)"
+			return "Options.Egress (how to make a driver that reaches a given egress proxy)", false
 		case n == needFreeze && o.FreezeAgent == nil:
-			return "Options.FreezeAgent (how to stop a sandbox's agent)"
+			return "Options.FreezeAgent (how to stop a sandbox's agent)", false
 		}
 	}
-	return ""
+	return "", false
 }
 
 // smallLimits are the limits of a case's sandbox unless the case changes
@@ -114,8 +146,11 @@ type testCase struct {
 	// closes says the case closes the sandbox itself, so the suite does not
 	// check that it still works afterwards.
 	closes bool
-	// needs lists what the case needs from Options; a driver that does
-	// not give it must declare the case Unsupported.
+	// own says the case makes its own sandboxes (env.create); the suite
+	// makes none, and env.sb is nil.
+	own bool
+	// needs lists what the case needs of the driver and of Options; a
+	// driver that lacks one must declare the case Unsupported.
 	needs []need
 	run   func(t *testing.T, e *env)
 }
@@ -136,6 +171,7 @@ func groups() []group {
 		{"limits", limitCases()},
 		{"posture", postureCases()},
 		{"file_escapes", fileEscapeCases()},
+		{"mounts", mountCases()},
 	}
 }
 
@@ -168,15 +204,30 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 					if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
 						t.Skipf("the driver does not support this: %s", why)
 					}
-					if m := opts.missing(c.needs); m != "" {
+					var (
+						d  sandbox.Driver
+						ee *egressEnv
+					)
+					if slices.Contains(c.needs, needEgress) && opts.Egress != nil {
+						ee = startEgress(t)
+						d = opts.Egress(t, ee.proxy)
+					} else {
+						d = newDriver(t)
+					}
+					caps := d.Capabilities()
+					if m, capability := missing(caps, opts, c.needs); capability {
+						t.Fatalf("this case needs %s, which the %s driver does not declare: declare the case in Options.Unsupported with the reason", m, d.Name())
+					} else if m != "" {
 						t.Fatalf("this case needs %s, which the driver's test does not give: give it, or declare the case in Options.Unsupported with the reason", m)
 					}
-					if slices.Contains(c.needs, needEgress) {
-						ee := startEgress(t)
-						runCase(t, opts.Egress(t, ee.proxy), opts, c, ee)
-						return
+					w := opts.Workload
+					if w == nil {
+						if !caps.Shell {
+							t.Fatalf("the %s driver has no shell (Capabilities.Shell is false), so the default ShellWorkload cannot run in it: give Options.Workload", d.Name())
+						}
+						w = ShellWorkload{}
 					}
-					runCase(t, newDriver(t), opts, c, nil)
+					runCase(t, &env{driver: d, caps: caps, w: w, opts: opts, egress: ee}, c)
 				})
 			}
 		})
@@ -185,62 +236,94 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 
 // runCase makes the case's sandbox, runs the case, then checks that the
 // sandbox still works, closes it and checks for leaks.
-func runCase(t *testing.T, d sandbox.Driver, opts Options, c testCase, ee *egressEnv) {
-	spec := sandbox.Spec{Limits: smallLimits}
-	if ee != nil {
-		spec.Network = ee.network()
+func runCase(t *testing.T, e *env, c testCase) {
+	e.spec = sandbox.Spec{Limits: smallLimits}
+	if e.egress != nil {
+		e.spec.Network = e.egress.network()
 	}
 	if c.spec != nil {
-		c.spec(t, &spec)
+		c.spec(t, &e.spec)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	t.Cleanup(cancel)
-	start := time.Now()
-	sb, err := d.Create(ctx, spec)
-	if err != nil {
-		t.Fatalf("create a sandbox with %s: %v", d.Name(), err)
-	}
-	id := sb.ID()
-	if took := time.Since(start); took > slow {
-		t.Logf("creating sandbox %s took %v", id, took)
-	}
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer ccancel()
-		start := time.Now()
-		if err := sb.Close(cctx); err != nil {
-			t.Errorf("close sandbox %s: %v", id, err)
+	e.ctx = ctx
+	if !c.own {
+		e.sb = e.create(t, e.spec)
+		if !c.closes {
+			// Cleanups run last-in first-out: this runs before the close
+			// that create registered, even when the case stopped with
+			// t.Fatal.
+			t.Cleanup(func() { e.stillWorks(t) })
 		}
-		if took := time.Since(start); took > slow {
-			t.Logf("closing sandbox %s took %v", id, took)
-		}
-		select {
-		case <-sb.Done():
-		default:
-			t.Errorf("sandbox %s: Done is not closed after Close", id)
-		}
-		if opts.Leaks != nil {
-			opts.Leaks(t, id)
-		}
-	})
-	e := &env{ctx: ctx, sb: sb, driver: d, spec: spec, opts: opts, egress: ee}
-	if !c.closes {
-		// Cleanups run last-in first-out: this runs before the close
-		// above, even when the case stopped with t.Fatal.
-		t.Cleanup(func() { e.stillWorks(t) })
 	}
 	c.run(t, e)
+}
+
+// create makes a sandbox from spec with the case's driver, failing the test
+// when it cannot. It is closed and checked for leaks when the test ends,
+// unless close did that earlier.
+func (e *env) create(t *testing.T, spec sandbox.Spec) sandbox.Instance {
+	t.Helper()
+	start := time.Now()
+	sb, err := e.driver.Create(e.ctx, spec)
+	if err != nil {
+		t.Fatalf("create a sandbox with %s: %v", e.driver.Name(), err)
+	}
+	if took := time.Since(start); took > slow {
+		t.Logf("creating sandbox %s took %v", sb.ID(), took)
+	}
+	t.Cleanup(func() { e.close(t, sb) })
+	return sb
+}
+
+// close closes sb, checks that it says it is done, and checks for leaks;
+// only the first call for a sandbox does anything.
+func (e *env) close(t *testing.T, sb sandbox.Instance) {
+	t.Helper()
+	e.mu.Lock()
+	if e.closed == nil {
+		e.closed = map[string]bool{}
+	}
+	id := sb.ID()
+	done := e.closed[id]
+	e.closed[id] = true
+	e.mu.Unlock()
+	if done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := sb.Close(ctx); err != nil {
+		t.Errorf("close sandbox %s: %v", id, err)
+	}
+	if took := time.Since(start); took > slow {
+		t.Logf("closing sandbox %s took %v", id, took)
+	}
+	select {
+	case <-sb.Done():
+	default:
+		t.Errorf("sandbox %s: Done is not closed after Close", id)
+	}
+	if e.opts.Leaks != nil {
+		e.opts.Leaks(t, id)
+	}
 }
 
 // env is what a case works with.
 type env struct {
 	ctx    context.Context
-	sb     sandbox.Instance
+	sb     sandbox.Instance // nil in a case that makes its own
 	driver sandbox.Driver
+	caps   sandbox.Capabilities
+	w      Workload
 	spec   sandbox.Spec
 	opts   Options
 	// egress is the proxy and servers of an egress case; nil otherwise.
 	egress *egressEnv
+
+	mu     sync.Mutex
+	closed map[string]bool // sandboxes close has closed, by ID
 }
 
 // output is what one exec printed and how it ended.
@@ -255,8 +338,8 @@ func (o output) String() string {
 	return "result " + describe(o.res) + "\nstdout: " + clip(o.stdout) + "\nstderr: " + clip(o.stderr)
 }
 
-// run executes req, capturing its output unless req has writers of its own.
-// An error from Exec fails the test.
+// run executes req in the case's sandbox, capturing its output unless req
+// has writers of its own. An error from Run fails the test.
 func (e *env) run(t *testing.T, req sandbox.ExecRequest) output {
 	t.Helper()
 	var out, errb syncBuffer
@@ -283,6 +366,16 @@ func (e *env) runIn(t *testing.T, sb sandbox.Instance, req sandbox.ExecRequest, 
 	if err != nil || res.ExitCode != 0 || res.Reason != sandbox.ReasonExit {
 		t.Fatalf("exec %q: %v, %s", req.Argv, err, describe(res))
 	}
+}
+
+// ok runs req, requires that it exits 0, and returns its standard output.
+func (e *env) ok(t *testing.T, req sandbox.ExecRequest) string {
+	t.Helper()
+	o := e.run(t, req)
+	if o.res.ExitCode != 0 || o.res.Reason != sandbox.ReasonExit {
+		t.Fatalf("%q: want exit 0, got %s", req.Argv, o)
+	}
+	return o.stdout
 }
 
 // sh runs script with sh -c.
@@ -325,13 +418,15 @@ func (e *env) stillWorks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out syncBuffer
-	res, err := sandbox.Run(ctx, e.sb, sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Stdout: &out})
+	req := e.w.Print("ok\n", "", 0)
+	req.Stdout = &out
+	res, err := sandbox.Run(ctx, e.sb, req)
 	if err != nil {
-		t.Errorf("afterwards, the same sandbox cannot run echo ok: %v", err)
+		t.Errorf("afterwards, the same sandbox cannot print ok: %v", err)
 		return
 	}
 	if res.ExitCode != 0 || res.Reason != sandbox.ReasonExit || out.String() != "ok\n" {
-		t.Errorf("afterwards, the same sandbox does not run echo ok normally: result %s, stdout %q", describe(res), out.String())
+		t.Errorf("afterwards, the same sandbox does not print ok normally: result %s, stdout %q", describe(res), out.String())
 	}
 }
 
