@@ -331,21 +331,6 @@ func TestHostPidsTooLow(t *testing.T) {
 	(&leakChecker{}).check(t, id)
 }
 
-// mountTable returns the lines of this process's mount table.
-func mountTable() map[string]bool {
-	m := map[string]bool{}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return m
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m[sc.Text()] = true
-	}
-	return m
-}
-
 // TestNoNestedUserNamespace: inside gVisor the seccomp filter lets clone3
 // through (the agent forks with it), and gVisor has no
 // user.max_user_namespaces; commands are chrooted so that gVisor itself
