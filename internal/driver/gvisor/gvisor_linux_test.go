@@ -18,8 +18,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -59,11 +59,7 @@ func holdSandbox() int {
 // runsc capability probes the same runsc the driver uses).
 func requireGVisor(t *testing.T) {
 	t.Helper()
-	cg := "cgroupv1"
-	if hostcap.CgroupMode() == "v2" {
-		cg = "cgroupv2"
-	}
-	testcap.Require(t, "root", cg, "runsc")
+	testcap.Require(t, "root", drivertest.Cgroups(), "runsc")
 }
 
 func newDriver(t *testing.T) *Driver {
@@ -121,60 +117,33 @@ func freezeSandbox(t *testing.T, sb sandbox.Instance) func() {
 // leakChecker finds what a closed gVisor sandbox left on the host.
 type leakChecker struct{ mu sync.Mutex }
 
-// check fails t when anything of the sandbox id remains: a runsc process
-// of it (runsc, runsc-gofer, runsc-sandbox, all name the id), a process in
-// its cgroups, a cgroup directory in any hierarchy, runsc's state, the
-// bundle, the lock.
+// check fails t when anything of the sandbox id remains: what any driver's
+// sandbox can leave (drivertest.HostLeaks: a process in its cgroups, a
+// cgroup directory, the lock), a runsc process of it (runsc, runsc-gofer,
+// runsc-sandbox, all name the id), runsc's state, the bundle.
 func (lc *leakChecker) check(t *testing.T, id string) {
 	t.Helper()
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	found := findLeaks(id)
-	if len(found) == 0 {
-		return
-	}
-	time.Sleep(2 * time.Second)
-	later := findLeaks(id)
-	t.Errorf("sandbox %s left this on the host right after Close:\n  %s\n2 s later, %d of them remain:\n  %s",
-		id, strings.Join(found, "\n  "), len(later), strings.Join(later, "\n  "))
+	drivertest.Leaks(t, id, func() []string { return findLeaks(id) })
 }
 
 func findLeaks(id string) []string {
-	var found []string
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		if _, err := strconv.Atoi(ent.Name()); err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		for _, a := range args {
+	found := drivertest.HostLeaks(id)
+	for _, p := range drivertest.Procs() {
+		for _, a := range p.Cmdline {
 			if a == id || strings.HasSuffix(a, "/"+id) {
-				found = append(found, fmt.Sprintf("process %s runs for the sandbox: %q", ent.Name(), strings.Join(args, " ")))
+				found = append(found, fmt.Sprintf("process %d runs for the sandbox: %q", p.PID, strings.Join(p.Cmdline, " ")))
 				break
 			}
-		}
-		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
-		for _, line := range strings.Split(string(cg), "\n") {
-			if strings.Contains(line, "/airlock/"+id+"/") || strings.HasSuffix(line, "/airlock/"+id) {
-				found = append(found, fmt.Sprintf("process %s is in the sandbox's cgroup: %s", ent.Name(), line))
-				break
-			}
-		}
-	}
-	for _, mnt := range cgroupMounts() {
-		if dir := filepath.Join(mnt, "airlock", id); exists(dir) {
-			found = append(found, "cgroup directory "+dir)
 		}
 	}
 	state, _ := filepath.Glob(filepath.Join("/run/airlock/gvisor/state", "*"+id+"*"))
 	for _, f := range state {
 		found = append(found, "runsc state "+f)
 	}
-	for _, p := range []string{"/run/airlock/gvisor/bundles/" + id, "/run/airlock/sandboxes/" + id + ".lock"} {
-		if exists(p) {
-			found = append(found, p)
-		}
+	if bundle := "/run/airlock/gvisor/bundles/" + id; exists(bundle) {
+		found = append(found, bundle)
 	}
 	return found
 }
@@ -188,28 +157,7 @@ func exists(p string) bool {
 // the test.
 func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
 	t.Helper()
-	in, err := d.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := in.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		(&leakChecker{}).check(t, in.ID())
-	})
-	return in
-}
-
-// run runs argv and returns its stdout, stderr and result.
-func run(t *testing.T, in sandbox.Instance, argv ...string) (string, string, sandbox.Result) {
-	t.Helper()
-	var out, errb strings.Builder
-	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
-	if err != nil {
-		t.Fatalf("exec %q: %v", argv, err)
-	}
-	return out.String(), errb.String(), res
+	return drivertest.Sandbox(t, d, spec, (&leakChecker{}).check)
 }
 
 var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Timeout: 5 * time.Second, DiskBytes: 16 << 20, TmpBytes: 16 << 20}
@@ -241,7 +189,7 @@ func TestOOMEndsSandbox(t *testing.T) {
 	l := smallLimits
 	l.DiskBytes = 200 << 20
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Limits: l})
-	if _, _, res := run(t, in, "dd", "if=/dev/zero", "of=/workspace/big", "bs=1M", "count=150"); res.ExitCode != 0 {
+	if _, _, res := drivertest.Run(t, in, "dd", "if=/dev/zero", "of=/workspace/big", "bs=1M", "count=150"); res.ExitCode != 0 {
 		t.Fatalf("fill /workspace: %+v", res)
 	}
 	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{
@@ -279,7 +227,7 @@ func TestPidsHeadroom(t *testing.T) {
 	l := smallLimits
 	l.Pids = 8
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Limits: l})
-	out, _, res := run(t, in, "python3", "-c", `
+	out, _, res := drivertest.Run(t, in, "python3", "-c", `
 import os, time
 ok = 0
 for _ in range(30):
@@ -298,7 +246,7 @@ print(ok)
 	if !res.Hit(sandbox.LimitPids) {
 		t.Errorf("the pids limit was reached but not reported: %+v", res)
 	}
-	if o, _, r := run(t, in, "echo", "ok"); o != "ok\n" || r.ExitCode != 0 {
+	if o, _, r := drivertest.Run(t, in, "echo", "ok"); o != "ok\n" || r.ExitCode != 0 {
 		t.Errorf("after the pids limit the sandbox does not work: %q %+v", o, r)
 	}
 }
@@ -339,7 +287,7 @@ func TestHostPidsTooLow(t *testing.T) {
 func TestNoNestedUserNamespace(t *testing.T) {
 	requireGVisor(t)
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Limits: smallLimits})
-	out, errOut, res := run(t, in, "python3", "-c", `
+	out, errOut, res := drivertest.Run(t, in, "python3", "-c", `
 import ctypes, errno, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -369,7 +317,7 @@ print("unshare", "refused" if r < 0 else "made a user namespace")
 func TestAgentCapabilities(t *testing.T) {
 	requireGVisor(t)
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Limits: smallLimits})
-	out, _, res := run(t, in, "sh", "-c", "grep -E '^Cap(Eff|Prm|Bnd)' /proc/1/status; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status")
+	out, _, res := drivertest.Run(t, in, "sh", "-c", "grep -E '^Cap(Eff|Prm|Bnd)' /proc/1/status; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status")
 	want := uint64(0)
 	for _, c := range []int{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL, unix.CAP_SETPCAP, unix.CAP_SYS_ADMIN,
 		unix.CAP_SYS_CHROOT, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER} {
@@ -449,7 +397,7 @@ func TestIDInUse(t *testing.T) {
 		}
 		t.Fatalf("a second sandbox %s: %v, want ErrExists", id, err)
 	}
-	if o, _, r := run(t, in, "echo", "ok"); o != "ok\n" || r.ExitCode != 0 {
+	if o, _, r := drivertest.Run(t, in, "echo", "ok"); o != "ok\n" || r.ExitCode != 0 {
 		t.Errorf("the first sandbox no longer works: %q %+v", o, r)
 	}
 }

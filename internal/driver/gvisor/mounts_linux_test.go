@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
 )
@@ -23,7 +24,7 @@ func TestMountsUnpinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := sandboxT(t, d, sandbox.Spec{Limits: smallLimits, Mounts: []sandbox.Mount{{Source: dir, Target: "/mnt/data"}}})
-	if out, errOut, res := run(t, in, "ls", "/mnt/data"); res.ExitCode != 0 {
+	if out, errOut, res := drivertest.Run(t, in, "ls", "/mnt/data"); res.ExitCode != 0 {
 		t.Fatalf("the mount is not there: %q %q %+v", out, errOut, res)
 	}
 	if left := mountsBelow(filepath.Join(d.bundlesDir(), in.ID())); len(left) > 0 {
@@ -43,7 +44,7 @@ func TestRootBare(t *testing.T) {
 	sandboxtest.CopyProgram(t, "/bin/sh", bare, "/bin/sh")
 	before := listTree(t, bare)
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Root: bare, Limits: smallLimits})
-	if out, errOut, res := run(t, in, "/bin/sh", "-c", "echo ok > /workspace/f && read x < /workspace/f && echo $x"); out != "ok\n" || res.ExitCode != 0 {
+	if out, errOut, res := drivertest.Run(t, in, "/bin/sh", "-c", "echo ok > /workspace/f && read x < /workspace/f && echo $x"); out != "ok\n" || res.ExitCode != 0 {
 		t.Errorf("in a bare root: %q %q %+v", out, errOut, res)
 	}
 	if after := listTree(t, bare); after != before {

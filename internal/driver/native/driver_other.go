@@ -2,35 +2,12 @@
 
 package native
 
-import (
-	"context"
-	"fmt"
-
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
-)
+import "github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 
 // Driver is the native driver; off Linux it can run nothing.
-type Driver struct{}
-
-var _ sandbox.Driver = (*Driver)(nil)
+type Driver struct{ agentdriver.Unavailable }
 
 // New fails off Linux.
 func New(Options) (*Driver, error) {
-	return nil, fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
+	return nil, agentdriver.Unavailable{Driver: "native", Needs: "Linux"}.Err()
 }
-
-func (*Driver) Name() string { return "native" }
-
-func (*Driver) Probe(context.Context) error {
-	return fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
-}
-
-func (*Driver) Create(context.Context, sandbox.Spec) (sandbox.Instance, error) {
-	return nil, fmt.Errorf("native driver: %w (it needs Linux)", sandbox.ErrUnsupported)
-}
-
-// Sweep does nothing off Linux.
-func (*Driver) Sweep(context.Context) error { return nil }
-
-// Capabilities: off Linux the driver runs nothing.
-func (*Driver) Capabilities() sandbox.Capabilities { return sandbox.Capabilities{} }

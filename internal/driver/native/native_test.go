@@ -24,7 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
@@ -49,11 +49,7 @@ func TestMain(m *testing.M) {
 // host), seccomp and Landlock (the driver fails closed without them).
 func requireNative(t testing.TB) {
 	t.Helper()
-	cg := "cgroupv1"
-	if hostcap.CgroupMode() == "v2" {
-		cg = "cgroupv2"
-	}
-	testcap.Require(t, "root", "userns", cg, "seccomp", "landlock")
+	testcap.Require(t, "root", "userns", drivertest.Cgroups(), "seccomp", "landlock")
 }
 
 func newDriver(t *testing.T) *Driver {
@@ -143,41 +139,26 @@ func (lc *leakChecker) check(t *testing.T, id string) {
 
 func checkLeaks(t *testing.T, id string, r sandboxRecord) {
 	t.Helper()
-	found := findLeaks(id, r)
-	if len(found) == 0 {
-		return
-	}
-	time.Sleep(2 * time.Second)
-	later := findLeaks(id, r)
-	t.Errorf("sandbox %s left this on the host right after Close:\n  %s\n2 s later, %d of them remain:\n  %s",
-		id, strings.Join(found, "\n  "), len(later), strings.Join(later, "\n  "))
+	drivertest.Leaks(t, id, func() []string { return findLeaks(id, r) })
 }
 
+// findLeaks lists what of the sandbox id remains: what any driver's
+// sandbox can leave (drivertest.HostLeaks), and a process in its uid
+// range, a mount, a held uid-range lock.
 func findLeaks(id string, r sandboxRecord) []string {
-	var found []string
-	for _, p := range hostProcs() {
-		for _, u := range p.uids {
+	found := drivertest.HostLeaks(id)
+	for _, p := range drivertest.Procs() {
+		for _, u := range p.UIDs {
 			if u >= r.base && u < r.base+rangeSize {
-				found = append(found, fmt.Sprintf("process %d (%s, state %s) runs as host uid %d of the sandbox's range", p.pid, p.name, p.state, u))
+				found = append(found, fmt.Sprintf("process %d (%s, state %s) runs as host uid %d of the sandbox's range", p.PID, p.Name, p.State, u))
 				break
 			}
 		}
-		if cgroupMentions(p.cgroup, id) {
-			found = append(found, fmt.Sprintf("process %d (%s, state %s) is in the sandbox's cgroups: %s", p.pid, p.name, p.state, sandboxCgroup(p.cgroup, id)))
-		}
-	}
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
-	more, _ := filepath.Glob("/sys/fs/cgroup/airlock/" + id)
-	for _, d := range append(dirs, more...) {
-		found = append(found, "cgroup directory "+d)
 	}
 	for line := range mountTable() {
 		if !r.mounts[line] && !othersMount(line) {
 			found = append(found, "new mount: "+line)
 		}
-	}
-	if _, err := os.Stat(filepath.Join("/run/airlock/sandboxes", id+".lock")); err == nil {
-		found = append(found, "lock file /run/airlock/sandboxes/"+id+".lock")
 	}
 	slot := filepath.Join("/run/airlock/uids", strconv.Itoa((r.base-0x10000000)/rangeSize)+".lock")
 	if f, err := os.Open(slot); err == nil {
@@ -189,71 +170,6 @@ func findLeaks(id string, r sandboxRecord) []string {
 	return found
 }
 
-// cgroupMentions says whether a /proc/<pid>/cgroup text names the sandbox.
-func cgroupMentions(cgroup, id string) bool {
-	for _, line := range strings.Split(cgroup, "\n") {
-		if strings.Contains(line, "/airlock/"+id+"/") || strings.HasSuffix(line, "/airlock/"+id) {
-			return true
-		}
-	}
-	return false
-}
-
-// sandboxCgroup returns the first line of a /proc/<pid>/cgroup text that
-// names the sandbox.
-func sandboxCgroup(cgroup, id string) string {
-	for _, line := range strings.Split(cgroup, "\n") {
-		if cgroupMentions(line, id) {
-			return line
-		}
-	}
-	return ""
-}
-
-type hostProc struct {
-	pid         int
-	name, state string
-	uids        []int
-	cgroup      string
-}
-
-// hostProcs lists the host's processes with their uids and cgroups.
-func hostProcs() []hostProc {
-	ents, _ := os.ReadDir("/proc")
-	var ps []hostProc
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "status"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
-		p := hostProc{pid: pid, cgroup: string(cg)}
-		for _, line := range strings.Split(string(status), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			v = strings.TrimSpace(v)
-			switch k {
-			case "Name":
-				p.name = v
-			case "State":
-				p.state = v
-			case "Uid":
-				for _, f := range strings.Fields(v) {
-					if u, err := strconv.Atoi(f); err == nil {
-						p.uids = append(p.uids, u)
-					}
-				}
-			}
-		}
-		ps = append(ps, p)
-	}
-	return ps
-}
-
-// mountTable returns the lines of this process's mount table.
 // othersMount reports a host mount no native sandbox can have made: a
 // namespace file bound to a path (runsc and ip-netns do that; the native
 // driver never mounts on the host, and inside its own mount namespace it
@@ -264,6 +180,8 @@ func othersMount(line string) bool {
 	return ok && strings.HasPrefix(post, "nsfs ")
 }
 
+// mountTable returns the lines of this process's mount table, as a set: a
+// snapshot to tell new mounts by.
 func mountTable() map[string]bool {
 	m := map[string]bool{}
 	f, err := os.Open("/proc/self/mountinfo")
@@ -282,9 +200,9 @@ func mountTable() map[string]bool {
 // cgroups or uid range.
 func sandboxProcs(id string, base int) []int {
 	var pids []int
-	for _, p := range hostProcs() {
-		if cgroupMentions(p.cgroup, id) || slices.ContainsFunc(p.uids, func(u int) bool { return u >= base && u < base+rangeSize }) {
-			pids = append(pids, p.pid)
+	for _, p := range drivertest.Procs() {
+		if p.SandboxCgroup(id) != "" || slices.ContainsFunc(p.UIDs, func(u int) bool { return u >= base && u < base+rangeSize }) {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids
@@ -294,30 +212,8 @@ func sandboxProcs(id string, base int) []int {
 // the test.
 func sandboxT(t *testing.T, d *Driver, spec sandbox.Spec) sandbox.Instance {
 	t.Helper()
-	before := mountTable()
-	in, err := d.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	rec := sandboxRecord{base: in.(*agentdriver.Instance).Host().(*host).base, mounts: before}
-	t.Cleanup(func() {
-		if err := in.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		checkLeaks(t, in.ID(), rec)
-	})
-	return in
-}
-
-// run runs argv and returns its stdout, stderr and result.
-func run(t *testing.T, in sandbox.Instance, argv ...string) (string, string, sandbox.Result) {
-	t.Helper()
-	var out, errb strings.Builder
-	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb})
-	if err != nil {
-		t.Fatalf("exec %q: %v", argv, err)
-	}
-	return out.String(), errb.String(), res
+	lc := &leakChecker{sandboxes: map[string]sandboxRecord{}}
+	return drivertest.Sandbox(t, &recordingDriver{Driver: d, lc: lc}, spec, lc.check)
 }
 
 // TestMountsNodev: the suite's mounts/read_only checks that mounts are ro
@@ -331,7 +227,7 @@ func TestMountsNodev(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Mounts: []sandbox.Mount{{Source: dir, Target: "/mnt/data"}, {Source: dir, Target: "/mnt/rw", Writable: true}}})
-	out, _, res := run(t, in, "cat", "/proc/self/mountinfo")
+	out, _, res := drivertest.Run(t, in, "cat", "/proc/self/mountinfo")
 	mounts, err := mountinfo.Parse(strings.NewReader(out))
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("the mount table inside: %v %+v", err, res)
@@ -535,9 +431,9 @@ func startHolder(t *testing.T) *holder {
 	if len(h.pids) < 5 {
 		t.Fatalf("the held sandbox has %d processes on the host (%v), want at least 5", len(h.pids), h.pids)
 	}
-	for _, p := range hostProcs() {
-		if slices.Contains(h.pids, p.pid) && slices.Contains(p.uids, h.base) {
-			h.agent = p.pid
+	for _, p := range drivertest.Procs() {
+		if slices.Contains(h.pids, p.PID) && slices.Contains(p.UIDs, h.base) {
+			h.agent = p.PID
 		}
 	}
 	return h
@@ -584,12 +480,12 @@ func (h *holder) kill(t *testing.T) {
 // command line is cmdline.
 func execGroupOf(t *testing.T, d *Driver, id, cmdline string) *cgroup.Group {
 	t.Helper()
-	for _, p := range hostProcs() {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
-		if string(b) != cmdline || !cgroupMentions(p.cgroup, id) {
+	for _, p := range drivertest.Procs() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+		if string(b) != cmdline || p.SandboxCgroup(id) == "" {
 			continue
 		}
-		for _, line := range strings.Split(p.cgroup, "\n") {
+		for _, line := range strings.Split(p.Cgroup, "\n") {
 			f := strings.SplitN(line, ":", 3)
 			if len(f) == 3 && ((d.hier.V2 && f[0] == "0") || (!d.hier.V2 && slices.Contains(strings.Split(f[1], ","), "freezer"))) {
 				return d.hier.Open(f[2])
@@ -637,9 +533,9 @@ func unfreezeSandbox(t *testing.T, d *Driver, id string, agent int) {
 		}
 		return nil
 	})
-	for _, p := range hostProcs() {
-		if cgroupMentions(p.cgroup, id) {
-			_ = unix.Kill(p.pid, unix.SIGKILL)
+	for _, p := range drivertest.Procs() {
+		if p.SandboxCgroup(id) != "" {
+			_ = unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
 	for deadline := time.Now().Add(2 * time.Second); agent != 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {

@@ -1,7 +1,6 @@
 package sandboxtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,7 +37,7 @@ const egressSecret = "Bearer sandbox-never-sees-this-7f3a"
 type egressEnv struct {
 	proxy *egress.Proxy
 	a, b  *egressServer
-	logs  lockedBuffer
+	logs  syncBuffer
 }
 
 func startEgress(t *testing.T) *egressEnv {
@@ -108,23 +107,6 @@ func startEgressServer(t *testing.T, ip string) *egressServer {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return s
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // egressProbe runs in the sandbox and prints one JSON object: what each
