@@ -30,9 +30,10 @@ func TestConformanceWithoutShell(t *testing.T) {
 		"files/ownership", "network/none_loopback_only", "limits/fork_bomb", "limits/setsid_survivor",
 		"posture/identity", "posture/processes", "posture/mount", "posture/unshare", "posture/ptrace",
 		"posture/raw_socket", "posture/hostname", "posture/agent_proc", "posture/no_agent_binary",
-		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root")
-	declare("a Python-only sandbox runs no background execs", "exec/background")
-	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse")
+		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
+		"posture/host_identity")
+	declare("a Python-only sandbox runs no background execs", "exec/background", "exec/unread_stdin")
+	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
 	declare("a Python-only sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
 		"mounts/root", "mounts/root_symlink_refused")

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
