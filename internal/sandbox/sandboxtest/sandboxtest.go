@@ -204,34 +204,38 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 					if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
 						t.Skipf("the driver does not support this: %s", why)
 					}
-					var (
-						d  sandbox.Driver
-						ee *egressEnv
-					)
-					if slices.Contains(c.needs, needEgress) && opts.Egress != nil {
-						ee = startEgress(t)
-						d = opts.Egress(t, ee.proxy)
-					} else {
-						d = newDriver(t)
-					}
-					caps := d.Capabilities()
-					if m, capability := missing(caps, opts, c.needs); capability {
-						t.Fatalf("this case needs %s, which the %s driver does not declare: declare the case in Options.Unsupported with the reason", m, d.Name())
-					} else if m != "" {
-						t.Fatalf("this case needs %s, which the driver's test does not give: give it, or declare the case in Options.Unsupported with the reason", m)
-					}
-					w := opts.Workload
-					if w == nil {
-						if !caps.Shell {
-							t.Fatalf("the %s driver has no shell (Capabilities.Shell is false), so the default ShellWorkload cannot run in it: give Options.Workload", d.Name())
-						}
-						w = ShellWorkload{}
-					}
-					runCase(t, &env{driver: d, caps: caps, w: w, opts: opts, egress: ee}, c)
+					runCase(t, newEnv(t, c, newDriver, opts), c)
 				})
 			}
 		})
 	}
+}
+
+// newEnv makes the driver of case c and checks that it, and opts, give
+// what c needs; a case whose need is missing fails.
+func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Driver, opts Options) *env {
+	t.Helper()
+	e := &env{opts: opts}
+	if slices.Contains(c.needs, needEgress) && opts.Egress != nil {
+		e.egress = startEgress(t)
+		e.driver = opts.Egress(t, e.egress.proxy)
+	} else {
+		e.driver = newDriver(t)
+	}
+	e.caps = e.driver.Capabilities()
+	if m, capability := missing(e.caps, opts, c.needs); capability {
+		t.Fatalf("this case needs %s, which the %s driver does not declare: declare the case in Options.Unsupported with the reason", m, e.driver.Name())
+	} else if m != "" {
+		t.Fatalf("this case needs %s, which the driver's test does not give: give it, or declare the case in Options.Unsupported with the reason", m)
+	}
+	e.w = opts.Workload
+	if e.w == nil {
+		if !e.caps.Shell {
+			t.Fatalf("the %s driver has no shell (Capabilities.Shell is false), so the default ShellWorkload cannot run in it: give Options.Workload", e.driver.Name())
+		}
+		e.w = ShellWorkload{}
+	}
+	return e
 }
 
 // runCase makes the case's sandbox, runs the case, then checks that the
