@@ -3,7 +3,6 @@ package gvisor
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
@@ -42,26 +41,12 @@ func TestRootBare(t *testing.T) {
 		t.Fatal(err)
 	}
 	sandboxtest.CopyProgram(t, "/bin/sh", bare, "/bin/sh")
-	before := listTree(t, bare)
+	before := sandboxtest.ListTree(t, bare)
 	in := sandboxT(t, newDriver(t), sandbox.Spec{Root: bare, Limits: smallLimits})
 	if out, errOut, res := drivertest.Run(t, in, "/bin/sh", "-c", "echo ok > /workspace/f && read x < /workspace/f && echo $x"); out != "ok\n" || res.ExitCode != 0 {
 		t.Errorf("in a bare root: %q %q %+v", out, errOut, res)
 	}
-	if after := listTree(t, bare); after != before {
+	if after := sandboxtest.ListTree(t, bare); after != before {
 		t.Errorf("the host's bare root changed:\nbefore %s\nafter  %s", before, after)
 	}
-}
-
-// listTree lists every path below dir.
-func listTree(t *testing.T, dir string) string {
-	t.Helper()
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
-		paths = append(paths, strings.TrimPrefix(p, dir))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(paths, " ")
 }

@@ -28,7 +28,7 @@ func mountCases() []testCase {
 		{name: "symlink_refused", own: true, needs: []need{needHostMounts}, run: testMountSymlinkRefused},
 		{name: "swap_race", own: true, needs: hostMounts, run: testMountSwapRace},
 		{name: "root", needs: hostMounts,
-			spec: func(t *testing.T, s *sandbox.Spec) { preparedRoot(t, s); rootBefore = listTree(t, s.Root) },
+			spec: func(t *testing.T, s *sandbox.Spec) { preparedRoot(t, s); rootBefore = ListTree(t, s.Root) },
 			run:  func(t *testing.T, e *env) { testPreparedRoot(t, e, rootBefore) }},
 		{name: "root_symlink_refused", own: true, needs: []need{needHostMounts}, run: testRootSymlinkRefused},
 	}
@@ -286,7 +286,7 @@ echo end`
 	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) > 0 {
 		t.Errorf("mount points were made in the host's root directory: /tmp holds %v", entries)
 	}
-	if after := listTree(t, root); after != before {
+	if after := ListTree(t, root); after != before {
 		t.Errorf("the host's root directory changed:\nbefore %s\nafter  %s", before, after)
 	}
 }
@@ -305,8 +305,8 @@ func testRootSymlinkRefused(t *testing.T, e *env) {
 	}
 }
 
-// listTree lists every path below dir.
-func listTree(t *testing.T, dir string) string {
+// ListTree lists every path below dir, to tell whether a root changed.
+func ListTree(t *testing.T, dir string) string {
 	t.Helper()
 	var paths []string
 	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
