@@ -49,9 +49,10 @@ var Names = []string{
 	"qemu",
 	"docker",
 	"bwrap",
-	"node",     // Node.js and npm, for the tests that drive airlock from npm clients
-	"chromium", // a headless browser, for the test of the approval page
-	"debroot",  // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
+	"node",       // Node.js and npm, for the tests that drive airlock from npm clients
+	"chromium",   // a headless browser, for the test of the approval page
+	"debroot",    // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
+	"kubernetes", // the one-node cluster of the tests (internal/testrig/kube), built by make kube-rig
 }
 
 // probe checks one capability. It returns a Result without Name; Probe
