@@ -357,14 +357,26 @@ func recordHostPaths(record string) error {
 }
 
 // removeHostPaths removes the directories record lists, deepest first,
-// with only the files the kubelet puts in them: a directory that holds
-// anything else is someone else's now and stays.
+// with only the files the components put in them: a directory that holds
+// anything else is someone else's now and stays. In a shim socket
+// directory the rig made, a socket no process listens on is a dead shim's
+// and goes too.
 func removeHostPaths(record string) {
 	b, err := os.ReadFile(record)
 	if err != nil {
 		return
 	}
 	made := strings.Fields(string(b))
+	if slices.Contains(made, shimSocketDir) {
+		live := liveUnixSockets()
+		entries, _ := os.ReadDir(shimSocketDir)
+		for _, e := range entries {
+			p := filepath.Join(shimSocketDir, e.Name())
+			if e.Type()&fs.ModeSocket != 0 && !live[p] {
+				_ = os.Remove(p)
+			}
+		}
+	}
 	for i := len(fixedHostPaths) - 1; i >= 0; i-- {
 		p := fixedHostPaths[i]
 		if !slices.Contains(made, p.dir) {
@@ -395,6 +407,23 @@ func removeShimSockets(stateDir, address string) {
 			}
 		}
 	}
+}
+
+// liveUnixSockets lists the paths of the unix sockets bound in this
+// network namespace (/proc/net/unix).
+func liveUnixSockets() map[string]bool {
+	live := map[string]bool{}
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return live
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 8 && strings.HasPrefix(f[7], "/") {
+			live[f[7]] = true
+		}
+	}
+	return live
 }
 
 // hasCapability says whether this process has capability c in its

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
@@ -338,10 +339,17 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 		importDone <- r.importImages(ctx, pre, socket, pauseRef, imageRef)
 	}()
 
+	// The client carries the credentials themselves, not their paths:
+	// client-go caches transports by CA path, and the next run's CA has
+	// the same path.
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigs["admin"])
 	if err != nil {
 		return nil, fmt.Errorf("load the admin kubeconfig: %w", err)
 	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("load the admin credentials: %w", err)
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = "", "", ""
 	// Tests poll; client-go's default of 5 requests a second would make
 	// them wait on the client, not on the cluster.
 	cfg.QPS, cfg.Burst = 100, 200
@@ -639,6 +647,7 @@ func (r *rig) cleanup(ctx context.Context) error {
 	}
 	removeContainerLogLinks(r.p("logs", "pods"))
 	removeShimSockets(r.p("containerd", "state"), r.p("containerd", "containerd.sock"))
+	// After the links and sockets in them are gone.
 	removeHostPaths(filepath.Join(r.dir, hostPathsRecord))
 	if _, err := os.Stat(r.p("logs")); err == nil {
 		last := filepath.Join(r.dir, "last-logs")

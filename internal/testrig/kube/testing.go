@@ -74,12 +74,13 @@ func Shared(t testing.TB) *Cluster {
 	if shared.err != nil {
 		t.Fatalf("start the kube test rig: %v", shared.err)
 	}
+	c := shared.c
 	t.Cleanup(func() {
 		if t.Failed() {
-			shared.c.LogTails(t)
+			c.LogTails(t)
 		}
 	})
-	return shared.c
+	return c
 }
 
 // Main runs the tests, then stops the shared cluster if a test started it.
