@@ -20,6 +20,9 @@ DEBS  += python3-venv
 # the systemd unit (systemd need not run).
 DEBS  += debootstrap systemd
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
+# The kube test rig's node: runc and the CNI plugins (and debootstrap,
+# above, for the image its Pods run).
+DEBS  += runc containernetworking-plugins
 
 # The runsc the gVisor driver uses (docs/decisions.md, 14): gVisor built
 # from its Go module at a pinned version, installed where airlock looks
@@ -28,7 +31,7 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 RUNSC_DIR     := /opt/airlock
 RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)
 
-.PHONY: all build agent deps hello test check clean runsc deb
+.PHONY: all build agent deps hello test check clean runsc deb kube-rig
 
 all: build
 
@@ -68,6 +71,15 @@ $(RUNSC):
 		GOBIN="$$tmp" CGO_ENABLED=0 $(GO) install gvisor.dev/gvisor/runsc@$(RUNSC_VERSION) && \
 		install -m 0755 "$$tmp/runsc" "$@.tmp" && mv "$@.tmp" "$@"
 
+# kube-rig builds what the kube test rig (internal/testrig/kube) runs, into
+# $AIRLOCK_CACHE (default /var/cache/airlock), unless it is cached: etcd,
+# Kubernetes, containerd and gVisor's shim from their Go modules at the
+# versions pinned in internal/testrig/kube/kubebin, and a Debian image
+# (debootstrap minbase plus python3). About 10 minutes the first time on two
+# cores; seconds after.
+kube-rig:
+	$(GO) run ./internal/testrig/cmd/testrig kube-build
+
 # hello needs only what the command it runs needs.
 hello: DEBS := python3
 hello: deps build
@@ -75,7 +87,7 @@ hello: deps build
 
 # Packages run one at a time (-p 1): the resource-limit tests measure
 # timeouts and CPU on 2 cores and must not compete with each other.
-test: deps build runsc
+test: deps build runsc kube-rig
 	@scripts/test.sh
 
 check:
