@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,7 +46,7 @@ func startComponent(name, logDir string, argv []string) (*component, error) {
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = componentEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, argv[0], err)
 	}
 	c := &component{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
@@ -53,6 +55,36 @@ func startComponent(name, logDir string, argv []string) (*component, error) {
 		close(c.exited)
 	}()
 	return c, nil
+}
+
+// The parent-death signal fires when the thread that forked the child
+// exits, not the process; Go ends a thread when a goroutine that locked it
+// returns (airlock's confinement does so on purpose). So components are
+// forked on one locked thread that lives as long as the process.
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startOnSpawner starts cmd on the spawner thread.
+func startOnSpawner(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread must not end
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
 }
 
 // componentEnv is the components' environment: this one's, without

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // ip runs the ip command.
@@ -196,10 +198,11 @@ func procState(pid string) string {
 }
 
 // rigProcesses lists the live processes that belong to the rig: those
-// whose command line names a path under dir (the components, containerd's
-// shims, runc and runsc), and those in the rig's cgroups (the Pods'
-// processes). Zombies are left out: they are dead already.
-func rigProcesses(dir string) []int {
+// whose command line names a path under its run directory (the
+// components, containerd's shims, runc and runsc), and those in the rig's
+// cgroups (the Pods' processes). Zombies are left out: they are dead
+// already.
+func rigProcesses(run string) []int {
 	self := os.Getpid()
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -212,7 +215,7 @@ func rigProcesses(dir string) []int {
 		if st := procState(s); st == "Z" || st == "X" || st == "gone" {
 			continue
 		}
-		if cmd, err := os.ReadFile("/proc/" + s + "/cmdline"); err == nil && bytes.Contains(cmd, []byte(dir+"/")) {
+		if cmd, err := os.ReadFile("/proc/" + s + "/cmdline"); err == nil && bytes.Contains(cmd, []byte(run+"/")) {
 			pids = append(pids, pid)
 			continue
 		}
@@ -237,10 +240,10 @@ func inRigCgroup(b []byte) bool {
 
 // killRigProcesses kills every process of the rig and waits until none is
 // left alive.
-func killRigProcesses(ctx context.Context, dir string, timeout time.Duration) error {
+func killRigProcesses(ctx context.Context, run string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		pids := rigProcesses(dir)
+		pids := rigProcesses(run)
 		if len(pids) == 0 {
 			return nil
 		}
@@ -316,6 +319,53 @@ func readTunables() map[string]string {
 		}
 	}
 	return m
+}
+
+// foreignMounts lists the mounts of this namespace, deepest first, that a
+// process which needs only the paths in need (and /proc, /sys, /dev) can
+// do without. A new mount namespace copies every mount of its parent and
+// keeps them alive as long as it lives: other programs' mounts (their
+// sandboxes' tmpfs, network namespaces) must not stay pinned by the
+// kubelet's copy after they unmount them.
+func foreignMounts(need []string) ([]string, error) {
+	all, err := testrig.MountsUnder("/")
+	if err != nil {
+		return nil, err
+	}
+	return foreignOf(all, need), nil
+}
+
+// foreignOf picks from mount points those foreignMounts leaves out.
+func foreignOf(all, need []string) []string {
+	var out []string
+	for _, m := range all {
+		if m == "/" || underAny(m, "/proc", "/sys", "/dev") {
+			continue
+		}
+		keep := false
+		for _, n := range need {
+			// An ancestor of a needed path carries it; a mount below a
+			// needed directory is part of it.
+			if underAny(n, m) || underAny(m, n) {
+				keep = true
+				break
+			}
+		}
+		if !keep {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// underAny says whether path is one of dirs or below one.
+func underAny(path string, dirs ...string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // shellQuote quotes s for sh.

@@ -211,7 +211,7 @@ type hostState struct {
 }
 
 func snapshotHost(dir string) hostState {
-	s := hostState{paths: map[string]bool{}, tunables: readTunables(), processes: len(rigProcesses(dir))}
+	s := hostState{paths: map[string]bool{}, tunables: readTunables(), processes: len(rigProcesses(filepath.Join(dir, "run")))}
 	for _, p := range hostPaths {
 		_, err := os.Stat(p)
 		s.paths[p] = !errors.Is(err, fs.ErrNotExist)
@@ -260,7 +260,7 @@ func checkClean(t *testing.T, dir string, before hostState) {
 	if len(after.links) != 0 {
 		t.Errorf("links left: %v", after.links)
 	}
-	if pids := rigProcesses(dir); len(pids) != 0 {
+	if pids := rigProcesses(filepath.Join(dir, "run")); len(pids) != 0 {
 		t.Errorf("processes of the rig left: %v", pids)
 	}
 	if m, err := testrig.MountsUnder(dir); err != nil || len(m) != 0 {
@@ -302,11 +302,11 @@ func TestCrashAndStop(t *testing.T) {
 	}
 	runPod(t, c, ns, "runc-sleep", "", corev1.PodRunning, "sleep", "infinity")
 	runPod(t, c, ns, "gvisor-sleep", RuntimeClassGvisor, corev1.PodRunning, "sleep", "infinity")
-	left := rigProcesses(DefaultDir)
+	left := rigProcesses(filepath.Join(DefaultDir, "run"))
 	mounts, _ := testrig.MountsUnder(DefaultDir)
 	c.rig.abandon()
-	t.Logf("abandoned a cluster: %d processes and %d mounts left", len(rigProcesses(DefaultDir)), len(mounts))
-	if len(rigProcesses(DefaultDir)) == 0 {
+	t.Logf("abandoned a cluster: %d processes and %d mounts left", len(rigProcesses(filepath.Join(DefaultDir, "run"))), len(mounts))
+	if len(rigProcesses(filepath.Join(DefaultDir, "run"))) == 0 {
 		t.Fatal("the abandoned cluster left no process: the test does not test cleanup")
 	}
 

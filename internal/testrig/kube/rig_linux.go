@@ -449,9 +449,10 @@ func (r *rig) startComponent(name string, argv []string) (*component, error) {
 }
 
 // startKubelet starts the kubelet in a mount namespace of its own where the
-// kernel tunables it insists on read as it wants them (tunableOverlay), and
+// kernel tunables it insists on read as it wants them (tunableOverlay),
 // whose root directory is shared with this namespace, so that the volumes
-// it mounts there are seen by containerd.
+// it mounts there are seen by containerd, and without the other programs'
+// mounts (foreignMounts).
 func (r *rig) startKubelet(pre *prerequisites, pt ports, caFile, certFile, keyFile, socket, kubeconfig string) (*component, error) {
 	cfgPath := r.p("config", "kubelet.yaml")
 	if err := writeJSON(cfgPath, kubeletConfig{
@@ -473,9 +474,26 @@ func (r *rig) startKubelet(pre *prerequisites, pt ports, caFile, certFile, keyFi
 		"--config=" + cfgPath, "--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + NodeName, "--node-ip=" + nodeIP,
 		"--root-dir=" + root, "--cert-dir=" + r.p("certs"), "--v=2"}
+	// What the kubelet uses: its run directory, its program, the host's
+	// /etc (and where resolv.conf really is), the tools it runs (mount,
+	// umount), and the fixed paths it writes.
+	need := []string{r.run, filepath.Dir(pre.bins.Path(kubebin.Kubelet)), "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"}
+	for _, p := range fixedHostPaths {
+		need = append(need, p.dir)
+	}
+	if resolv, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
+		need = append(need, resolv)
+	}
+	foreign, err := foreignMounts(need)
+	if err != nil {
+		return nil, err
+	}
 	script := "set -e; mount --make-rprivate /proc"
 	for _, b := range binds {
 		script += "; " + b
+	}
+	for _, m := range foreign {
+		script += "; umount -l " + shellQuote(m) + " 2>/dev/null || true"
 	}
 	script += `; exec "$@"`
 	argv := append([]string{"unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", script, "kubelet"}, kubelet...)
@@ -633,7 +651,7 @@ func (r *rig) stop(ctx context.Context) error {
 // crashed. The caller holds the lock.
 func (r *rig) cleanup(ctx context.Context) error {
 	var errs []error
-	if err := killRigProcesses(ctx, r.dir, 15*time.Second); err != nil {
+	if err := killRigProcesses(ctx, r.run, 15*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if err := testrig.UnmountUnder(r.run); err != nil {

@@ -249,3 +249,16 @@ func TestLogTailDropsNoise(t *testing.T) {
 		t.Errorf("logTail = %q", got)
 	}
 }
+
+func TestForeignOf(t *testing.T) {
+	all := []string{
+		"/var/lib/airlock-kube/run/kubelet", "/tmp/someones-sandbox/rootfs", "/run/netns/x",
+		"/sys/fs/cgroup/memory", "/proc/sys/fs/binfmt_misc", "/dev/shm", "/var", "/mnt/data", "/",
+	}
+	need := []string{"/var/lib/airlock-kube/run", "/var/cache/airlock/kube/k8s", "/etc"}
+	got := foreignOf(all, need)
+	want := []string{"/tmp/someones-sandbox/rootfs", "/run/netns/x", "/mnt/data"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("foreignOf = %v, want %v", got, want)
+	}
+}

@@ -62,19 +62,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// kubeBuild builds what the kube rig needs and says how long it took.
+// kubeBuild builds what the kube rig needs and says how long it took. The
+// image (debootstrap: the network and the disk) is built while the
+// programs compile (the CPU).
 func kubeBuild(ctx context.Context, stdout, stderr io.Writer) error {
 	start := time.Now()
+	type result struct {
+		img *rootimage.Image
+		err error
+	}
+	image := make(chan result, 1)
+	go func() {
+		img, err := rootimage.Ensure(ctx, testrig.CacheDir(), rootimage.Spec{}, stderr)
+		image <- result{img, err}
+	}()
 	set, err := kubebin.Build(ctx, testrig.CacheDir(), stderr)
+	r := <-image
 	if err != nil {
 		return err
 	}
-	img, err := rootimage.Ensure(ctx, testrig.CacheDir(), rootimage.Spec{}, stderr)
-	if err != nil {
-		return err
+	if r.err != nil {
+		return r.err
 	}
 	fmt.Fprintf(stdout, "kube rig ready in %.0fs: %s; image %s\n", time.Since(start).Seconds(),
-		strings.Join(set.Versions, ", "), img.Path)
+		strings.Join(set.Versions, ", "), r.img.Path)
 	return nil
 }
 
