@@ -31,7 +31,7 @@ func MountsUnder(dir string) ([]string, error) {
 			continue
 		}
 		p := unescapeOctal(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
+		if dir == "/" || p == dir || strings.HasPrefix(p, dir+"/") {
 			points = append(points, p)
 		}
 	}
@@ -40,10 +40,16 @@ func MountsUnder(dir string) ([]string, error) {
 	}
 	// Deeper first; among equal paths (stacked mounts) the later one first.
 	slices.Reverse(points)
-	slices.SortStableFunc(points, func(a, b string) int {
-		return strings.Count(b, "/") - strings.Count(a, "/")
-	})
+	slices.SortStableFunc(points, func(a, b string) int { return depth(b) - depth(a) })
 	return points, nil
+}
+
+// depth is how many names a clean absolute path has: 0 for /.
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
 }
 
 // UnmountUnder detaches every mount at or below dir, deepest first, and

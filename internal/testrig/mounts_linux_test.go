@@ -49,6 +49,10 @@ func TestUnmountUnder(t *testing.T) {
 	if points[0] != filepath.Join(dir, "a", "b") || points[len(points)-1] != dir {
 		t.Errorf("MountsUnder order %v: want the deepest first, %s last", points, dir)
 	}
+	all, err := testrig.MountsUnder("/")
+	if err != nil || len(all) < 6 || all[len(all)-1] != "/" {
+		t.Errorf("MountsUnder(/) = %v, %v; want every mount, / last", all, err)
+	}
 	if err := testrig.UnmountUnder(dir); err != nil {
 		t.Fatal(err)
 	}
