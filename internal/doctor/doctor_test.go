@@ -233,18 +233,10 @@ func TestWriteTextFixedReport(t *testing.T) {
 	for _, want := range []string{
 		"  machine  amd64, 2 cores, 3.0 GiB memory\n",
 		"  cgroups  v2\n",
-		"  root        ok       root works
-",
-		"  cgroupv1    missing
-              why: cgroupv1 is broken
-              fix: fix cgroupv1
-",
-		"  native      ok       namespaces; can: shell, code in sh/bash/python3, files, background processes
-",
-		"  gvisor      missing  can: shell, code in sh/bash/python3, files, background processes
-              why: no runsc
-              fix: make runsc
-",
+		"  root        ok       root works\n",
+		"  cgroupv1    missing\n              why: cgroupv1 is broken\n              fix: fix cgroupv1\n",
+		"  native      ok       namespaces; can: shell, code in sh/bash/python3, files, background processes\n",
+		"  gvisor      missing  can: shell, code in sh/bash/python3, files, background processes\n              why: no runsc\n              fix: make runsc\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
