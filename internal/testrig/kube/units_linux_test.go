@@ -2,17 +2,20 @@ package kube
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -260,5 +263,40 @@ func TestForeignOf(t *testing.T) {
 	want := []string{"/tmp/someones-sandbox/rootfs", "/run/netns/x", "/mnt/data"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("foreignOf = %v, want %v", got, want)
+	}
+}
+
+// TestComponentFailure: a component that dies before it is ready, and one
+// that never gets ready, give errors that name it, say what happened and
+// carry its log's last lines.
+func TestComponentFailure(t *testing.T) {
+	dir := t.TempDir()
+	notReady := func(context.Context) error { return errors.New("no answer on its port") }
+
+	c, err := startComponent("fake-etcd", dir, []string{"/bin/sh", "-c", "echo starting; echo 'fatal: disk full' >&2; exit 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.waitReady(context.Background(), 10*time.Second, notReady)
+	for _, want := range []string{"fake-etcd exited", "exit status 3", "before it was ready", "fatal: disk full", filepath.Join(dir, "fake-etcd.log")} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+
+	c, err = startComponent("fake-apiserver", dir, []string{"/bin/sh", "-c", "echo listening nowhere; exec sleep 60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop(time.Second)
+	err = c.waitReady(context.Background(), 500*time.Millisecond, notReady)
+	for _, want := range []string{"fake-apiserver was not ready within 500ms", "no answer on its port", "listening nowhere"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	c.stop(time.Second)
+	if c.running() {
+		t.Error("stop left the component running")
 	}
 }
