@@ -75,8 +75,8 @@ $(RUNSC):
 # $AIRLOCK_CACHE (default /var/cache/airlock), unless it is cached: etcd,
 # Kubernetes, containerd and gVisor's shim from their Go modules at the
 # versions pinned in internal/testrig/kube/kubebin, and a Debian image
-# (debootstrap minbase plus python3). About 10 minutes the first time on two
-# cores; seconds after.
+# (debootstrap minbase plus python3). About 1000 CPU-seconds the first time
+# (10 minutes on two idle cores); seconds after.
 kube-rig:
 	$(GO) run ./internal/testrig/cmd/testrig kube-build
 
