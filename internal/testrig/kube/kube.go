@@ -26,10 +26,19 @@
 // cgroup /airlock-kube in each hierarchy; two bridges, airlock-node (the
 // node's address, 198.18.0.1, in the benchmarking range RFC 2544 reserves)
 // and airlock-pods (the Pods' network, 198.18.1.0/24, with no route out:
-// Pods reach each other only). The kubelet sets six kernel tunables
+// Pods reach each other only); and the few paths the components use
+// whatever their configuration (/var/lib/kubelet/device-plugins,
+// /var/log/containers, gVisor's shim sockets in /run/containerd/s), when
+// the rig made them. The kubelet sets six kernel tunables
 // (vm.overcommit_memory, kernel.panic, …) when they differ from what it
 // wants; the rig runs it in a mount namespace where those files read as
-// wanted, so the host's values are never changed.
+// wanted, so the host's values are never changed, and without the other
+// programs' mounts, so that it pins none of them.
+//
+// On a host whose root lacks CAP_SYS_RESOURCE (this project's VM), no
+// process may lower an OOM score: containerd then keeps containers at its
+// own score, and gVisor's shim is built with its refusal tolerated
+// (package kubebin).
 package kube
 
 import (
