@@ -1,47 +1,47 @@
 package testrig
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // MountsUnder lists the mount points at or below dir in this process's
 // mount namespace, deepest first (the order to unmount them in).
 func MountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := readMounts()
 	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
+		return nil, err
 	}
-	defer f.Close()
 	dir = filepath.Clean(dir)
 	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeOctal(fields[4])
+	for _, m := range mounts {
+		p := m.Point
 		if dir == "/" || p == dir || strings.HasPrefix(p, dir+"/") {
 			points = append(points, p)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
 	}
 	// Deeper first; among equal paths (stacked mounts) the later one first.
 	slices.Reverse(points)
 	slices.SortStableFunc(points, func(a, b string) int { return depth(b) - depth(a) })
 	return points, nil
+}
+
+// readMounts reads this process's mount table. A malformed line is
+// skipped: cleaning up must not stop at it.
+func readMounts() ([]mountinfo.Mount, error) {
+	mounts, err := mountinfo.Read()
+	var syntax *mountinfo.SyntaxError
+	if err != nil && !errors.As(err, &syntax) {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	return mounts, nil
 }
 
 // depth is how many names a clean absolute path has: 0 for /.
@@ -78,24 +78,4 @@ func UnmountUnder(dir string) error {
 		errs = append(errs, fmt.Errorf("still mounted under %s: %s", dir, strings.Join(points, ", ")))
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeOctal undoes the kernel's \NNN escaping of spaces, tabs, newlines
-// and backslashes in mountinfo paths.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

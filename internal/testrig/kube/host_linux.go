@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -20,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
@@ -74,24 +74,18 @@ func deleteLinks(ctx context.Context) error {
 // cgroupMounts lists the mount points of the cgroup file systems, v1 and
 // v2.
 func cgroupMounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
+	mounts, err := mountinfo.Read()
+	var syntax *mountinfo.SyntaxError
+	if err != nil && !errors.As(err, &syntax) {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}
-	defer f.Close()
 	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if sep < 5 || len(fields) < sep+2 {
-			continue
-		}
-		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
-			points = append(points, fields[4])
+	for _, m := range mounts {
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			points = append(points, m.Point)
 		}
 	}
-	return points, sc.Err()
+	return points, nil
 }
 
 // setupCgroups makes the rig's cgroup in every hierarchy, for the

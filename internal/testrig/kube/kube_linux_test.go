@@ -232,6 +232,19 @@ func snapshotHost(dir string) hostState {
 	return s
 }
 
+// othersShims says whether a live socket of some other containerd's shim is
+// in the shim socket directory.
+func othersShims() bool {
+	live := liveUnixSockets()
+	entries, _ := os.ReadDir(shimSocketDir)
+	for _, e := range entries {
+		if live[filepath.Join(shimSocketDir, e.Name())] {
+			return true
+		}
+	}
+	return false
+}
+
 // checkClean fails the test for anything of the rig left on the host.
 func checkClean(t *testing.T, dir string, before hostState) {
 	t.Helper()
@@ -246,6 +259,12 @@ func checkClean(t *testing.T, dir string, before hostState) {
 			continue
 		}
 		if after.paths[p] != before.paths[p] {
+			if p == "/run/containerd" && othersShims() {
+				// Another containerd's shims (a Docker engine's) use it
+				// too; the rig leaves their sockets alone.
+				t.Logf("%s appeared, in use by another containerd", p)
+				continue
+			}
 			t.Errorf("%s: existed before the rig: %v, after: %v", p, before.paths[p], after.paths[p])
 		}
 	}
