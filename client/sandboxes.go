@@ -145,6 +145,10 @@ type RateLimits struct {
 	CreateBurst      int     `json:"create_burst,omitempty"`
 	ExecsPerSecond   float64 `json:"execs_per_second,omitempty"`
 	ExecBurst        int     `json:"exec_burst,omitempty"`
+	FilesPerSecond   float64 `json:"files_per_second,omitempty"`
+	FileBurst        int     `json:"file_burst,omitempty"`
+	// MaxInFlight bounds the calls that move data or wait running at once.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
 
 // CreateKeyRequest asks for a key. Role is "agent" (default) or "operator".

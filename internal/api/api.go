@@ -25,11 +25,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -72,14 +70,7 @@ type Server struct {
 	anyIP   bool
 	origins map[string]bool
 
-	mu       sync.Mutex
-	limiters map[string]*keyLimiters
-
 	mcph mcpHandler // /mcp, made on first use (mcp.go)
-}
-
-type keyLimiters struct {
-	create, exec *rate.Limiter
 }
 
 // route is one entry of the routes table.
@@ -89,9 +80,21 @@ type route struct {
 	public bool
 	// operator routes need an operator key.
 	operator bool
+	// op, when set, is what the key's rate limit and in-flight cap count
+	// this route as; it is admitted before its body is read.
+	op *supervisor.Op
 	// h handles the request; a returned error becomes the JSON error.
 	h func(s *Server, w http.ResponseWriter, r *http.Request, c *caller) error
 }
+
+var (
+	opCreate  = ptr(supervisor.OpCreate)
+	opExec    = ptr(supervisor.OpExec)
+	opFiles   = ptr(supervisor.OpFiles)
+	opRequest = ptr(supervisor.OpRequest)
+)
+
+func ptr[T any](v T) *T { return &v }
 
 // routes lists every route of the API; openapi.json documents each.
 var routes = []route{
@@ -99,30 +102,30 @@ var routes = []route{
 	{method: "GET", path: "/metrics", public: true, h: (*Server).metrics},
 	{method: "GET", path: "/v1/openapi.json", public: true, h: (*Server).openapi},
 
-	{method: "POST", path: "/v1/sandboxes", h: (*Server).createSandbox},
+	{method: "POST", path: "/v1/sandboxes", op: opCreate, h: (*Server).createSandbox},
 	{method: "GET", path: "/v1/sandboxes", h: (*Server).listSandboxes},
 	{method: "GET", path: "/v1/sandboxes/{id}", h: (*Server).getSandbox},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
 	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
 
-	{method: "POST", path: "/v1/sandboxes/{id}/exec", h: (*Server).exec},
+	{method: "POST", path: "/v1/sandboxes/{id}/exec", op: opExec, h: (*Server).exec},
 
-	{method: "POST", path: "/v1/sandboxes/{id}/processes", h: (*Server).startProcess},
+	{method: "POST", path: "/v1/sandboxes/{id}/processes", op: opExec, h: (*Server).startProcess},
 	{method: "GET", path: "/v1/sandboxes/{id}/processes", h: (*Server).listProcesses},
-	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/stdin", h: (*Server).processStdin},
+	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/stdin", op: opExec, h: (*Server).processStdin},
 	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/signal", h: (*Server).processSignal},
-	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/wait", h: (*Server).processWait},
+	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/wait", op: opExec, h: (*Server).processWait},
 
-	{method: "GET", path: "/v1/sandboxes/{id}/files", h: (*Server).readFile},
-	{method: "PUT", path: "/v1/sandboxes/{id}/files", h: (*Server).writeFile},
-	{method: "DELETE", path: "/v1/sandboxes/{id}/files", h: (*Server).removeFile},
-	{method: "GET", path: "/v1/sandboxes/{id}/files/list", h: (*Server).listFiles},
-	{method: "GET", path: "/v1/sandboxes/{id}/files/stat", h: (*Server).statFile},
-	{method: "POST", path: "/v1/sandboxes/{id}/files/mkdir", h: (*Server).mkdir},
-	{method: "POST", path: "/v1/sandboxes/{id}/files/move", h: (*Server).moveFile},
-	{method: "GET", path: "/v1/sandboxes/{id}/archive", h: (*Server).downloadArchive},
-	{method: "PUT", path: "/v1/sandboxes/{id}/archive", h: (*Server).uploadArchive},
+	{method: "GET", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).readFile},
+	{method: "PUT", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).writeFile},
+	{method: "DELETE", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).removeFile},
+	{method: "GET", path: "/v1/sandboxes/{id}/files/list", op: opFiles, h: (*Server).listFiles},
+	{method: "GET", path: "/v1/sandboxes/{id}/files/stat", op: opFiles, h: (*Server).statFile},
+	{method: "POST", path: "/v1/sandboxes/{id}/files/mkdir", op: opFiles, h: (*Server).mkdir},
+	{method: "POST", path: "/v1/sandboxes/{id}/files/move", op: opFiles, h: (*Server).moveFile},
+	{method: "GET", path: "/v1/sandboxes/{id}/archive", op: opFiles, h: (*Server).downloadArchive},
+	{method: "PUT", path: "/v1/sandboxes/{id}/archive", op: opFiles, h: (*Server).uploadArchive},
 
 	{method: "POST", path: "/v1/keys", operator: true, h: (*Server).createKey},
 	{method: "GET", path: "/v1/keys", operator: true, h: (*Server).listKeys},
@@ -132,7 +135,7 @@ var routes = []route{
 	{method: "POST", path: "/v1/approvals/{id}", operator: true, h: (*Server).decideApproval},
 	{method: "GET", path: "/v1/audit", operator: true, h: (*Server).recentAudit},
 
-	{method: "POST", path: "/mcp", h: (*Server).mcp}, {method: "GET", path: "/mcp", h: (*Server).mcp}, {method: "DELETE", path: "/mcp", h: (*Server).mcp},
+	{method: "POST", path: "/mcp", op: opRequest, h: (*Server).mcp}, {method: "GET", path: "/mcp", h: (*Server).mcp}, {method: "DELETE", path: "/mcp", h: (*Server).mcp},
 }
 
 // New makes the API server.
@@ -151,7 +154,7 @@ func New(opts Options) (*Server, error) {
 		opts: opts, sup: opts.Supervisor, store: opts.Store, log: opts.Logger,
 		mux:     http.NewServeMux(),
 		hosts:   map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true},
-		origins: map[string]bool{}, limiters: map[string]*keyLimiters{},
+		origins: map[string]bool{},
 	}
 	if opts.ListenAddr != "" {
 		host, _, err := net.SplitHostPort(opts.ListenAddr)
@@ -247,6 +250,15 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		if rt.op != nil {
+			ctx, done, err := s.sup.Begin(r.Context(), c.sup, *rt.op)
+			if err != nil {
+				writeError(w, s.log, r, err)
+				return
+			}
+			defer done()
+			r = r.WithContext(ctx)
+		}
 		if err := rt.h(s, w, r, c); err != nil {
 			writeError(w, s.log, r, err)
 		}
@@ -272,38 +284,7 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota}}, nil
-}
-
-// allow takes one token from the caller's create or exec limiter, or
-// returns a 429 with the time until one is available.
-func (s *Server) allow(c *caller, create bool) error {
-	s.mu.Lock()
-	kl := s.limiters[c.key.ID]
-	if kl == nil {
-		rl := c.key.Rate.WithDefaults()
-		kl = &keyLimiters{
-			create: rate.NewLimiter(rate.Limit(rl.CreatesPerSecond), rl.CreateBurst),
-			exec:   rate.NewLimiter(rate.Limit(rl.ExecsPerSecond), rl.ExecBurst),
-		}
-		s.limiters[c.key.ID] = kl
-	}
-	s.mu.Unlock()
-	lim, what := kl.exec, "execs"
-	if create {
-		lim, what = kl.create, "creates"
-	}
-	res := lim.Reserve()
-	if !res.OK() {
-		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "this key may not " + what, RetryAfter: time.Minute}
-	}
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
-		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
-			Message:    fmt.Sprintf("too many %s: this key may make %g per second; retry after %s", what, float64(lim.Limit()), d.Round(time.Millisecond)),
-			RetryAfter: d}
-	}
-	return nil
+	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate}}, nil
 }
 
 // Error is an error with its HTTP status and stable code.
@@ -333,8 +314,11 @@ func classify(err error) *Error {
 		return ae
 	}
 	var le *sandbox.LayerError
+	var re *supervisor.RateError
 	m := err.Error()
 	switch {
+	case errors.As(err, &re):
+		return &Error{http.StatusTooManyRequests, "rate_limited", re.Msg, re.RetryAfter}
 	case errors.As(err, &le):
 		return &Error{http.StatusNotImplemented, "unsupported", le.Error(), 0}
 	case errors.As(err, new(*policy.Denied)):

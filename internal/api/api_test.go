@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -85,7 +87,7 @@ func (e *testEnv) client(role store.Role, q store.Quota, r store.RateLimits) (*c
 }
 
 func (e *testEnv) agent() *client.Client {
-	c, _ := e.client(store.RoleAgent, store.Quota{MaxSandboxes: 64}, store.RateLimits{CreatesPerSecond: 1000, CreateBurst: 1000, ExecsPerSecond: 10000, ExecBurst: 10000})
+	c, _ := e.client(store.RoleAgent, store.Quota{MaxSandboxes: 64}, store.RateLimits{CreatesPerSecond: 1000, CreateBurst: 1000, ExecsPerSecond: 10000, ExecBurst: 10000, FilesPerSecond: 10000, FileBurst: 10000, MaxInFlight: 1000})
 	return c
 }
 
@@ -527,4 +529,46 @@ func TestReaperOverAPI(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("the reaper did not destroy the expired and the idle sandbox within 5 s")
+}
+
+// TestInFlightBeforeBody: a key's in-flight cap is taken before a body is
+// read, so a key cannot make the daemon hold more bodies than its cap;
+// the refusal is a 429 with Retry-After.
+func TestInFlightBeforeBody(t *testing.T) {
+	e := startEnv(t, &fake.Driver{}, envOptions{})
+	_, sec, _ := e.st.NewKey("slow", store.RoleAgent, store.Quota{}, store.RateLimits{MaxInFlight: 1}, time.Now())
+	key := string(sec)
+	u := strings.TrimPrefix(e.url, "http://")
+	conn, err := net.Dial("tcp", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A body that never comes whole holds the key's one slot.
+	fmt.Fprintf(conn, "POST /v1/sandboxes/sb-000000000000/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 1000000\r\n\r\n{\"argv\":[\"echo\"", u, key)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, h, body := e.raw("POST", "/v1/sandboxes/sb-000000000000/exec", key, strings.NewReader(`{"argv":["echo"]}`), nil)
+		if st == 429 {
+			if h.Get("Retry-After") != "1" || !strings.Contains(string(body), "at most 1 at once") {
+				t.Fatalf("refusal: %s %s", h.Get("Retry-After"), body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a second call while the first holds the key's one slot: %d %s", st, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn.Close()
+	for {
+		st, _, body := e.raw("POST", "/v1/sandboxes/sb-000000000000/exec", key, strings.NewReader(`{"argv":["echo"]}`), nil)
+		if st == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was not released: %d %s", st, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

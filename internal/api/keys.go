@@ -48,7 +48,8 @@ func (b CreateKeyRequest) check() (store.Role, error) {
 		return "", err
 	}
 	q, rl := b.Quota, b.Rate
-	if q.MaxSandboxes < 0 || q.MaxMemoryBytes < 0 || rl.CreatesPerSecond < 0 || rl.CreateBurst < 0 || rl.ExecsPerSecond < 0 || rl.ExecBurst < 0 {
+	if q.MaxSandboxes < 0 || q.MaxMemoryBytes < 0 || rl.CreatesPerSecond < 0 || rl.CreateBurst < 0 || rl.ExecsPerSecond < 0 || rl.ExecBurst < 0 ||
+		rl.FilesPerSecond < 0 || rl.FileBurst < 0 || rl.MaxInFlight < 0 {
 		return "", badRequest("quotas and rate limits cannot be negative")
 	}
 	return role, nil
@@ -98,9 +99,7 @@ func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request, c *caller) er
 		}
 		return err
 	}
-	s.mu.Lock()
-	delete(s.limiters, id)
-	s.mu.Unlock()
+	s.sup.ForgetKey(id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -12,7 +11,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/mcp"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // mcpSessionTimeout closes an MCP session (and destroys its sandbox) after
@@ -58,15 +56,7 @@ func (s *Server) newMCPHandler() (http.Handler, error) {
 			if c == nil {
 				return nil, errors.New("mcp: a tool call without the caller's key")
 			}
-			return &mcp.Local{Sup: s.sup, Caller: c.sup, Allow: func(create bool) error {
-				var e *Error
-				if err := s.allow(c, create); errors.As(err, &e) {
-					return fmt.Errorf("%w: %s", sandbox.ErrLimit, e.Message)
-				} else if err != nil {
-					return err
-				}
-				return nil
-			}}, nil
+			return &mcp.Local{Sup: s.sup, Caller: c.sup}, nil
 		},
 	})
 	if err != nil {

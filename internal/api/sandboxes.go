@@ -119,9 +119,6 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	if err != nil {
 		return err
 	}
-	if err := s.allow(c, true); err != nil {
-		return err
-	}
 	info, err := s.sup.Create(r.Context(), c.sup, req)
 	if err != nil {
 		return err

@@ -16,24 +16,14 @@ import (
 
 // Local is a Backend that calls a Supervisor in this process on behalf of
 // one caller: the embedded supervisor of `airlock mcp`, or the daemon's own
-// for a request to /mcp.
+// for a request to /mcp. The supervisor applies the caller's quotas and
+// rate limits, as it does for the HTTP API.
 type Local struct {
 	Sup    *supervisor.Supervisor
 	Caller supervisor.Caller
-	// Allow, when set, is asked before every create (create true), exec and
-	// process start (create false); its error refuses the call. The daemon
-	// applies the key's rate limits here.
-	Allow func(create bool) error
 }
 
 var _ Backend = (*Local)(nil)
-
-func (l *Local) allow(create bool) error {
-	if l.Allow == nil {
-		return nil
-	}
-	return l.Allow(create)
-}
 
 func localInfo(in supervisor.Info) SandboxInfo {
 	return SandboxInfo{ID: in.ID, Template: in.Template, State: string(in.State), Created: in.Created, ExpiresAt: in.ExpiresAt, EndReason: in.EndReason}
@@ -41,9 +31,6 @@ func localInfo(in supervisor.Info) SandboxInfo {
 
 // Create makes a sandbox owned by the caller.
 func (l *Local) Create(ctx context.Context, req CreateRequest) (SandboxInfo, error) {
-	if err := l.allow(true); err != nil {
-		return SandboxInfo{}, err
-	}
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -92,9 +79,6 @@ func (r ExecRequest) supervisor() supervisor.ExecRequest {
 
 // Exec runs a command to its end.
 func (l *Local) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
-	if err := l.allow(false); err != nil {
-		return ExecResult{}, err
-	}
 	var out, errb bytes.Buffer
 	sr := req.supervisor()
 	sr.Stdout, sr.Stderr = &out, &errb
@@ -111,9 +95,6 @@ func localProcess(p supervisor.ProcessInfo) ProcessInfo {
 
 // Start starts a background process.
 func (l *Local) Start(ctx context.Context, id string, req ExecRequest, keepStdin bool) (ProcessInfo, error) {
-	if err := l.allow(false); err != nil {
-		return ProcessInfo{}, err
-	}
 	p, err := l.Sup.StartProcess(ctx, l.Caller, id, supervisor.StartRequest{ExecRequest: req.supervisor(), KeepStdinOpen: keepStdin})
 	if err != nil {
 		return ProcessInfo{}, err

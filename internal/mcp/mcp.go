@@ -26,6 +26,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -260,15 +261,18 @@ func (s *Server) errorText(err error) string {
 	var layer *sandbox.LayerError
 	var apiErr *client.Error
 	var denied *policy.Denied
+	var limited *supervisor.RateError
 	switch {
 	case errors.As(err, &denied):
 		return denied.Error()
+	case errors.As(err, &limited):
+		return limited.Msg + retryText(limited.RetryAfter)
 	case errors.As(err, &cmdErr):
 		return cmdErr.Msg
 	case errors.As(err, &layer):
 		return layer.Error()
 	case errors.As(err, &apiErr):
-		return apiErr.Message + " (" + apiErr.Code + ")"
+		return apiErr.Message + " (" + apiErr.Code + ")" + retryText(apiErr.RetryAfter)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "the call was cancelled or timed out before it finished"
 	case errors.Is(err, supervisor.ErrForbidden), errors.Is(err, supervisor.ErrQuota),
@@ -282,6 +286,15 @@ func (s *Server) errorText(err error) string {
 	}
 	s.log.Error("mcp tool failed", "err", err)
 	return "internal error; airlock's log has the details"
+}
+
+// retryText tells the agent when to try again after a refusal by a rate
+// limit: what Retry-After says over HTTP.
+func retryText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [rate_limited: retry after %ds]", int(math.Ceil(d.Seconds())))
 }
 
 // errTool is an error of the tool's own checks, shown as is.

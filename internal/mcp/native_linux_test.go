@@ -246,3 +246,19 @@ func exercise(t *testing.T, sup *supervisor.Supervisor, keyID string, b mcp.Back
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestLimits: the Local backend (stdio MCP, and /mcp in the daemon) is
+// held to the caller's rate limits by the supervisor, and a refusal tells
+// the agent when to retry, as Retry-After does over HTTP.
+func TestLimits(t *testing.T) {
+	sup, _ := nativeSupervisor(t)
+	b := &mcp.Local{Sup: sup, Caller: supervisor.Caller{KeyID: "k1", Rate: store.RateLimits{ExecsPerSecond: 0.2, ExecBurst: 1}}}
+	cs := connect(t, newServer(t, b))
+	if res, text, _ := call(t, cs, "run_command", map[string]any{"command": "true"}); res.IsError {
+		t.Fatalf("first exec: %s", text)
+	}
+	res, text, _ := call(t, cs, "run_command", map[string]any{"command": "true"})
+	if !res.IsError || !strings.Contains(text, "too many execs") || !strings.Contains(text, "retry after 5s") {
+		t.Fatalf("second exec at 0.2/s, burst 1: error %v, %q", res.IsError, text)
+	}
+}

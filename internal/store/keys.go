@@ -61,29 +61,58 @@ func (q Quota) WithDefaults() Quota {
 	return q
 }
 
-// RateLimits bound how fast one key may act. Zero fields mean the defaults.
+// RateLimits bound how fast one key may act, and how much work it may
+// have in flight at once. Zero fields mean the defaults.
 type RateLimits struct {
 	// CreatesPerSecond and CreateBurst bound sandbox creates. 5/s, burst 10.
 	CreatesPerSecond float64 `json:"creates_per_second,omitempty"`
 	CreateBurst      int     `json:"create_burst,omitempty"`
-	// ExecsPerSecond and ExecBurst bound execs and process starts. 200/s, burst 400.
+	// ExecsPerSecond and ExecBurst bound execs, process starts, writes to a
+	// process's standard input and waits for a process. 200/s, burst 400.
 	ExecsPerSecond float64 `json:"execs_per_second,omitempty"`
 	ExecBurst      int     `json:"exec_burst,omitempty"`
+	// FilesPerSecond and FileBurst bound calls of the file API (reads,
+	// writes, listings, archives). 200/s, burst 400.
+	FilesPerSecond float64 `json:"files_per_second,omitempty"`
+	FileBurst      int     `json:"file_burst,omitempty"`
+	// MaxInFlight bounds the key's calls that move data or wait (creates,
+	// execs, stdin writes, waits, file calls) running at once. 16.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
+
+// Default rate limits.
+const (
+	DefaultCreatesPerSecond = 5
+	DefaultCreateBurst      = 10
+	DefaultExecsPerSecond   = 200
+	DefaultExecBurst        = 400
+	DefaultFilesPerSecond   = 200
+	DefaultFileBurst        = 400
+	DefaultMaxInFlight      = 16
+)
 
 // WithDefaults fills r's zero fields.
 func (r RateLimits) WithDefaults() RateLimits {
 	if r.CreatesPerSecond == 0 {
-		r.CreatesPerSecond = 5
+		r.CreatesPerSecond = DefaultCreatesPerSecond
 	}
 	if r.CreateBurst == 0 {
-		r.CreateBurst = 10
+		r.CreateBurst = DefaultCreateBurst
 	}
 	if r.ExecsPerSecond == 0 {
-		r.ExecsPerSecond = 200
+		r.ExecsPerSecond = DefaultExecsPerSecond
 	}
 	if r.ExecBurst == 0 {
-		r.ExecBurst = 400
+		r.ExecBurst = DefaultExecBurst
+	}
+	if r.FilesPerSecond == 0 {
+		r.FilesPerSecond = DefaultFilesPerSecond
+	}
+	if r.FileBurst == 0 {
+		r.FileBurst = DefaultFileBurst
+	}
+	if r.MaxInFlight == 0 {
+		r.MaxInFlight = DefaultMaxInFlight
 	}
 	return r
 }

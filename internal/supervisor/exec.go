@@ -84,6 +84,11 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	ctx, done, err := s.Begin(ctx, c, OpExec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer done()
 	l, err := s.lookup(c, id)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -117,9 +122,17 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 
 // Files returns the file API of sandbox id, and a func to call when the
 // caller is done with it (it marks the sandbox used).
+//
+// The call counts once against the key's file rate limit and holds one of
+// its in-flight slots until done is called.
 func (s *Supervisor) Files(ctx context.Context, c Caller, id string) (sandbox.Files, func(), error) {
+	_, release, err := s.Begin(ctx, c, OpFiles)
+	if err != nil {
+		return nil, nil, err
+	}
 	l, err := s.lookup(c, id)
 	if err != nil {
+		release()
 		return nil, nil, err
 	}
 	l.busy.Add(1)
@@ -127,6 +140,7 @@ func (s *Supervisor) Files(ctx context.Context, c Caller, id string) (sandbox.Fi
 	return &guardedFiles{Files: l.inst.Files(), s: s, c: c, l: l}, func() {
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
+		release()
 	}, nil
 }
 
@@ -183,6 +197,11 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	ctx, done, err := s.Begin(ctx, c, OpExec)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	defer done()
 	l, err := s.lookup(c, id)
 	if err != nil {
 		return ProcessInfo{}, err
@@ -304,6 +323,11 @@ func (s *Supervisor) Processes(ctx context.Context, c Caller, id string) ([]Proc
 // it when eof is set. The process must have been started with
 // KeepStdinOpen.
 func (s *Supervisor) WriteStdin(ctx context.Context, c Caller, id, pid string, data []byte, eof bool) error {
+	ctx, release, err := s.Begin(ctx, c, OpExec)
+	if err != nil {
+		return err
+	}
+	defer release()
 	_, p, err := s.process(c, id, pid)
 	if err != nil {
 		return err
@@ -347,6 +371,11 @@ func (s *Supervisor) Signal(ctx context.Context, c Caller, id, pid string, sig s
 // Wait waits until process pid has ended (or ctx is done) and returns it
 // with its output.
 func (s *Supervisor) Wait(ctx context.Context, c Caller, id, pid string) (ProcessInfo, error) {
+	ctx, done, err := s.Begin(ctx, c, OpExec)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	defer done()
 	_, p, err := s.process(c, id, pid)
 	if err != nil {
 		return ProcessInfo{}, err

@@ -73,12 +73,15 @@ type Options struct {
 	Audit *audit.Log
 }
 
-// Caller is who asks: the key's id, whether it is an operator, and its
-// quota. Operators see and manage every sandbox.
+// Caller is who asks: the key's id, whether it is an operator, its quota
+// and its rate limits. Operators see and manage every sandbox.
 type Caller struct {
 	KeyID    string
 	Operator bool
 	Quota    store.Quota
+	// Rate bounds how fast the key acts and how much it has in flight
+	// (see Begin). The first call of a key fixes its limiters.
+	Rate store.RateLimits
 }
 
 // Supervisor runs sandboxes. Its methods are safe for concurrent use.
@@ -100,6 +103,7 @@ type Supervisor struct {
 
 	policy    *policy.Policy
 	approvals approvals
+	lim       limiters
 }
 
 // live is a sandbox that may hold host resources.
@@ -224,6 +228,11 @@ type Info struct {
 // template's pool when the request does not narrow the template.
 func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (Info, error) {
 	start := time.Now()
+	ctx, done, err := s.Begin(ctx, c, OpCreate)
+	if err != nil {
+		return Info{}, err
+	}
+	defer done()
 	name := req.Template
 	if name == "" {
 		name = DefaultTemplate
