@@ -2,7 +2,6 @@ package api
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -312,8 +311,22 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request, c *caller
 	return nil
 }
 
+// countWriter counts what it passes on.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // downloadArchive sends the file or directory tree at path as a tar
-// archive; symlinks are stored as symlinks, not followed.
+// archive; symlinks are stored as symlinks, not followed. Files are
+// streamed from the sandbox, never held whole in the daemon's memory; the
+// route holds one of the key's in-flight slots (see routes) while it runs.
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request, c *caller) error {
 	root, err := archiveDir(r)
 	if err != nil {
@@ -366,17 +379,26 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request, c *call
 			if fi.Size > lim.MaxFileBytes || total+fi.Size > lim.MaxTotalBytes {
 				return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("file %q is past the archive's size limits; download it on its own", truncate(name, 200))}
 			}
-			var buf bytes.Buffer
-			if err := f.ReadFile(ctx, p, 0, lim.MaxFileBytes, &buf); err != nil {
-				return err
-			}
-			total += int64(buf.Len())
-			h.Typeflag, h.Size = tar.TypeReg, int64(buf.Len())
+			// Streamed: the header takes the size Stat saw, the body is
+			// copied from the sandbox as it comes. A file that changes size
+			// meanwhile breaks the archive (the tar writer refuses a body
+			// of another length) and the download is cut off.
+			total += fi.Size
+			h.Typeflag, h.Size = tar.TypeReg, fi.Size
 			if err := tw.WriteHeader(h); err != nil {
 				return err
 			}
-			_, err := tw.Write(buf.Bytes())
-			return err
+			if fi.Size == 0 {
+				return nil
+			}
+			cw := &countWriter{w: tw}
+			if err := f.ReadFile(ctx, p, 0, fi.Size, cw); err != nil {
+				return err
+			}
+			if cw.n != fi.Size {
+				return fmt.Errorf("file %q changed size during the download (%d bytes, then %d)", name, fi.Size, cw.n)
+			}
+			return nil
 		}
 		n-- // sockets, FIFOs and devices are left out
 		return nil
