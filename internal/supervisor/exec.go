@@ -151,8 +151,7 @@ type proc struct {
 	started time.Time
 	p       sandbox.Process
 
-	stdinMu sync.Mutex
-	stdin   *io.PipeWriter // nil unless kept open
+	stdin *stdinQueue // nil unless kept open
 
 	stdout, stderr *capBuffer
 	done           chan struct{}
@@ -160,9 +159,11 @@ type proc struct {
 	err            error
 }
 
+// closeStdin drops what waits for the process's standard input: it has
+// ended, or is about to.
 func (p *proc) closeStdin() {
 	if p.stdin != nil {
-		_ = p.stdin.Close()
+		p.stdin.discard()
 	}
 }
 
@@ -218,18 +219,8 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	rout, rerr := s.policy.Redactor().Writer(p.stdout), s.policy.Redactor().Writer(p.stderr)
 	req.Stdout, req.Stderr, req.Background = rout, rerr, true
 	if r.KeepStdinOpen {
-		pr, pw := io.Pipe()
-		p.stdin = pw
-		initial := r.Stdin
-		req.Stdin = pr
-		if len(initial) > 0 {
-			// Taken here, so that later writes queue behind the initial data.
-			p.stdinMu.Lock()
-			go func() {
-				defer p.stdinMu.Unlock()
-				_, _ = pw.Write(initial)
-			}()
-		}
+		p.stdin = newStdinQueue(r.Stdin)
+		req.Stdin = p.stdin
 	}
 	sp, err := l.inst.Start(ctx, req)
 	if err != nil {
@@ -321,7 +312,10 @@ func (s *Supervisor) Processes(ctx context.Context, c Caller, id string) ([]Proc
 
 // WriteStdin sends data to the standard input of process pid, then closes
 // it when eof is set. The process must have been started with
-// KeepStdinOpen.
+// KeepStdinOpen. At most maxStdinQueue bytes wait for the process to read
+// them: a larger write waits for it, as long as ctx lasts and the process
+// reads something at least every stall timeout; a write that stops early
+// says how much of it was queued.
 func (s *Supervisor) WriteStdin(ctx context.Context, c Caller, id, pid string, data []byte, eof bool) error {
 	ctx, release, err := s.Begin(ctx, c, OpExec)
 	if err != nil {
@@ -335,28 +329,23 @@ func (s *Supervisor) WriteStdin(ctx context.Context, c Caller, id, pid string, d
 	if p.stdin == nil {
 		return fmt.Errorf("%w: process %s was not started with keep_stdin_open", sandbox.ErrInvalid, pid)
 	}
-	done := make(chan error, 1)
-	go func() {
-		p.stdinMu.Lock()
-		defer p.stdinMu.Unlock()
-		var err error
-		if len(data) > 0 {
-			_, err = p.stdin.Write(data)
+	n, err := p.stdin.write(ctx, data, s.stdinStall)
+	switch {
+	case errors.Is(err, errStdinClosed):
+		return fmt.Errorf("process %s: standard input is closed: %w", pid, ErrNotRunning)
+	case errors.Is(err, errStdinStalled):
+		return &RateError{
+			Msg: fmt.Sprintf("process %s has read nothing of its standard input for %s and %d bytes wait for it; %d of the %d bytes of this write were queued: make it read, or write less",
+				pid, s.stdinStall, maxStdinQueue, n, len(data)),
+			RetryAfter: time.Second,
 		}
-		if eof {
-			_ = p.stdin.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if errors.Is(err, io.ErrClosedPipe) {
-			return fmt.Errorf("process %s: standard input is closed: %w", pid, ErrNotRunning)
-		}
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("write to process %s: %w", pid, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("write to process %s: %d of %d bytes were queued before the call ended: %w", pid, n, len(data), err)
 	}
+	if eof {
+		p.stdin.close()
+	}
+	return nil
 }
 
 // Signal sends sig to process pid; SIGKILL kills its whole tree.

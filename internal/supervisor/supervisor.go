@@ -104,6 +104,9 @@ type Supervisor struct {
 	policy    *policy.Policy
 	approvals approvals
 	lim       limiters
+	// stdinStall is how long a stdin write waits for a process that reads
+	// nothing (defaultStdinStall; tests shorten it).
+	stdinStall time.Duration
 }
 
 // live is a sandbox that may hold host resources.
@@ -153,7 +156,7 @@ func New(opts Options) (*Supervisor, error) {
 		opts: opts, cfg: cfg, store: opts.Store, log: opts.Logger, m: opts.Metrics,
 		templates: map[string]Template{},
 		live:      map[string]*live{}, pools: map[string]*pool{},
-		stop: make(chan struct{}),
+		stop: make(chan struct{}), stdinStall: defaultStdinStall,
 	}
 	s.policy = opts.Policy
 	if s.policy == nil {
