@@ -143,7 +143,10 @@ type File struct {
 	Languages []string `toml:"languages"`
 	// Commands are argv patterns: space-separated globs matched one per
 	// argument ("python3 *.py"); a last "**" matches any further arguments.
-	// They apply to argv execs; code execs are governed by Languages.
+	// They apply to every exec: a code exec is matched by the command line
+	// that runs it ("python3 -c CODE", "bash -c CODE", "sh -c CODE"), so
+	// "python3 **" lets Python code run and shell code needs "sh **" or
+	// "bash **". Languages narrows code execs further.
 	Commands []string `toml:"commands"`
 	// Mounts are the host mounts a create may ask for: "HOST:PATH:ro" or
 	// "HOST:PATH:rw" (an rw entry also allows ro). Empty allows any.
@@ -393,8 +396,18 @@ func (p *Policy) static(r Request) []Decision {
 		if r.Language != "" && len(f.Languages) > 0 && !contains(f.Languages, r.Language) {
 			deny("languages", "language %q is not allowed by policy (allowed: %s)", r.Language, strings.Join(f.Languages, ", "))
 		}
-		if r.Code == "" && len(f.Commands) > 0 && !matchAny(f.Commands, r.Argv) {
-			deny("commands", "command %q matches no allowed command pattern (allowed: %s)", strings.Join(r.Argv, " "), strings.Join(f.Commands, "; "))
+		// A code exec is matched by the command line that runs it
+		// (python3 -c CODE, bash -c CODE, sh -c CODE).
+		argv := r.Argv
+		if len(argv) == 0 && r.Code != "" {
+			argv = []string{interpreter(r.Language), "-c", r.Code}
+		}
+		if len(f.Commands) > 0 && !matchAny(f.Commands, argv) {
+			shown := strings.Join(argv, " ")
+			if r.Code != "" {
+				shown = argv[0] + " -c CODE (" + r.Language + " code)"
+			}
+			deny("commands", "command %q matches no allowed command pattern (allowed: %s)", shown, strings.Join(f.Commands, "; "))
 		}
 	}
 	if r.Action == ActionCreate {
@@ -417,6 +430,15 @@ func (p *Policy) static(r Request) []Decision {
 		}
 	}
 	return out
+}
+
+// interpreter is the program a code exec in language runs (as the
+// supervisor runs it: python3 -c CODE, bash -c CODE, sh -c CODE).
+func interpreter(language string) string {
+	if language == "python" {
+		return "python3"
+	}
+	return language
 }
 
 func (r Request) vars() map[string]any {
