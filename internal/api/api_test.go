@@ -332,7 +332,9 @@ func TestAdmissionOverAPI(t *testing.T) {
 	if !strings.Contains(ce.Message, "768 MiB is free") {
 		t.Errorf("message %q does not say what is free", ce.Message)
 	}
-	if _, err := c.CreateSandbox(context.Background(), client.CreateRequest{Limits: client.Limits{MemoryBytes: 512 << 20}}); err != nil {
+	// 448 MiB of memory with 32 MiB /workspace, 16 MiB /tmp and /dev/shm
+	// can pin 512 MiB.
+	if _, err := c.CreateSandbox(context.Background(), client.CreateRequest{Limits: client.Limits{MemoryBytes: 448 << 20, DiskBytes: 32 << 20, TmpBytes: 16 << 20}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -315,7 +315,7 @@ func TestConcurrentExecs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := c.CreateSandbox(ctx, client.CreateRequest{Limits: client.Limits{MemoryBytes: 64 << 20}})
+			sb, err := c.CreateSandbox(ctx, client.CreateRequest{Limits: client.Limits{MemoryBytes: 64 << 20, DiskBytes: 16 << 20, TmpBytes: 16 << 20}})
 			if err != nil {
 				errs <- err
 				return

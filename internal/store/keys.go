@@ -40,7 +40,8 @@ func ParseRole(s string) (Role, error) {
 type Quota struct {
 	// MaxSandboxes is the number of live sandboxes. 10.
 	MaxSandboxes int `json:"max_sandboxes,omitempty"`
-	// MaxMemoryBytes is the sum of the memory limits of its live sandboxes. 8 GiB.
+	// MaxMemoryBytes bounds the RAM its live sandboxes can hold together
+	// (sandbox.Limits.PinnableBytes: memory limits and tmpfs sizes). 8 GiB.
 	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
 }
 

@@ -112,7 +112,8 @@ type Supervisor struct {
 // live is a sandbox that may hold host resources.
 type live struct {
 	// owner is the owning key (guarded by Supervisor.mu; empty while
-	// pooled) and mem the memory limit: what quotas and admission count.
+	// pooled) and mem the RAM it can pin (memoryOf): what quotas and
+	// admission count.
 	owner string
 	mem   int64
 
@@ -365,8 +366,9 @@ func claimable(t Template, req CreateRequest) bool {
 	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network)
 }
 
-// memoryOf is what admission and quotas count for a sandbox.
-func memoryOf(rec store.Sandbox) int64 { return rec.Spec.Limits.WithDefaults().MemoryBytes }
+// memoryOf is what admission and quotas count for a sandbox: the RAM it
+// can pin, its memory limit and its tmpfs mounts.
+func memoryOf(rec store.Sandbox) int64 { return rec.Spec.Limits.PinnableBytes() }
 
 // admit checks the caller's quota and the host's memory, and reserves both
 // by registering rec as creating.
@@ -392,7 +394,7 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 	}
 	free := avail - committed - int64(s.cfg.MemoryReserve)
 	if need > free {
-		return nil, fmt.Errorf("%w: the sandbox asks for %s of memory but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory or delete sandboxes",
+		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit and its /workspace, /tmp and /dev/shm tmpfs) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
 			ErrCapacity, bytesText(need), bytesText(max(free, 0)), bytesText(avail), bytesText(committed), len(s.live), bytesText(int64(s.cfg.MemoryReserve)))
 	}
 	l := &live{rec: rec, owner: rec.Owner, mem: need, procs: map[string]*proc{}}
@@ -417,7 +419,7 @@ func (s *Supervisor) checkQuota(c Caller, need int64) error {
 		return fmt.Errorf("%w: this key may have %d live sandboxes and has %d; delete one first", ErrQuota, q.MaxSandboxes, mine)
 	}
 	if mineMem+need > q.MaxMemoryBytes {
-		return fmt.Errorf("%w: this key's sandboxes may use %s of memory together; %s are in use and this sandbox asks for %s", ErrQuota, bytesText(q.MaxMemoryBytes), bytesText(mineMem), bytesText(need))
+		return fmt.Errorf("%w: this key's sandboxes may hold %s of RAM together (memory limits and /workspace, /tmp and /dev/shm tmpfs); %s are held and this sandbox can hold %s: ask for less memory, disk or tmp, or delete a sandbox", ErrQuota, bytesText(q.MaxMemoryBytes), bytesText(mineMem), bytesText(need))
 	}
 	return nil
 }

@@ -148,7 +148,9 @@ func TestNarrowing(t *testing.T) {
 func TestQuota(t *testing.T) {
 	f := newFixture(t, Config{})
 	ctx := context.Background()
-	c := Caller{KeyID: "k", Quota: store.Quota{MaxSandboxes: 2, MaxMemoryBytes: 200 << 20}}
+	// Each sandbox of 100 MiB of memory can pin 484 MiB with the default
+	// tmpfs sizes (256 MiB /workspace, 64 MiB /tmp and /dev/shm).
+	c := Caller{KeyID: "k", Quota: store.Quota{MaxSandboxes: 2, MaxMemoryBytes: 968 << 20}}
 	if _, err := f.sup.Create(ctx, c, CreateRequest{Limits: sandbox.Limits{MemoryBytes: 100 << 20}}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +179,12 @@ func TestAdmission(t *testing.T) {
 	f := newFixture(t, Config{MemoryReserve: 256 << 20})
 	f.mem.Store(1 << 30) // 1 GiB available, 256 MiB reserve: 768 MiB for sandboxes
 	ctx := context.Background()
-	if _, err := f.sup.Create(ctx, alice, CreateRequest{Limits: sandbox.Limits{MemoryBytes: 512 << 20}}); err != nil {
+	// 448 MiB of memory, 32 MiB /workspace, 16 MiB /tmp and /dev/shm: 512 MiB.
+	half := sandbox.Limits{MemoryBytes: 448 << 20, DiskBytes: 32 << 20, TmpBytes: 16 << 20}
+	if _, err := f.sup.Create(ctx, alice, CreateRequest{Limits: half}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.sup.Create(ctx, bob, CreateRequest{Limits: sandbox.Limits{MemoryBytes: 512 << 20}})
+	_, err := f.sup.Create(ctx, bob, CreateRequest{Limits: half})
 	if !errors.Is(err, ErrCapacity) {
 		t.Fatalf("overcommit admitted: %v", err)
 	}
@@ -189,7 +193,7 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
-	if _, err := f.sup.Create(ctx, bob, CreateRequest{Limits: sandbox.Limits{MemoryBytes: 256 << 20}}); err != nil {
+	if _, err := f.sup.Create(ctx, bob, CreateRequest{Limits: sandbox.Limits{MemoryBytes: 192 << 20, DiskBytes: 32 << 20, TmpBytes: 16 << 20}}); err != nil {
 		t.Fatalf("what fits is admitted: %v", err)
 	}
 }
