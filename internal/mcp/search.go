@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -167,7 +166,8 @@ func (s *Server) grep(ctx context.Context, req *sdk.CallToolRequest, in GrepInpu
 	if err != nil {
 		return nil, GrepOutput{}, s.fail(t, err)
 	}
-	r, err := t.b.Exec(ctx, t.id, ExecRequest{Argv: argv, Timeout: 30 * time.Second})
+	// The sandbox's own timeout: an exec may not ask for more.
+	r, err := t.b.Exec(ctx, t.id, ExecRequest{Argv: argv})
 	if err != nil {
 		return nil, GrepOutput{}, s.fail(t, err)
 	}

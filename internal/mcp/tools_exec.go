@@ -50,7 +50,7 @@ type ExecuteCodeInput struct {
 	Code      string   `json:"code" jsonschema:"the program text"`
 	Language  string   `json:"language,omitempty" jsonschema:"python (default), bash or sh"`
 	Libraries []string `json:"libraries,omitempty" jsonschema:"not installed: the sandbox has no package index; only what the template has is available"`
-	Timeout   float64  `json:"timeout,omitempty" jsonschema:"wall-time limit in seconds (default 30)"`
+	Timeout   float64  `json:"timeout,omitempty" jsonschema:"wall-time limit in seconds (default: the sandbox's, 10 s unless configured)"`
 	SandboxID string   `json:"sandbox_id,omitempty" jsonschema:"the sandbox to use (default: this session's own)"`
 }
 
@@ -261,9 +261,6 @@ func (s *Server) executeCode(ctx context.Context, req *sdk.CallToolRequest, in E
 	lang, err := language(in.Language)
 	if err != nil {
 		return nil, ExecOutput{}, err
-	}
-	if in.Timeout == 0 {
-		in.Timeout = 30
 	}
 	timeout, err := seconds("timeout", in.Timeout)
 	if err != nil {

@@ -65,7 +65,9 @@ const (
 //	key      string               the id of the API key that asked
 //	labels   map(string, string)  the key's or sandbox's labels
 //	limits   map(string, double)  a create's limits: memory_bytes, cpus, pids, timeout_seconds,
-//	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files
+//	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files;
+//	                              on exec, timeout_seconds is the command's wall-time limit (0 for a
+//	                              background process that has none) and the others are 0
 //
 // Reading a missing map key is an error in CEL, and a rule that fails to
 // evaluate denies: test for a label first ("team" in labels && ...).
@@ -81,7 +83,9 @@ type Request struct {
 	Host     string            `json:"host,omitempty"`
 	Key      string            `json:"key,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
-	// Limits are a create's limits (the template's, narrowed by the request).
+	// Limits are a create's limits (the template's, narrowed by the
+	// request), or an exec's timeout (Timeout; zero for a background
+	// process without one).
 	Limits *sandbox.Limits `json:"limits,omitempty"`
 	// Mounts are a create's host mounts, as "HOST:PATH[:ro|:rw]".
 	Mounts []string `json:"mounts,omitempty"`
@@ -416,11 +420,13 @@ func (p *Policy) static(r Request) []Decision {
 				deny("mounts", "mount %q is not allowed by policy", m)
 			}
 		}
-		if r.Limits != nil {
-			for _, c := range p.ceilings {
-				if got := c.get(*r.Limits); got > c.max {
-					deny("ceiling:"+c.name, "%s %s is above the policy's ceiling of %s: ask for less", c.name, c.show(got), c.show(c.max))
-				}
+	}
+	// A create's limits, and an exec's timeout (the other fields of an
+	// exec's Limits are zero).
+	if (r.Action == ActionCreate || r.Action == ActionExec) && r.Limits != nil {
+		for _, c := range p.ceilings {
+			if got := c.get(*r.Limits); got > c.max {
+				deny("ceiling:"+c.name, "%s %s is above the policy's ceiling of %s: ask for less", c.name, c.show(got), c.show(c.max))
 			}
 		}
 	}

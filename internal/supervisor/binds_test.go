@@ -3,10 +3,12 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // TestCommandsBindCodeExecs: a non-empty commands allowlist applies to
@@ -37,5 +39,48 @@ func TestCommandsBindCodeExecs(t *testing.T) {
 	}
 	if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"echo", "allowed"}}); err != nil {
 		t.Errorf("an allowed command: %v", err)
+	}
+}
+
+// TestExecTimeoutBound: an exec may not ask for a longer timeout than its
+// sandbox has (which create checked against the template and the policy's
+// ceiling), and the policy sees each exec's timeout (the security review's
+// F7 ran an 8 s exec in a sandbox whose template and ceiling said 3 s).
+func TestExecTimeoutBound(t *testing.T) {
+	sup, _, _ := guardFixture(t, `
+[ceilings]
+timeout = "3s"
+
+[[rule]]
+name = "short-execs"
+when = 'action == "exec" && limits.timeout_seconds > 2.0'
+decision = "deny"
+reason = "execs here get at most 2 s"
+`)
+	ctx := context.Background()
+	if _, err := sup.Create(ctx, alice, CreateRequest{}); !errors.Is(err, policy.ErrDenied) {
+		t.Fatalf("a create with the template's 10 s timeout past a 3 s ceiling: %v", err)
+	}
+	in, err := sup.Create(ctx, alice, CreateRequest{Limits: sandbox.Limits{Timeout: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"echo"}, Timeout: 8 * time.Second})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "3s") {
+		t.Fatalf("an 8 s exec in a 3 s sandbox: %v", err)
+	}
+	_, err = sup.StartProcess(ctx, alice, in.ID, StartRequest{ExecRequest: ExecRequest{Argv: []string{"echo"}, Timeout: 8 * time.Second}})
+	if !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("an 8 s background process in a 3 s sandbox: %v", err)
+	}
+	// The sandbox's own 3 s, and an asked 2.5 s, are seen by the rule.
+	var denied *policy.Denied
+	for _, d := range []time.Duration{0, 2500 * time.Millisecond} {
+		if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"echo"}, Timeout: d}); !errors.As(err, &denied) || denied.Decision.Rule != "rule:short-execs" {
+			t.Fatalf("exec with timeout %v: the rule on limits.timeout_seconds did not see it: %v", d, err)
+		}
+	}
+	if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"echo"}, Timeout: 2 * time.Second}); err != nil {
+		t.Fatalf("a 2 s exec: %v", err)
 	}
 }

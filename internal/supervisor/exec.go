@@ -77,6 +77,27 @@ func (r ExecRequest) request() (sandbox.ExecRequest, error) {
 	return req, req.Validate()
 }
 
+// execTimeout is the wall-time limit of an exec that asks for asked: the
+// sandbox's own when it asks for none (a background process: none at
+// all). Asking for more than the sandbox's timeout is refused, as a create
+// asking for more than its template is: the sandbox's timeout is what the
+// template and the policy's ceiling allowed.
+func (l *live) execTimeout(asked time.Duration, background bool) (time.Duration, error) {
+	l.mu.Lock()
+	limit := l.rec.Spec.Limits.WithDefaults().Timeout
+	id := l.rec.ID
+	l.mu.Unlock()
+	switch {
+	case asked > limit:
+		return 0, fmt.Errorf("%w: timeout %s is more than sandbox %s allows (%s): ask for at most that, or create a sandbox with a longer timeout", sandbox.ErrInvalid, asked, id, limit)
+	case asked > 0:
+		return asked, nil
+	case background:
+		return 0, nil
+	}
+	return limit, nil
+}
+
 // Exec runs a command in sandbox id to its end and returns its Result.
 // Cancelling ctx kills the command.
 func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecRequest) (sandbox.Result, error) {
@@ -99,7 +120,11 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}()
-	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language})
+	timeout, err := l.execTimeout(r.Timeout, false)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Limits: &sandbox.Limits{Timeout: timeout}})
 	if err := s.decide(ctx, c, pr); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -207,7 +232,11 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language})
+	timeout, err := l.execTimeout(r.Timeout, true)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Limits: &sandbox.Limits{Timeout: timeout}})
 	if err := s.decide(ctx, c, pr); err != nil {
 		return ProcessInfo{}, err
 	}
