@@ -130,7 +130,9 @@ type Key struct {
 	Quota     Quota      `json:"quota"`
 	Rate      RateLimits `json:"rate"`
 	CreatedAt time.Time  `json:"created_at"`
-	Secret    string     `json:"secret,omitempty"`
+	// CreatedBy is the key that made this one (empty: made offline).
+	CreatedBy string `json:"created_by,omitempty"`
+	Secret    string `json:"secret,omitempty"`
 }
 
 // Quota bounds what a key holds at once; zero fields mean the daemon's defaults.

@@ -284,7 +284,7 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate}}, nil
+	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage}}, nil
 }
 
 // Error is an error with its HTTP status and stable code.

@@ -26,11 +26,18 @@ type Key struct {
 	Quota     store.Quota      `json:"quota"`
 	Rate      store.RateLimits `json:"rate"`
 	CreatedAt time.Time        `json:"created_at"`
-	Secret    string           `json:"secret,omitempty"`
+	// CreatedBy is the key that made this one through the API (empty: made
+	// offline).
+	CreatedBy string `json:"created_by,omitempty"`
+	Secret    string `json:"secret,omitempty"`
 }
 
 func wireKey(k store.Key) Key {
-	return Key{ID: k.ID, Name: k.Name, Role: k.Role, Quota: k.Quota.WithDefaults(), Rate: k.Rate.WithDefaults(), CreatedAt: k.Created}
+	out := Key{ID: k.ID, Name: k.Name, Role: k.Role, Quota: k.Quota.WithDefaults(), Rate: k.Rate.WithDefaults(), CreatedAt: k.Created}
+	if len(k.Lineage) > 0 {
+		out.CreatedBy = k.Lineage[0]
+	}
+	return out
 }
 
 // KeyList is the body of GET /v1/keys.
@@ -64,7 +71,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err != nil {
 		return err
 	}
-	k, secret, err := s.store.NewKey(body.Name, role, body.Quota, body.Rate, time.Now())
+	k, secret, err := s.store.NewKeyBy(&c.key, body.Name, role, body.Quota, body.Rate, time.Now())
 	if err != nil {
 		return err
 	}

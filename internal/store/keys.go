@@ -128,6 +128,11 @@ type Key struct {
 	Quota   Quota      `json:"quota"`
 	Rate    RateLimits `json:"rate"`
 	Created time.Time  `json:"created"`
+	// Lineage lists the keys that made this one through the API, nearest
+	// first (empty for a key made offline). It is fixed at creation, so
+	// deleting a key in between does not shorten it. An approval cannot be
+	// decided by a key whose lineage holds the key that asked.
+	Lineage []string `json:"lineage,omitempty"`
 }
 
 // Secret is an API key's secret. It prints as REDACTED in logs.
@@ -151,6 +156,12 @@ func HashSecret(secret string) string {
 // NewKey makes a key with a fresh random secret, stores it, and returns it
 // with the secret, which is shown this once and never again.
 func (s *Store) NewKey(name string, role Role, q Quota, r RateLimits, now time.Time) (Key, Secret, error) {
+	return s.NewKeyBy(nil, name, role, q, r, now)
+}
+
+// NewKeyBy is NewKey for a key made by the key maker (nil: made offline);
+// the new key's lineage is maker and maker's lineage.
+func (s *Store) NewKeyBy(maker *Key, name string, role Role, q Quota, r RateLimits, now time.Time) (Key, Secret, error) {
 	if _, err := ParseRole(string(role)); err != nil {
 		return Key{}, "", err
 	}
@@ -164,6 +175,9 @@ func (s *Store) NewKey(name string, role Role, q Quota, r RateLimits, now time.T
 	k := Key{
 		ID:   "key-" + hex.EncodeToString(idb[:]),
 		Name: name, Role: role, Quota: q, Rate: r, Created: now.UTC(),
+	}
+	if maker != nil {
+		k.Lineage = append([]string{maker.ID}, maker.Lineage...)
 	}
 	secret := secretPrefix + base64.RawURLEncoding.EncodeToString(sec[:])
 	k.Hash = HashSecret(secret)

@@ -144,7 +144,8 @@ func (s *Supervisor) Approvals(ctx context.Context, c Caller) ([]Approval, error
 }
 
 // DecideApproval approves or denies a pending approval. Only an operator
-// key that is not the key that asked may decide.
+// key may decide, and neither the key that asked nor a key it made
+// (directly, or through keys those made: Caller.Lineage).
 func (s *Supervisor) DecideApproval(ctx context.Context, c Caller, id string, approve bool, reason string) (Approval, error) {
 	if !c.Operator {
 		return Approval{}, fmt.Errorf("%w: deciding approvals needs an operator key", ErrForbidden)
@@ -157,6 +158,9 @@ func (s *Supervisor) DecideApproval(ctx context.Context, c Caller, id string, ap
 	}
 	if p.a.Key == c.KeyID {
 		return Approval{}, fmt.Errorf("%w: the key that asked for an action cannot approve it", ErrForbidden)
+	}
+	if slices.Contains(c.Lineage, p.a.Key) {
+		return Approval{}, fmt.Errorf("%w: this key was made by the key that asked for the action (directly or through keys it made), so it cannot decide it; use an operator key made by someone else", ErrForbidden)
 	}
 	state := ApprovalDenied
 	if approve {

@@ -82,6 +82,9 @@ type Caller struct {
 	// Rate bounds how fast the key acts and how much it has in flight
 	// (see Begin). The first call of a key fixes its limiters.
 	Rate store.RateLimits
+	// Lineage lists the keys that made this one (store.Key.Lineage): none
+	// of them may have asked for an approval this key decides.
+	Lineage []string
 }
 
 // Supervisor runs sandboxes. Its methods are safe for concurrent use.
