@@ -56,6 +56,18 @@ type pendingApproval struct {
 
 const maxRecentApprovals = 200
 
+// Bounds on the actions waiting for a person: one key may park at most
+// MaxPendingPerKey, all keys together MaxPendingTotal. More are refused at
+// once (429), so that nobody can bury one action among decoys on the
+// operators' page or hold the daemon's memory with parked calls.
+const (
+	MaxPendingPerKey = 10
+	MaxPendingTotal  = 100
+)
+
+// pendingRetry is the Retry-After of a refusal by the pending caps.
+const pendingRetry = 5 * time.Second
+
 // ask parks an action until a person decides, the timeout passes or ctx
 // ends. It returns nil when approved, or a *policy.Denied.
 func (s *Supervisor) ask(ctx context.Context, c Caller, r policy.Request, d policy.Decision) error {
@@ -65,6 +77,26 @@ func (s *Supervisor) ask(ctx context.Context, c Caller, r policy.Request, d poli
 		Key: c.KeyID, Sandbox: r.Sandbox, Request: r, Rule: d.Rule, Why: d.Reason,
 	}}
 	s.approvals.mu.Lock()
+	mine := 0
+	for _, q := range s.approvals.pending {
+		if q.a.Key == c.KeyID {
+			mine++
+		}
+	}
+	total := len(s.approvals.pending)
+	if mine >= MaxPendingPerKey || total >= MaxPendingTotal {
+		s.approvals.mu.Unlock()
+		msg := fmt.Sprintf("this key has %d actions waiting for approval, the most it may have; wait until they are decided", mine)
+		if mine < MaxPendingPerKey {
+			msg = fmt.Sprintf("%d actions are waiting for approval, the most the daemon holds; retry later", total)
+		}
+		ev := s.auditEvent(kindApproval, c, r)
+		ev.Decision, ev.Rule, ev.Reason = "deny", d.Rule, "refused: "+msg
+		if err := s.record(ctx, ev); err != nil {
+			return err
+		}
+		return &RateError{Msg: msg, RetryAfter: pendingRetry}
+	}
 	s.approvals.pending[p.a.ID] = p
 	s.approvals.mu.Unlock()
 	s.log.Info("action waits for approval", "approval", p.a.ID, "sandbox_id", r.Sandbox, "rule", d.Rule)

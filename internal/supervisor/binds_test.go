@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 // TestCommandsBindCodeExecs: a non-empty commands allowlist applies to
@@ -82,5 +83,43 @@ reason = "execs here get at most 2 s"
 	}
 	if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"echo"}, Timeout: 2 * time.Second}); err != nil {
 		t.Fatalf("a 2 s exec: %v", err)
+	}
+}
+
+// TestPendingApprovalsCap: one key may have at most MaxPendingPerKey
+// actions waiting for a person; more are refused at once (the security
+// review's F9 parked 300 from one key, hiding one among decoys).
+func TestPendingApprovalsCap(t *testing.T) {
+	sup, _, _ := guardFixture(t, guardPolicy)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := Caller{KeyID: "key-flood", Rate: store.RateLimits{MaxInFlight: 100}}
+	in, err := sup.Create(ctx, c, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 30)
+	for i := 0; i < 30; i++ {
+		go func() {
+			_, err := sup.Exec(ctx, c, in.ID, ExecRequest{Argv: []string{"echo", "please"}})
+			errs <- err
+		}()
+	}
+	limited := 0
+	for deadline := time.After(5 * time.Second); limited < 30-MaxPendingPerKey; {
+		select {
+		case err := <-errs:
+			var re *RateError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), "waiting for approval") {
+				t.Fatalf("an exec past the pending cap: %v", err)
+			}
+			limited++
+		case <-deadline:
+			t.Fatalf("%d execs refused; want %d of 30 past the cap of %d pending approvals", limited, 30-MaxPendingPerKey, MaxPendingPerKey)
+		}
+	}
+	list, _ := sup.Approvals(ctx, operator)
+	if len(list) != MaxPendingPerKey {
+		t.Fatalf("%d approvals listed, want %d", len(list), MaxPendingPerKey)
 	}
 }
