@@ -247,7 +247,7 @@ func (g *runGuard) check(ctx context.Context, driver string, spec sandbox.Spec, 
 	}
 	limits := spec.Limits
 	for _, r := range []policy.Request{
-		{Action: policy.ActionCreate, Driver: driver, Limits: &limits, Mounts: mounts, Key: "cli"},
+		{Action: policy.ActionCreate, Driver: driver, Limits: &limits, Mounts: mounts, Network: &spec.Network, Key: "cli"},
 		{Action: policy.ActionExec, Driver: driver, Argv: argv, Key: "cli"},
 	} {
 		d, err := g.pol.Decide(ctx, r)
@@ -269,6 +269,20 @@ func (g *runGuard) check(ctx context.Context, driver string, spec sandbox.Spec, 
 		}
 	}
 	return nil
+}
+
+// egress is the policy's decision on one request through the egress proxy
+// (egress.Options.Policy): action "egress" of the key "cli". Nobody can
+// approve here, so ask denies.
+func (g *runGuard) egress(ctx context.Context, _, host string, port int) (bool, string, string) {
+	d, err := g.pol.Decide(ctx, policy.Request{Action: policy.ActionEgress, Host: host, Port: port, Key: "cli"})
+	switch {
+	case err != nil:
+		return false, d.Rule, "the policy could not be evaluated"
+	case d.Verdict == policy.Ask:
+		return false, d.Rule, d.Reason + " (needs a person's approval; the one-shot CLI has no approver)"
+	}
+	return d.Verdict == policy.Allow, d.Rule, d.Reason
 }
 
 // created records the sandbox's creation and returns writers that mask

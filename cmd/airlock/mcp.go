@@ -16,12 +16,13 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
 type mcpFlags struct {
-	stateDir, config string
+	stateDir, config, policy string
 }
 
 func newMCPCmd() *cobra.Command {
@@ -49,6 +50,7 @@ Add it to an MCP client as the command: airlock mcp`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.stateDir, "state-dir", "", "registry directory of the embedded supervisor (default $XDG_STATE_HOME/airlock/mcp, or /var/lib/airlock/mcp as root)")
 	fl.StringVar(&f.config, "config", "", "TOML configuration of the embedded supervisor (templates; see docs/daemon.md)")
+	fl.StringVar(&f.policy, "policy", "", "policy file of the embedded supervisor (TOML, see examples/policies); without one the safe defaults apply. Nobody can approve here: ask denies")
 	return cmd
 }
 
@@ -153,13 +155,26 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 		return nil, nil, err
 	}
 	cleanups = append(cleanups, func() { _ = st.Close() })
-	// As in serve: the egress proxy runs in this process; secrets stay here.
-	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(cfg.Egress.ProxyOptions(log))})
+	pol := policy.Default()
+	if f.policy != "" {
+		if pol, err = policy.Load(f.policy); err != nil {
+			done()
+			return nil, nil, err
+		}
+	}
+	// As in serve: the egress proxy runs in this process; secrets stay
+	// here; the policy decides each request.
+	var sup *supervisor.Supervisor
+	popts := cfg.Egress.ProxyOptions(log)
+	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
+		return sup.EgressDecision(ctx, id, host, port)
+	}
+	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
-	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log})
+	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true})
 	if err != nil {
 		done()
 		return nil, nil, err

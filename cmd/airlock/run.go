@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -122,7 +123,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := newDriver(f.driver, driverOptions{})
+	drv, err := newDriver(f.driver, driverOptions{egress: egress.New(egress.Options{Policy: guard.egress})})
 	if err != nil {
 		return fail(err)
 	}

@@ -96,6 +96,12 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 			}
 		}()
 	}
+	// The policy decides each egress request too; the supervisor, made
+	// below, knows whose sandbox asks.
+	var sup *supervisor.Supervisor
+	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
+		return sup.EgressDecision(ctx, id, host, port)
+	}
 	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
 	if err != nil {
 		return err
@@ -105,7 +111,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sup, err := supervisor.New(supervisor.Options{
+	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,
 	})

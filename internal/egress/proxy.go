@@ -115,6 +115,11 @@ type Options struct {
 	// Decided, when set, is told every logged decision (the daemon writes
 	// them to its audit log). It must not block for long.
 	Decided func(sandboxID, host, ip, rule, reason string, allow bool)
+	// Policy, when set, decides every request the sandbox's own rules let
+	// through, before anything is resolved: the daemon's policy (its
+	// [network] section and its rules on action "egress"). A refusal is a
+	// 403 naming "policy " + rule, with reason as the body's reason.
+	Policy func(ctx context.Context, sandboxID, host string, port int) (allow bool, rule, reason string)
 }
 
 // Proxy is the egress proxy shared by all sandboxes of one process.
@@ -339,6 +344,13 @@ func (s *Sandbox) admit(d *decision) bool {
 	if !d.v.Allow {
 		d.status = http.StatusForbidden
 		return false
+	}
+	if f := s.p.opts.Policy; f != nil {
+		if ok, rule, reason := f(s.ctx, s.id, d.host, d.port); !ok {
+			d.v = Verdict{Rule: "policy " + rule}
+			d.status, d.reason = http.StatusForbidden, reason
+			return false
+		}
 	}
 	return true
 }

@@ -61,7 +61,8 @@ const (
 //	code     string               the program text of a code exec
 //	language string               its language ("python", "bash", "sh")
 //	path     string               the file written or deleted
-//	host     string               the host of an egress request
+//	host     string               the host of an egress request (a name or an IP literal)
+//	port     int                  its port
 //	key      string               the id of the API key that asked
 //	labels   map(string, string)  the key's or sandbox's labels
 //	limits   map(string, double)  a create's limits: memory_bytes, cpus, pids, timeout_seconds,
@@ -72,23 +73,27 @@ const (
 // Reading a missing map key is an error in CEL, and a rule that fails to
 // evaluate denies: test for a label first ("team" in labels && ...).
 type Request struct {
-	Action   Action            `json:"action"`
-	Sandbox  string            `json:"sandbox,omitempty"`
-	Template string            `json:"template,omitempty"`
-	Driver   string            `json:"driver,omitempty"`
-	Argv     []string          `json:"argv,omitempty"`
-	Code     string            `json:"code,omitempty"`
-	Language string            `json:"language,omitempty"`
-	Path     string            `json:"path,omitempty"`
-	Host     string            `json:"host,omitempty"`
-	Key      string            `json:"key,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
+	Action   Action   `json:"action"`
+	Sandbox  string   `json:"sandbox,omitempty"`
+	Template string   `json:"template,omitempty"`
+	Driver   string   `json:"driver,omitempty"`
+	Argv     []string `json:"argv,omitempty"`
+	Code     string   `json:"code,omitempty"`
+	Language string   `json:"language,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	Host     string   `json:"host,omitempty"`
+	// Port is the port of an egress request.
+	Port   int               `json:"port,omitempty"`
+	Key    string            `json:"key,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// Limits are a create's limits (the template's, narrowed by the
 	// request), or an exec's timeout (Timeout; zero for a background
 	// process without one).
 	Limits *sandbox.Limits `json:"limits,omitempty"`
 	// Mounts are a create's host mounts, as "HOST:PATH[:ro|:rw]".
 	Mounts []string `json:"mounts,omitempty"`
+	// Network is a create's network (the template's, or what it asks for).
+	Network *sandbox.Network `json:"network,omitempty"`
 }
 
 // Verdict is a Decision's outcome.
@@ -155,21 +160,15 @@ type File struct {
 	// Mounts are the host mounts a create may ask for: "HOST:PATH:ro" or
 	// "HOST:PATH:rw" (an rw entry also allows ro). Empty allows any.
 	Mounts []string `toml:"mounts"`
-	// Network is carried for the egress proxy.
-	Network  Network  `toml:"network"`
+	// Network, when set, bounds every sandbox's egress (see Network); nil
+	// leaves it to the templates.
+	Network  *Network `toml:"network"`
 	Ceilings Ceilings `toml:"ceilings"`
 	Checks   Checks   `toml:"checks"`
 	Rules    []Rule   `toml:"rule"`
 	Approval Approval `toml:"approval"`
 	Webhook  Webhook  `toml:"webhook"`
 	Redact   Redact   `toml:"redact"`
-}
-
-// Network is the egress allowlist: hosts ("example.com", "*.pypi.org",
-// "api.example.com:443"). Empty means no egress.
-type Network struct {
-	Allow []string `toml:"allow"`
-	Deny  []string `toml:"deny"`
 }
 
 // Ceilings bound a create's limits. Zero fields bound nothing. Sizes are
@@ -267,6 +266,9 @@ func New(f File) (*Policy, error) {
 	if err := f.Checks.validate(); err != nil {
 		return nil, err
 	}
+	if err := f.Network.check(); err != nil {
+		return nil, err
+	}
 	p := &Policy{f: f, approvalTimeout: 5 * time.Minute}
 	if f.Approval.Timeout != "" {
 		d, err := time.ParseDuration(f.Approval.Timeout)
@@ -325,9 +327,6 @@ func New(f File) (*Policy, error) {
 	return p, nil
 }
 
-// Network returns the egress allowlist, for the egress proxy.
-func (p *Policy) Network() Network { return p.f.Network }
-
 // Redactor masks the secrets the policy names; nil when it names none.
 func (p *Policy) Redactor() *Redactor { return p.redactor }
 
@@ -364,7 +363,11 @@ func (p *Policy) Decide(ctx context.Context, r Request) (Decision, error) {
 			consider(Decision{Verdict: c.Decision, Rule: "rule:" + c.Name, Reason: reason})
 		}
 	}
-	for _, f := range Verify(r, p.f.Network) {
+	var network Network
+	if p.f.Network != nil {
+		network = *p.f.Network
+	}
+	for _, f := range Verify(r, network) {
 		v := p.f.Checks.verdict(f.Check)
 		if v == "" {
 			continue
@@ -430,9 +433,16 @@ func (p *Policy) static(r Request) []Decision {
 			}
 		}
 	}
-	if r.Action == ActionEgress && r.Host != "" {
-		if hostIn(f.Network.Deny, r.Host) || !hostIn(f.Network.Allow, r.Host) {
-			deny("network", "host %q is not on the policy's network allowlist", r.Host)
+	if n := f.Network; n != nil {
+		switch {
+		case r.Action == ActionCreate && r.Network != nil:
+			if wide := n.wider(*r.Network); len(wide) > 0 {
+				deny("network", "the sandbox's network allows %s, which the policy's [network] does not; ask for a network within it (allowed: %s)", strings.Join(wide, ", "), strings.Join(n.Allow, ", "))
+			}
+		case r.Action == ActionEgress:
+			if why := n.egress(r.Host, r.Port); why != "" {
+				deny("network", "%s", why)
+			}
 		}
 	}
 	return out
@@ -469,7 +479,7 @@ func (r Request) vars() map[string]any {
 	}
 	return map[string]any{
 		"action": string(r.Action), "sandbox": r.Sandbox, "template": r.Template, "driver": r.Driver,
-		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host,
+		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port),
 		"key": r.Key, "labels": labels, "limits": limits,
 	}
 }
@@ -485,6 +495,7 @@ func celEnv() (*cel.Env, error) {
 		cel.Variable("language", cel.StringType),
 		cel.Variable("path", cel.StringType),
 		cel.Variable("host", cel.StringType),
+		cel.Variable("port", cel.IntType),
 		cel.Variable("key", cel.StringType),
 		cel.Variable("labels", cel.MapType(cel.StringType, cel.StringType)),
 		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -140,7 +141,7 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 		return refuse("report mode")
 	}
 	for _, h := range req.AllowHosts {
-		if !covered(h, t.Network.AllowHosts) {
+		if !sandbox.PatternCovered(h, t.Network.AllowHosts) {
 			return refuse(fmt.Sprintf("allow host %q", h))
 		}
 	}
@@ -151,27 +152,6 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 	}
 	req.Deny = append(slices.Clone(req.Deny), t.Network.Deny...)
 	return req, nil
-}
-
-// covered reports whether host pattern p allows nothing that one of the
-// patterns in ceiling does not.
-func covered(p string, ceiling []string) bool {
-	name, port, err := sandbox.ParseHostPattern(p)
-	if err != nil {
-		return false
-	}
-	for _, c := range ceiling {
-		cname, cport, err := sandbox.ParseHostPattern(c)
-		if err != nil {
-			continue
-		}
-		portOK := cport == port || (cport == 0 && (port == 80 || port == 443))
-		nameOK := cname == name || (strings.HasPrefix(cname, "*.") && strings.HasSuffix(name, cname[1:]))
-		if portOK && nameOK {
-			return true
-		}
-	}
-	return false
 }
 
 // Egress says what sandbox id did through the egress proxy.
@@ -197,4 +177,35 @@ func (n TemplateNetwork) check() error {
 		Mode: sandbox.NetworkMode(n.Mode), AllowHosts: n.AllowHosts, AllowAddresses: n.AllowAddresses,
 		Deny: n.Deny, Report: n.Report,
 	}.Validate()
+}
+
+// EgressDecision is the policy's decision on a request of sandbox id to
+// host (a name or an IP literal) and port through the egress proxy: the
+// proxy's egress.Options.Policy. The policy sees it as action "egress" of
+// the sandbox's owner. An egress request cannot wait for a person, so a
+// verdict of ask denies it; a sandbox that is not live is denied.
+func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port int) (allow bool, rule, reason string) {
+	s.mu.Lock()
+	l := s.live[id]
+	var owner string
+	if l != nil {
+		owner = l.owner
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return false, "unknown-sandbox", "the sandbox is not live"
+	}
+	r := l.request(policy.Request{Action: policy.ActionEgress, Host: host, Port: port, Key: owner})
+	d, err := s.policy.Decide(ctx, r)
+	if err != nil {
+		s.log.Error("policy evaluation failed; denying egress", "sandbox_id", id, "err", err)
+		return false, d.Rule, "the policy could not be evaluated"
+	}
+	switch d.Verdict {
+	case policy.Allow:
+		return true, d.Rule, d.Reason
+	case policy.Ask:
+		return false, d.Rule, d.Reason + " (an egress request cannot wait for a person's approval, so asking denies it)"
+	}
+	return false, d.Rule, d.Reason
 }

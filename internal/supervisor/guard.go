@@ -72,6 +72,10 @@ func (s *Supervisor) decide(ctx context.Context, c Caller, r policy.Request) err
 	case policy.Allow:
 		return nil
 	case policy.Ask:
+		if s.opts.NoApprover {
+			d.Verdict, d.Reason = policy.Deny, d.Reason+" (needs a person's approval, and nobody can approve here: run it through `airlock serve`)"
+			return &policy.Denied{Decision: d}
+		}
 		return s.ask(ctx, c, r, d)
 	}
 	return &policy.Denied{Decision: d}

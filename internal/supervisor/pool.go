@@ -150,6 +150,7 @@ func (s *Supervisor) fill(p *pool) {
 // createPooled makes one unowned sandbox of t.
 func (s *Supervisor) createPooled(t Template) (string, error) {
 	spec := t.spec()
+	s.policy.NarrowNetwork(&spec.Network)
 	now := s.opts.Now()
 	rec := store.Sandbox{
 		ID: newID(), Template: t.Name, Driver: t.Driver, Spec: spec,

@@ -71,6 +71,9 @@ type Options struct {
 	Policy *policy.Policy
 	// Audit records every action. Nil records nothing.
 	Audit *audit.Log
+	// NoApprover says nobody can decide approvals (the one-user supervisor
+	// of stdio MCP): a verdict of ask denies at once instead of waiting.
+	NoApprover bool
 }
 
 // Caller is who asks: the key's id, whether it is an operator, its quota
@@ -269,9 +272,10 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		}
 		idle = req.IdleTimeout
 	}
-	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: t.Driver, Limits: &spec.Limits}); err != nil {
+	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: t.Driver, Limits: &spec.Limits, Network: &spec.Network}); err != nil {
 		return Info{}, err
 	}
+	s.policy.NarrowNetwork(&spec.Network)
 	if p := s.pools[name]; p != nil {
 		if claimable(t, req) {
 			info, ok, err := s.claim(c, p, ttl, idle)
