@@ -64,14 +64,13 @@ const (
 //	host     string               the host of an egress request (a name or an IP literal)
 //	port     int                  its port
 //	key      string               the id of the API key that asked
-//	labels   map(string, string)  the key's or sandbox's labels
 //	limits   map(string, double)  a create's limits: memory_bytes, cpus, pids, timeout_seconds,
 //	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files;
 //	                              on exec, timeout_seconds is the command's wall-time limit (0 for a
 //	                              background process that has none) and the others are 0
 //
-// Reading a missing map key is an error in CEL, and a rule that fails to
-// evaluate denies: test for a label first ("team" in labels && ...).
+// A rule that fails to evaluate (an index past the end of argv, say)
+// denies.
 type Request struct {
 	Action   Action   `json:"action"`
 	Sandbox  string   `json:"sandbox,omitempty"`
@@ -83,9 +82,8 @@ type Request struct {
 	Path     string   `json:"path,omitempty"`
 	Host     string   `json:"host,omitempty"`
 	// Port is the port of an egress request.
-	Port   int               `json:"port,omitempty"`
-	Key    string            `json:"key,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
+	Port int    `json:"port,omitempty"`
+	Key  string `json:"key,omitempty"`
 	// Limits are a create's limits (the template's, narrowed by the
 	// request), or an exec's timeout (Timeout; zero for a background
 	// process without one).
@@ -297,6 +295,9 @@ func New(f File) (*Policy, error) {
 		}
 		ast, iss := env.Compile(r.When)
 		if iss.Err() != nil {
+			if strings.Contains(iss.Err().Error(), "'labels'") {
+				return nil, fmt.Errorf("rule %q: labels are not available (keys and sandboxes carry none), so this rule could never match: %w", r.Name, iss.Err())
+			}
 			return nil, fmt.Errorf("rule %q: %w", r.Name, iss.Err())
 		}
 		if ast.OutputType() != cel.BoolType {
@@ -469,10 +470,6 @@ func (r Request) vars() map[string]any {
 		"disk_bytes": float64(l.DiskBytes), "tmp_bytes": float64(l.TmpBytes),
 		"output_bytes": float64(l.OutputBytes), "open_files": float64(l.OpenFiles),
 	}
-	labels := r.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
 	argv := r.Argv
 	if argv == nil {
 		argv = []string{}
@@ -480,7 +477,7 @@ func (r Request) vars() map[string]any {
 	return map[string]any{
 		"action": string(r.Action), "sandbox": r.Sandbox, "template": r.Template, "driver": r.Driver,
 		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port),
-		"key": r.Key, "labels": labels, "limits": limits,
+		"key": r.Key, "limits": limits,
 	}
 }
 
@@ -497,7 +494,6 @@ func celEnv() (*cel.Env, error) {
 		cel.Variable("host", cel.StringType),
 		cel.Variable("port", cel.IntType),
 		cel.Variable("key", cel.StringType),
-		cel.Variable("labels", cel.MapType(cel.StringType, cel.StringType)),
 		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),
 	)
 }
