@@ -489,6 +489,11 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	if !s.admit(d) {
 		return !req.Close && drain(req)
 	}
+	secrets := s.secretsFor(d.host)
+	if len(secrets) > 0 && !secretMethods[req.Method] {
+		d.refuse(http.StatusForbidden, "secret-method", fmt.Sprintf("%s requests are not sent to %s, which gets an injected secret (a server may reflect them); use GET, HEAD, POST, PUT, PATCH or DELETE", req.Method, d.host))
+		return !req.Close && drain(req)
+	}
 	up, ok := s.connectUpstream(d)
 	if !ok {
 		return !req.Close && drain(req)
@@ -499,10 +504,8 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
-	for _, sec := range s.p.opts.Secrets {
-		if sec.Host == d.host {
-			req.Header.Set(sec.Header, string(sec.Value))
-		}
+	for _, sec := range secrets {
+		req.Header.Set(sec.Header, string(sec.Value))
 	}
 	req.Host = req.URL.Host
 	req.Close = true // one upstream connection per request
@@ -523,6 +526,7 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
+	maskSecrets(resp.Header, secrets)
 	// Whether the client's connection stays open is the client's business
 	// (and Write's, for bodies of unknown length), not upstream's.
 	resp.Close = clientClose
@@ -538,6 +542,46 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 		return false
 	}
 	return !resp.Close
+}
+
+// secretMethods are the methods a request may have to get an injected
+// secret: those whose answers do not reflect the request by definition.
+// TRACE (which echoes the request, headers included), OPTIONS and methods
+// of unknown meaning are refused to hosts with a secret instead.
+var secretMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
+}
+
+// secretsFor returns the secrets injected into requests to host.
+func (s *Sandbox) secretsFor(host string) []Secret {
+	var out []Secret
+	for _, sec := range s.p.opts.Secrets {
+		if sec.Host == host {
+			out = append(out, sec)
+		}
+	}
+	return out
+}
+
+// maskSecrets replaces the secrets' values wherever they appear in the
+// headers of an answer. (Bodies are passed on as they are: a server that
+// echoes its request in a body can still hand the secret back; the README
+// says so.)
+func maskSecrets(h http.Header, secrets []Secret) {
+	for _, sec := range secrets {
+		v := string(sec.Value)
+		if v == "" {
+			continue
+		}
+		for name, vals := range h {
+			for i, x := range vals {
+				if strings.Contains(x, v) {
+					h[name][i] = strings.ReplaceAll(x, v, "[REDACTED]")
+				}
+			}
+		}
+	}
 }
 
 // copyBuffer is the size of the buffers bodies are copied with: fewer,

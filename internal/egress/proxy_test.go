@@ -123,6 +123,15 @@ func startServer(t *testing.T, ip string) *server {
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
 		s.auth.Store(r.Header.Get("Authorization"))
+		switch {
+		case r.Method == "TRACE": // RFC 9110: the request, reflected
+			w.Header().Set("Content-Type", "message/http")
+			fmt.Fprintf(w, "TRACE %s HTTP/1.1\r\n", r.URL.RequestURI())
+			r.Header.Write(w)
+			return
+		case r.URL.Path == "/reflect-header":
+			w.Header().Set("X-Echo", "you sent "+r.Header.Get("Authorization"))
+		}
 		if r.URL.Path == "/big" {
 			w.Write(big)
 			return
@@ -515,5 +524,47 @@ func TestDialerControl(t *testing.T) {
 		if (err == nil) != tt.allow {
 			t.Errorf("control(%s) = %v, want allow=%v", tt.addr, err, tt.allow)
 		}
+	}
+}
+
+// TestSecretNotReflected: an injected secret goes only with methods that
+// do not reflect the request (TRACE echoes it back: the security review's
+// F12 read the secret inside the sandbox that way), and it is masked in the
+// headers of the answer.
+func TestSecretNotReflected(t *testing.T) {
+	const secret = "Bearer s3cret-value"
+	f := newFixture(t, Limits{}, []Secret{{Host: "allowed.test", Header: "Authorization", Value: secret}}, nil)
+	u := fmt.Sprintf("http://allowed.test:%d/trace", f.a.addr.Port())
+	for _, method := range []string{"TRACE", "TRACK", "OPTIONS", "PROPFIND"} {
+		hits := f.a.hits.Load()
+		req, _ := http.NewRequest(method, u, nil)
+		resp, err := f.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "s3cret") || resp.StatusCode != http.StatusForbidden || f.a.hits.Load() != hits {
+			t.Fatalf("%s to a host with an injected secret: %d %q (forwarded: %v)", method, resp.StatusCode, body, f.a.hits.Load() != hits)
+		}
+	}
+	// A method that goes gets the secret; the answer's headers do not carry it back.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://allowed.test:%d/reflect-header", f.a.addr.Port()), nil)
+	resp, err := f.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := f.a.auth.Load(); got != secret {
+		t.Fatalf("GET did not get the secret: %q", got)
+	}
+	if h := resp.Header.Get("X-Echo"); strings.Contains(h, "s3cret") || !strings.Contains(h, "[REDACTED]") {
+		t.Fatalf("the answer's header carried the secret back: %q", h)
+	}
+	// Other hosts are not limited.
+	req, _ = http.NewRequest("OPTIONS", fmt.Sprintf("http://%s/", f.a.addr), nil)
+	if resp, err := f.client().Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("OPTIONS to a host without a secret: %v %v", resp, err)
 	}
 }

@@ -37,7 +37,7 @@ type TemplateNetwork struct {
 //	max_conns = 32             # concurrent connections per sandbox
 //	max_bytes = "1G"           # per sandbox, both directions
 //
-//	[[egress.secret]]          # added to plain-HTTP requests only
+//	[[egress.secret]]          # added to plain-HTTP GET, HEAD, POST, PUT, PATCH and DELETE only
 //	host = "api.example.com"
 //	header = "Authorization"
 //	value = "Bearer ..."
