@@ -392,7 +392,10 @@ func (s *Sandbox) connectUpstream(d *decision) (net.Conn, bool) {
 	nameVerdict := d.v
 	var denied *Verdict
 	for _, ip := range ips {
-		ap := netip.AddrPortFrom(ip, uint16(d.port))
+		// A resolver answers ::ffff:a.b.c.d for names in /etc/hosts: the
+		// address is a.b.c.d, for allow-address and for the blocks alike
+		// (the embedded address is checked either way).
+		ap := netip.AddrPortFrom(ip.Unmap(), uint16(d.port))
 		v := s.rules.checkAddr(ap)
 		d.ip = ap.Addr().String()
 		if !v.Allow {

@@ -172,6 +172,7 @@ func newFixture(t *testing.T, lim Limits, secrets []Secret, edit func(n *sandbox
 		"metadata.test": one("169.254.169.254"),
 		"private.test":  one("10.0.0.1"),
 		"mapped.test":   one("::ffff:127.0.0.1"),
+		"mapped-b.test": one("::ffff:127.0.0.2"),
 		"nat64.test":    one("64:ff9b::7f00:1"),
 		"ula.test":      one("fd00:ec2::254"),
 		"multi.test":    one("10.0.0.1", "127.0.0.1"),
@@ -182,7 +183,7 @@ func newFixture(t *testing.T, lim Limits, secrets []Secret, edit func(n *sandbox
 		AllowHosts: []string{
 			fmt.Sprintf("allowed.test:%d", a.Port()), fmt.Sprintf("*.allowed.test:%d", a.Port()),
 			fmt.Sprintf("b.test:%d", b.Port()), fmt.Sprintf("rebind.test:%d", a.Port()), fmt.Sprintf("rebind.test:%d", b.Port()),
-			"metadata.test", "private.test", fmt.Sprintf("mapped.test:%d", a.Port()), "nat64.test", "ula.test",
+			"metadata.test", "private.test", fmt.Sprintf("mapped.test:%d", a.Port()), fmt.Sprintf("mapped-b.test:%d", b.Port()), "nat64.test", "ula.test",
 			fmt.Sprintf("multi.test:%d", a.Port()), "denied.allowed.test:" + fmt.Sprint(a.Port()),
 		},
 		AllowAddresses: []string{a.String()},
@@ -287,7 +288,10 @@ func TestProxyRules(t *testing.T) {
 		{name: "short", url: fmt.Sprintf("http://127.2:%d/", b.Port()), status: 403, contains: "ip-literal 127.0.0.2"},
 		{name: "short of allowed is allowed address", url: fmt.Sprintf("http://127.1:%d/", a.Port()), status: 200},
 		{name: "mapped literal", url: fmt.Sprintf("http://[::ffff:127.0.0.2]:%d/", b.Port()), status: 403, contains: "ip-literal"},
-		{name: "mapped answer", url: fmt.Sprintf("http://mapped.test:%d/", a.Port()), status: 403, contains: "blocked ipv4-mapped (embeds 127.0.0.1: loopback)"},
+		// Go's resolver answers ::ffff:a.b.c.d for names in /etc/hosts: the
+		// address is the IPv4 one, for allow-address and for the blocks.
+		{name: "mapped answer of an allowed address", url: fmt.Sprintf("http://mapped.test:%d/", a.Port()), status: 200, contains: "hello from " + a.String()},
+		{name: "mapped answer of another address", url: fmt.Sprintf("http://mapped-b.test:%d/", b.Port()), status: 403, contains: `"blocked loopback"`},
 		{name: "metadata name", url: "http://metadata.test/", status: 403, contains: "blocked metadata"},
 		{name: "metadata literal", url: "http://169.254.169.254/latest/meta-data/", status: 403, contains: "ip-literal"},
 		{name: "metadata decimal", url: "http://2852039166/", status: 403, contains: "ip-literal 169.254.169.254"},
