@@ -249,7 +249,8 @@ func (s *Sandbox) untrack(c net.Conn) {
 // then closes it.
 func (s *Sandbox) ServeConn(c net.Conn) {
 	defer c.Close()
-	br := bufio.NewReader(c)
+	cr := &connReader{r: c}
+	br := bufio.NewReader(cr)
 	if !s.track(c) {
 		// Answer the first request so that the client learns why.
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -265,6 +266,12 @@ func (s *Sandbox) ServeConn(c net.Conn) {
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute))
 		req, err := http.ReadRequest(br)
 		if err != nil {
+			if cr.err == nil { // the bytes came, and do not parse
+				_ = c.SetReadDeadline(time.Time{})
+				d := &decision{malformed: true}
+				d.refuse(http.StatusBadRequest, "bad-request", "the request does not parse as HTTP/1.1: send one request line with an absolute http:// URL (or CONNECT host:port) and one Host header")
+				s.finish(d, c)
+			}
 			return
 		}
 		_ = c.SetReadDeadline(time.Time{})
@@ -278,8 +285,25 @@ func (s *Sandbox) ServeConn(c net.Conn) {
 	}
 }
 
+// connReader remembers the error of the connection it reads, so that a
+// request that does not parse can be told from a connection that broke.
+type connReader struct {
+	r   io.Reader
+	err error
+}
+
+func (c *connReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
 // decision is one request's outcome, logged once.
 type decision struct {
+	// malformed: the request did not parse; there is no method or host.
+	malformed    bool
 	method, host string
 	port         int
 	ip           string
@@ -670,6 +694,12 @@ func (s *Sandbox) sampleLimit(rule string) (suppressed int64, log bool) {
 // writeRefusal answers the client with a short body that names the rule.
 // It never carries internal error text.
 func writeRefusal(c net.Conn, d *decision) {
+	if d.malformed {
+		body := "airlock egress: malformed request: " + d.reason + "\n"
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nX-Airlock-Egress-Rule: %s\r\n\r\n%s",
+			d.status, http.StatusText(d.status), len(body), strconv.Quote(d.v.Rule), body)
+		return
+	}
 	body := fmt.Sprintf("airlock egress: %s %s:%d refused", d.method, d.host, d.port)
 	if d.v.Rule != "" {
 		body += " by rule " + strconv.Quote(d.v.Rule)

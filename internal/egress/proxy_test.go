@@ -572,3 +572,33 @@ func TestSecretNotReflected(t *testing.T) {
 		t.Fatalf("OPTIONS to a host without a secret: %v %v", resp, err)
 	}
 }
+
+// TestMalformedRequests: a request the proxy cannot parse gets a 400 that
+// says so, not a closed socket, and the decision is logged.
+func TestMalformedRequests(t *testing.T) {
+	f := newFixture(t, Limits{}, nil, nil)
+	for name, raw := range map[string]string{
+		"bad host":       "GET http://127.0.0.1%2e:17180/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+		"bad port":       "CONNECT 127.0.0.1:-1 HTTP/1.1\r\nHost: 127.0.0.1:-1\r\n\r\n",
+		"duplicate Host": "GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nHost: evil.test\r\n\r\n",
+		"HTTP/0.9":       "GET /\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", f.url.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(c, raw)
+		got, _ := io.ReadAll(c)
+		c.Close()
+		if !strings.HasPrefix(string(got), "HTTP/1.1 400 ") || !strings.Contains(string(got), "airlock egress: malformed request") {
+			t.Errorf("%s: got %q, want a 400 that names the problem", name, got)
+		}
+	}
+	if f.a.hits.Load() != 0 {
+		t.Fatal("a malformed request reached the server")
+	}
+	if logs := f.logs.waitFor(`"rule":"bad-request"`); !strings.Contains(logs, `"rule":"bad-request"`) {
+		t.Fatalf("no decision logged:\n%s", logs)
+	}
+}
