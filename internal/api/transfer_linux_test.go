@@ -99,3 +99,24 @@ func TestArchiveDownloadStreams(t *testing.T) {
 		t.Fatalf("the daemon held %d MiB during the download of a %d MiB file: it buffers instead of streaming", grew>>20, size>>20)
 	}
 }
+
+// TestFileErrorsClassified: a write past the sandbox's disk is 507 limit,
+// and a write to its read-only root 403, not 500 internal.
+func TestFileErrorsClassified(t *testing.T) {
+	e := nativeEnv(t, envOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := e.agent()
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Limits: client.Limits{DiskBytes: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.WriteFile(ctx, sb.ID, "/workspace/big", strings.NewReader(strings.Repeat("x", 12<<20)), 0o644)
+	apiError(t, err, 507, "limit")
+	for _, p := range []string{"/usr/bin/evil", "/etc/passwd"} {
+		err = c.WriteFile(ctx, sb.ID, p, strings.NewReader("x"), 0o644)
+		apiError(t, err, 403, "permission_denied")
+	}
+	err = c.Mkdir(ctx, sb.ID, "/usr/x", 0o755)
+	apiError(t, err, 403, "permission_denied")
+}
