@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // TestUnenforceableRefused: what the daemon cannot enforce is refused when
@@ -72,5 +74,23 @@ func TestExamplePoliciesDoWhatTheySay(t *testing.T) {
 		if err != nil || d.Verdict != tc.verdict {
 			t.Errorf("%s: %+v %v, want %s", tc.name, d, err, tc.verdict)
 		}
+	}
+}
+
+// TestCeilingSizes: ceilings are read by the one size parser
+// (sandbox.ParseSize), which refuses what is not a size.
+func TestCeilingSizes(t *testing.T) {
+	for _, bad := range []string{"inf", "nan", "-1G", "Infinity", "1e30", "lots"} {
+		if _, err := New(File{Ceilings: Ceilings{Memory: bad}}); err == nil {
+			t.Errorf("ceiling memory %q accepted", bad)
+		}
+	}
+	p, err := New(File{Ceilings: Ceilings{Memory: "1.5g", Disk: "512MiB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := p.Decide(context.Background(), Request{Action: ActionCreate, Limits: &sandbox.Limits{MemoryBytes: 1536 << 20, DiskBytes: 512<<20 + 1}})
+	if d.Verdict != Deny || d.Rule != "ceiling:disk" {
+		t.Errorf("512MiB disk ceiling: %+v", d)
 	}
 }

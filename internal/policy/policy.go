@@ -598,7 +598,7 @@ func (c Ceilings) compile() ([]ceiling, error) {
 		if s == "" {
 			return nil
 		}
-		n, err := parseSize(s)
+		n, err := sandbox.ParseSize(s)
 		if err != nil {
 			return fmt.Errorf("ceiling %s: %w", name, err)
 		}
@@ -639,31 +639,4 @@ func (c Ceilings) compile() ([]ceiling, error) {
 	num("pids", float64(c.Pids), func(l sandbox.Limits) float64 { return float64(l.Pids) })
 	num("open_files", float64(c.OpenFiles), func(l sandbox.Limits) float64 { return float64(l.OpenFiles) })
 	return out, nil
-}
-
-// parseSize reads "512M", "1G", "4096" (bytes; K, M, G, T are powers of 1024).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B")
-	t = strings.TrimSuffix(t, "I")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: use bytes or a suffix K, M, G", s)
-	}
-	return int64(n * float64(mult)), nil
 }
