@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,11 +32,10 @@ func localInfo(in supervisor.Info) SandboxInfo {
 
 // Create makes a sandbox owned by the caller.
 func (l *Local) Create(ctx context.Context, req CreateRequest) (SandboxInfo, error) {
-	env := make([]string, 0, len(req.Env))
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
+	env, err := envList(req.Env)
+	if err != nil {
+		return SandboxInfo{}, err
 	}
-	slices.Sort(env)
 	in, err := l.Sup.Create(ctx, l.Caller, supervisor.CreateRequest{Template: req.Template, TTL: req.TTL, Env: env})
 	if err != nil {
 		return SandboxInfo{}, err
@@ -68,19 +68,35 @@ func (l *Local) SetTimeout(ctx context.Context, id string, d time.Duration) (San
 	return localInfo(in), nil
 }
 
-func (r ExecRequest) supervisor() supervisor.ExecRequest {
-	env := make([]string, 0, len(r.Env))
-	for k, v := range r.Env {
+// envList turns {"K": "V"} into sorted "K=V" entries, refusing names that
+// are empty or hold '=' or NUL and values that hold NUL, as the API does.
+func envList(m map[string]string) ([]string, error) {
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%w: environment variable %q: names cannot be empty or hold '=' or NUL, and values cannot hold NUL", sandbox.ErrInvalid, k)
+		}
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
-	return supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	return env, nil
+}
+
+func (r ExecRequest) supervisor() (supervisor.ExecRequest, error) {
+	env, err := envList(r.Env)
+	if err != nil {
+		return supervisor.ExecRequest{}, err
+	}
+	return supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}, nil
 }
 
 // Exec runs a command to its end.
 func (l *Local) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
 	var out, errb bytes.Buffer
-	sr := req.supervisor()
+	sr, err := req.supervisor()
+	if err != nil {
+		return ExecResult{}, err
+	}
 	sr.Stdout, sr.Stderr = &out, &errb
 	res, err := l.Sup.Exec(ctx, l.Caller, id, sr)
 	if err != nil {
@@ -95,7 +111,11 @@ func localProcess(p supervisor.ProcessInfo) ProcessInfo {
 
 // Start starts a background process.
 func (l *Local) Start(ctx context.Context, id string, req ExecRequest, keepStdin bool) (ProcessInfo, error) {
-	p, err := l.Sup.StartProcess(ctx, l.Caller, id, supervisor.StartRequest{ExecRequest: req.supervisor(), KeepStdinOpen: keepStdin})
+	sr, err := req.supervisor()
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	p, err := l.Sup.StartProcess(ctx, l.Caller, id, supervisor.StartRequest{ExecRequest: sr, KeepStdinOpen: keepStdin})
 	if err != nil {
 		return ProcessInfo{}, err
 	}

@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -260,5 +261,35 @@ func TestLimits(t *testing.T) {
 	res, text, _ := call(t, cs, "run_command", map[string]any{"command": "true"})
 	if !res.IsError || !strings.Contains(text, "too many execs") || !strings.Contains(text, "retry after 5s") {
 		t.Fatalf("second exec at 0.2/s, burst 1: error %v, %q", res.IsError, text)
+	}
+}
+
+// TestEnvValidated: the Local backend refuses an environment variable
+// name holding '=' or NUL, as the API does, instead of turning it into
+// another variable ({"A=B": "C"} set A to "B=C"). The tools check too;
+// this is the backend's own check, for every caller of it.
+func TestEnvValidated(t *testing.T) {
+	sup, _ := nativeSupervisor(t)
+	ctx := context.Background()
+	b := &mcp.Local{Sup: sup, Caller: supervisor.Caller{KeyID: "k1"}}
+	if _, err := b.Create(ctx, mcp.CreateRequest{Env: map[string]string{"A=B": "C"}}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("create with env name A=B: %v", err)
+	}
+	sb, err := b.Create(ctx, mcp.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []map[string]string{{"A=B": "C"}, {"": "x"}, {"A\x00": "x"}, {"A": "x\x00y"}} {
+		r, err := b.Exec(ctx, sb.ID, mcp.ExecRequest{Argv: []string{"sh", "-c", "echo \"A=$A\""}, Env: env})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "environment variable") {
+			t.Errorf("env %q: %q, %v", env, r.Stdout, err)
+		}
+		if _, err := b.Start(ctx, sb.ID, mcp.ExecRequest{Argv: []string{"true"}, Env: env}, false); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("start with env %q: %v", env, err)
+		}
+	}
+	r, err := b.Exec(ctx, sb.ID, mcp.ExecRequest{Argv: []string{"sh", "-c", "echo \"A=$A\""}, Env: map[string]string{"A": "B=C"}})
+	if err != nil || string(r.Stdout) != "A=B=C\n" {
+		t.Fatalf("a value holding '=': %q, %v", r.Stdout, err)
 	}
 }
