@@ -71,6 +71,7 @@ type Server struct {
 	origins map[string]bool
 
 	mcph mcpHandler // /mcp, made on first use (mcp.go)
+	ui   uiState    // the approvals page's sessions (ui.go)
 }
 
 // route is one entry of the routes table.

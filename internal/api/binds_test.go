@@ -3,10 +3,15 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -59,5 +64,32 @@ func TestFourEyesKeyLineage(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("the approved exec: %v", err)
+	}
+}
+
+// TestUIStateBelongsToServer: the approval page's sessions live in their
+// server, so a server that is dropped is freed with them (they were kept
+// in a package-level map keyed by the server, never deleted).
+func TestUIStateBelongsToServer(t *testing.T) {
+	e := startEnv(t, &fake.Driver{}, envOptions{})
+	_, sec, _ := e.st.NewKey("op", store.RoleOperator, store.Quota{}, store.RateLimits{}, time.Now())
+	srv, err := New(Options{Supervisor: e.sup, Store: e.st, ListenAddr: "127.0.0.1:7070"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "http://127.0.0.1:7070/ui/login", strings.NewReader(`{"key":"`+string(sec)+`"}`))
+	r.Header.Set("Origin", "http://127.0.0.1:7070")
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, r)
+	if w.Code != 200 {
+		t.Fatalf("login: %d %s", w.Code, w.Body)
+	}
+	wp := weak.Make(srv)
+	srv = nil
+	for i := 0; i < 5 && wp.Value() != nil; i++ {
+		runtime.GC()
+	}
+	if wp.Value() != nil {
+		t.Fatal("a dropped API server is still reachable: its UI sessions are kept outside it")
 	}
 }

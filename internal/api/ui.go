@@ -44,18 +44,13 @@ type uiSession struct {
 	expires time.Time
 }
 
-// uiState is the web page's sessions.
+// uiState is the web page's sessions, a field of the Server.
 type uiState struct {
 	mu       sync.Mutex
-	sessions map[string]*uiSession
+	sessions map[string]*uiSession // made on the first login
 }
 
-var uiStates sync.Map // *Server → *uiState
-
-func (s *Server) uiState() *uiState {
-	v, _ := uiStates.LoadOrStore(s, &uiState{sessions: map[string]*uiSession{}})
-	return v.(*uiState)
-}
+func (s *Server) uiState() *uiState { return &s.ui }
 
 func randomToken() string {
 	b := make([]byte, 32)
@@ -209,6 +204,9 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) error {
 	if len(st.sessions) >= uiMaxSession {
 		st.mu.Unlock()
 		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "too many open sessions; log out elsewhere or wait"}
+	}
+	if st.sessions == nil {
+		st.sessions = map[string]*uiSession{}
 	}
 	st.sessions[id] = sess
 	st.mu.Unlock()
