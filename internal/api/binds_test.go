@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -91,5 +92,39 @@ func TestUIStateBelongsToServer(t *testing.T) {
 	}
 	if wp.Value() != nil {
 		t.Fatal("a dropped API server is still reachable: its UI sessions are kept outside it")
+	}
+}
+
+// TestApprovalPageShowsControls: an argv with bidi, zero-width and control
+// characters is shown on the approvals page with each of them as a visible
+// escape, as a JSON list, with a warning (the security review's F11 saw
+// U+202E reorder what the operator read).
+func TestApprovalPageShowsControls(t *testing.T) {
+	requireChromium(t)
+	e, _ := startPolicyEnv(t, `
+[[rule]]
+name = "needs-approval"
+when = 'action == "exec" && argv.size() > 1 && argv[1] == "NEEDS-APPROVAL"'
+decision = "ask"
+`)
+	_, agentKey := e.secret(store.RoleAgent)
+	_, opKey := e.secret(store.RoleOperator)
+	agent, _ := client.New(e.url, agentKey)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = agent.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"echo", "NEEDS-APPROVAL", "safe-looking \u202e)\"~ fr- mr\"(metsys.so\u200b\a"}})
+	}()
+	waitPending(t, e, opKey)
+	cmd := exec.Command("node", "controls.mjs", e.url, opKey)
+	cmd.Dir = "webtest"
+	b, err := cmd.CombinedOutput()
+	t.Logf("browser: %s", b)
+	if err != nil {
+		t.Fatalf("browser run failed: %v", err)
 	}
 }
