@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -92,5 +93,45 @@ func TestCeilingSizes(t *testing.T) {
 	d, _ := p.Decide(context.Background(), Request{Action: ActionCreate, Limits: &sandbox.Limits{MemoryBytes: 1536 << 20, DiskBytes: 512<<20 + 1}})
 	if d.Verdict != Deny || d.Rule != "ceiling:disk" {
 		t.Errorf("512MiB disk ceiling: %+v", d)
+	}
+}
+
+// TestRedactionPromise: redaction masks a secret that appears whole on a
+// line, and nothing more; the README says exactly that, and that it is no
+// protection against code that wants to leak the value (the security
+// review's F14 got the value out split across two lines, and reversed).
+func TestRedactionPromise(t *testing.T) {
+	r, err := NewRedactor(nil, []string{`sk-[A-Za-z0-9_-]{20,}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := "sk-" + strings.Repeat("A", 24)
+	for _, tc := range []struct {
+		out    string
+		masked bool
+	}{
+		{secret + "\n", true},
+		{"key=" + secret + " ok\n", true},
+		{"sk-\n" + strings.Repeat("A", 24) + "\n", false},            // split across lines
+		{strings.Repeat("A", 24) + "-ks\n", false},                   // reversed
+		{strings.Join(strings.Split(secret, ""), " ") + "\n", false}, // spaced out
+	} {
+		var b strings.Builder
+		w := r.Writer(&b)
+		w.Write([]byte(tc.out))
+		w.Flush()
+		if got := strings.Contains(b.String(), Mask); got != tc.masked {
+			t.Errorf("%q: masked %v, want %v (%q)", tc.out, got, tc.masked, b.String())
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(readme)), " ")
+	for _, want := range []string{"accidental echoes", "split", "not a way to keep a secret from code", "egress secret"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the README's [redact] section does not say %q", want)
+		}
 	}
 }

@@ -12,7 +12,10 @@ import (
 )
 
 // Redact says which secrets are masked in an exec's output before it is
-// returned or logged, and in the argv and code the audit log records.
+// returned or logged, and in the argv and code the audit log records. A
+// secret is masked where it appears whole within one line; this guards
+// against accidental echoes, not against code that leaks a value on
+// purpose (split, reversed or encoded, it passes).
 //
 //	[redact]
 //	env = ["OPENAI_API_KEY"]            # the daemon's own values of these variables
