@@ -26,9 +26,12 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// exitAuditBroken is what `airlock audit verify` exits with when the log
-// is not intact.
-const exitAuditBroken = 1
+// Exit codes of `airlock audit verify`: the log is not intact, or it is
+// intact up to its last checkpoint but lines after it are not sealed.
+const (
+	exitAuditBroken   = 1
+	exitAuditUnsealed = 2
+)
 
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -52,7 +55,16 @@ without the daemon's key is reported with its line number.
 --key takes the daemon's public key file (audit.key.pub in its state
 directory); without it a rewritten log that signs itself is not detected.
 --head takes the daemon's head file (audit.head): with it, a log truncated
-past its last checkpoint is detected too. Exits 0 when intact, 1 when not.`,
+past its last checkpoint is detected too.
+
+Lines after the last signed checkpoint are covered by no signature: anyone
+who can write the file can rewrite them undetected. A running daemon signs
+a checkpoint at least every 100 events and within 1 s of an event, so only
+a log whose writer crashed (or is still writing) has such lines; verify
+reports them as NOT SEALED.
+
+Exits 0 when intact and sealed, 1 when not intact, 2 when intact up to its
+last checkpoint with an unsealed tail.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opts audit.VerifyOptions
@@ -94,8 +106,11 @@ past its last checkpoint is detected too. Exits 0 when intact, 1 when not.`,
 			} else {
 				printReport(out, args[0], rep, opts.PublicKey)
 			}
-			if !rep.OK() {
+			switch {
+			case !rep.OK():
 				return &exitError{code: exitAuditBroken}
+			case rep.Unsealed > 0:
+				return &exitError{code: exitAuditUnsealed}
 			}
 			return nil
 		},
@@ -113,16 +128,18 @@ func printReport(w io.Writer, name string, rep audit.Report, key ed25519.PublicK
 	for _, n := range rep.Recovered {
 		fmt.Fprintf(w, "%s:%d: note: a torn tail left by a crash was cut off here when the log was reopened\n", name, n)
 	}
-	if rep.Unsealed > 0 {
-		fmt.Fprintf(w, "%s: note: %d line(s) after the last checkpoint (line %d) are not sealed: the writer did not close cleanly or is still writing\n", name, rep.Unsealed, rep.LastCheckpoint)
-	}
+
 	if key == nil {
 		fmt.Fprintf(w, "%s: note: no --key given: checkpoints were checked against the key the log names itself, which does not detect a rewrite\n", name)
 	}
-	if rep.OK() {
-		fmt.Fprintf(w, "%s: OK: %d lines, %d checkpoints\n", name, rep.Lines, rep.Checkpoints)
-	} else {
+	switch {
+	case !rep.OK():
 		fmt.Fprintf(w, "%s: NOT INTACT: %d problem(s) in %d lines\n", name, len(rep.Problems), rep.Lines)
+	case rep.Unsealed > 0:
+		fmt.Fprintf(w, "%s: NOT SEALED: intact up to the last checkpoint (line %d), but the %d line(s) after it are covered by no signature: anyone who can write the file could have rewritten them (the writer crashed, or is still writing: a running daemon seals within 1 s or 100 events)\n",
+			name, rep.LastCheckpoint, rep.Unsealed)
+	default:
+		fmt.Fprintf(w, "%s: OK: %d lines, %d checkpoints\n", name, rep.Lines, rep.Checkpoints)
 	}
 }
 

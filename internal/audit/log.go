@@ -27,17 +27,27 @@ type Options struct {
 	// (see Head); empty stores none. Keep it outside the log's directory
 	// if the log is shipped elsewhere.
 	HeadPath string
-	// CheckpointEvery is how many events go between checkpoints; zero
-	// means 1000.
+	// CheckpointEvery is the most events between two checkpoints; zero
+	// means DefaultCheckpointEvery.
 	CheckpointEvery int
-	// CheckpointInterval is the longest time between checkpoints while
-	// events come; zero means one minute.
+	// CheckpointInterval is the longest an event waits for the checkpoint
+	// that seals it; zero means DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives the writer's own troubles; nil discards them.
 	Logger *slog.Logger
 }
+
+// The sealing window: a running log signs a checkpoint after at most
+// DefaultCheckpointEvery events, and at most DefaultCheckpointInterval
+// after an event. Lines after the last checkpoint (after a crash, at most
+// that many) are not covered by a signature: Verify reports them as
+// unsealed.
+const (
+	DefaultCheckpointEvery    = 100
+	DefaultCheckpointInterval = time.Second
+)
 
 // Log appends events to an audit file. Its methods are safe for
 // concurrent use.
@@ -73,10 +83,10 @@ func Open(path string, opts Options) (*Log, error) {
 		return nil, errors.New("open audit log: no signing key")
 	}
 	if opts.CheckpointEvery <= 0 {
-		opts.CheckpointEvery = 1000
+		opts.CheckpointEvery = DefaultCheckpointEvery
 	}
 	if opts.CheckpointInterval <= 0 {
-		opts.CheckpointInterval = time.Minute
+		opts.CheckpointInterval = DefaultCheckpointInterval
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -298,8 +308,10 @@ func (w *writer) run() {
 			l.f.Close()
 			return
 		}
+		// write seals every CheckpointEvery events by itself; the ticker
+		// seals what waits longer than CheckpointInterval.
 		why := ""
-		if w.sinceCk+len(batch) >= l.opts.CheckpointEvery || l.opts.Now().Sub(w.lastCk) >= l.opts.CheckpointInterval {
+		if l.opts.Now().Sub(w.lastCk) >= l.opts.CheckpointInterval {
 			why = "periodic"
 		}
 		w.commit(batch, why)
@@ -330,13 +342,27 @@ func (w *writer) commit(batch []request, why string) {
 	}
 }
 
-// write appends evs and, when why is not empty, a checkpoint, with one
-// write, then fsyncs. On failure the chain state is left unchanged.
+// write appends evs, a checkpoint after every CheckpointEvery events, and,
+// when why is not empty, a checkpoint at the end, with one write, then
+// fsyncs. On failure the chain state is left unchanged.
 func (w *writer) write(evs []Event, why string) error {
-	seq, prev := w.seq, w.prev
+	seq, prev, since := w.seq, w.prev, w.sinceCk
 	w.buf = w.buf[:0]
 	now := w.l.opts.Now().UTC()
 	var ckLine []byte
+	checkpoint := func(reason string) error {
+		seq++
+		ck := Event{Seq: seq, Time: now, Kind: KindCheckpoint, Reason: reason, Prev: prev,
+			PubKey: hex.EncodeToString(w.l.PublicKey())}
+		ck.Sig = hex.EncodeToString(ed25519.Sign(w.l.opts.Key, checkpointMessage(ck.Seq, ck.Time, ck.Prev)))
+		line, err := json.Marshal(ck)
+		if err != nil {
+			return fmt.Errorf("encode checkpoint: %w", err)
+		}
+		w.buf = append(append(w.buf, line...), '\n')
+		prev, since, ckLine = Digest(line), 0, line
+		return nil
+	}
 	for _, ev := range evs {
 		seq++
 		ev.Seq, ev.Prev = seq, prev
@@ -352,19 +378,16 @@ func (w *writer) write(evs []Event, why string) error {
 		}
 		w.buf = append(append(w.buf, line...), '\n')
 		prev = Digest(line)
-	}
-	if why != "" {
-		seq++
-		ck := Event{Seq: seq, Time: now, Kind: KindCheckpoint, Reason: why, Prev: prev,
-			PubKey: hex.EncodeToString(w.l.PublicKey())}
-		ck.Sig = hex.EncodeToString(ed25519.Sign(w.l.opts.Key, checkpointMessage(ck.Seq, ck.Time, ck.Prev)))
-		line, err := json.Marshal(ck)
-		if err != nil {
-			return fmt.Errorf("encode checkpoint: %w", err)
+		if since++; since >= w.l.opts.CheckpointEvery {
+			if err := checkpoint("periodic"); err != nil {
+				return err
+			}
 		}
-		w.buf = append(append(w.buf, line...), '\n')
-		prev = Digest(line)
-		ckLine = line
+	}
+	if why != "" && (since > 0 || ckLine == nil) {
+		if err := checkpoint(why); err != nil {
+			return err
+		}
 	}
 	if len(w.buf) == 0 {
 		return nil
@@ -375,10 +398,9 @@ func (w *writer) write(evs []Event, why string) error {
 	if err := w.l.f.Sync(); err != nil {
 		return err
 	}
-	w.seq, w.prev = seq, prev
-	w.sinceCk += len(evs)
+	w.seq, w.prev, w.sinceCk = seq, prev, since
 	if ckLine != nil {
-		w.sinceCk, w.lastCk = 0, now
+		w.lastCk = now
 		if err := w.storeHead(ckLine); err != nil {
 			w.l.opts.Logger.Error("store audit head", "err", err)
 		}

@@ -39,7 +39,9 @@ type Report struct {
 	// LastCheckpoint is the line of the last valid checkpoint (0: none).
 	LastCheckpoint int `json:"last_checkpoint"`
 	// Unsealed counts lines after the last checkpoint: a crash, or a log
-	// still being written. Truncating them is only found with a Head.
+	// still being written. No signature covers them: they can be rewritten
+	// (with their chain) by anyone who can write the file, and truncating
+	// them is only found with a Head.
 	Unsealed int `json:"unsealed"`
 	// Torn says the last line had no newline (a write cut off by a crash).
 	Torn bool `json:"torn"`
@@ -48,8 +50,12 @@ type Report struct {
 	Problems  []Problem `json:"problems"`
 }
 
-// OK says the log is intact: no problems at all.
+// OK says the log is intact: no problems at all. It may still have an
+// unsealed tail (Sealed).
 func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// Sealed says every line is covered by a signed checkpoint.
+func (r Report) Sealed() bool { return r.Unsealed == 0 }
 
 // OnlyTorn says the only problem is a torn final line, what a crash
 // mid-write leaves.
