@@ -245,10 +245,10 @@ type runGuard struct {
 }
 
 // newRunGuard loads --policy (none: the safe defaults) and opens
-// --audit-log (none: no log). The log's signing key is FILE.key (made
-// with mode 0600 when missing), its public key FILE.key.pub and its head
-// FILE.head.
-func newRunGuard(policyFile, auditFile string) (*runGuard, error) {
+// --audit-log (none: no log). The log's signing key is keyFile (empty:
+// defaultAuditKey(); made with mode 0600 when missing, its public key next
+// to it as .pub) and its head FILE.head.
+func newRunGuard(policyFile, auditFile, keyFile string) (*runGuard, error) {
 	g := &runGuard{pol: policy.Default()}
 	if policyFile != "" {
 		p, err := policy.Load(policyFile)
@@ -258,7 +258,7 @@ func newRunGuard(policyFile, auditFile string) (*runGuard, error) {
 		g.pol = p
 	}
 	if auditFile != "" {
-		key, err := audit.LoadOrCreateKey(auditFile + ".key")
+		key, _, err := loadAuditKey(keyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -394,7 +394,8 @@ func (a *auditHash) Write(p []byte) (int, error) {
 func addPolicyFlags(cmd *cobra.Command, f *runFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.policyFile, "policy", "", "policy file (TOML, see examples/policies); without one the verifier's built-in checks deny. A denied run exits 77")
-	fl.StringVar(&f.auditLog, "audit-log", "", "append this run's actions to an audit log (hash-chained JSON lines; its signing key is FILE.key)")
+	fl.StringVar(&f.auditLog, "audit-log", "", "append this run's actions to an audit log (hash-chained JSON lines with signed checkpoints)")
+	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's signing key (default $XDG_CONFIG_HOME/airlock/audit.key, /etc/airlock/audit.key as root: never next to the log)")
 }
 
 // guardFail turns a refusal of the guard into exit code 77, and anything
@@ -407,15 +408,47 @@ func guardFail(err error, asJSON bool, stdout, stderr io.Writer, fail func(error
 	return fail(err)
 }
 
+// defaultAuditKey is where the checkpoint signing key lives unless
+// --audit-key says otherwise: $XDG_CONFIG_HOME/airlock/audit.key, else
+// /etc/airlock/audit.key as root, else ~/.config/airlock/audit.key. Never
+// the directory of a log it signs: whoever holds a copy of the log (a
+// backup, a shipped log directory) must not also hold what re-signs it.
+func defaultAuditKey() string {
+	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
+		return filepath.Join(d, "airlock", "audit.key")
+	}
+	if os.Geteuid() == 0 {
+		return "/etc/airlock/audit.key"
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".config", "airlock", "audit.key")
+	}
+	return filepath.Join(os.TempDir(), "airlock-audit.key")
+}
+
+// loadAuditKey loads or makes the key at path (default: defaultAuditKey),
+// making its directory (mode 0700) when missing.
+func loadAuditKey(path string) (ed25519.PrivateKey, string, error) {
+	if path == "" {
+		path = defaultAuditKey()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, "", fmt.Errorf("make the audit key's directory: %w", err)
+	}
+	k, err := audit.LoadOrCreateKey(path)
+	return k, path, err
+}
+
 // openDaemonGuard loads the daemon's policy (policyFile; empty: the safe
-// defaults) and opens its audit log STATE-DIR/audit.log, signed with
-// STATE-DIR/audit.key (mode 0600, made when missing; the public key is
-// audit.key.pub) and sealed in STATE-DIR/audit.head. For `airlock serve`:
+// defaults) and opens its audit log STATE-DIR/audit.log, sealed in
+// STATE-DIR/audit.head and signed with the key at keyPath (empty:
+// defaultAuditKey(); mode 0600, made when missing, its public key next to
+// it as .pub). For `airlock serve`:
 //
-//	pol, alog, err := openDaemonGuard(f.stateDir, f.policy, log)
+//	pol, alog, err := openDaemonGuard(f.stateDir, f.auditKey, f.policy, log)
 //	... supervisor.Options{..., Policy: pol, Audit: alog}
 //	defer alog.Close() // after sup.Close
-func openDaemonGuard(stateDir, policyFile string, log *slog.Logger) (*policy.Policy, *audit.Log, error) {
+func openDaemonGuard(stateDir, keyPath, policyFile string, log *slog.Logger) (*policy.Policy, *audit.Log, error) {
 	pol := policy.Default()
 	if policyFile != "" {
 		var err error
@@ -423,15 +456,26 @@ func openDaemonGuard(stateDir, policyFile string, log *slog.Logger) (*policy.Pol
 			return nil, nil, err
 		}
 	}
-	key, err := audit.LoadOrCreateKey(filepath.Join(stateDir, "audit.key"))
-	if err != nil {
-		return nil, nil, err
-	}
-	alog, err := audit.Open(filepath.Join(stateDir, "audit.log"), audit.Options{
-		Key: key, HeadPath: filepath.Join(stateDir, "audit.head"), Logger: log,
-	})
+	alog, err := openDaemonAudit(stateDir, keyPath, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	return pol, alog, nil
+}
+
+// openDaemonAudit opens the daemon's audit log (see openDaemonGuard).
+func openDaemonAudit(stateDir, keyPath string, log *slog.Logger) (*audit.Log, error) {
+	if old := filepath.Join(stateDir, "audit.key"); keyPath == "" {
+		if _, err := os.Stat(old); err == nil {
+			return nil, fmt.Errorf("%s is the audit key of an earlier airlock, kept next to the log it signs; move it out of the state directory (mv %s %s; mv %s.pub %s.pub) or name it with --audit-key",
+				old, old, defaultAuditKey(), old, defaultAuditKey())
+		}
+	}
+	key, _, err := loadAuditKey(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	return audit.Open(filepath.Join(stateDir, "audit.log"), audit.Options{
+		Key: key, HeadPath: filepath.Join(stateDir, "audit.head"), Logger: log,
+	})
 }

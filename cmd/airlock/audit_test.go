@@ -73,8 +73,8 @@ reason = "listing needs a person"
 		rule    string
 		message string
 	}{
-		{"built-in check", []string{"run", "--audit-log", logPath, "--", "rm", "-rf", "/"}, "check:destructive_delete", "would delete"},
-		{"policy rule", []string{"run", "--policy", pol, "--audit-log", logPath, "--", "python3", "-c", "1"}, "rule:no-python", "python is not allowed here"},
+		{"built-in check", []string{"run", "--audit-log", logPath, "--audit-key", logPath + ".key", "--", "rm", "-rf", "/"}, "check:destructive_delete", "would delete"},
+		{"policy rule", []string{"run", "--policy", pol, "--audit-log", logPath, "--audit-key", logPath + ".key", "--", "python3", "-c", "1"}, "rule:no-python", "python is not allowed here"},
 		{"ask without approver", []string{"run", "--policy", pol, "--", "ls"}, "rule:ls-asks", "no approver"},
 		{"ceiling", []string{"run", "--policy", "../../examples/policies/data-science.toml", "--memory", "4G", "--", "python3", "-c", "1"}, "ceiling:memory", "above the policy's ceiling"},
 	}
@@ -106,7 +106,7 @@ reason = "listing needs a person"
 
 func TestOpenDaemonGuard(t *testing.T) {
 	dir := t.TempDir()
-	pol, alog, err := openDaemonGuard(dir, "../../examples/policies/data-science.toml", nil)
+	pol, alog, err := openDaemonGuard(dir, filepath.Join(dir, "keys", "audit.key"), "../../examples/policies/data-science.toml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,12 +117,12 @@ func TestOpenDaemonGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	alog.Close()
-	st, err := os.Stat(filepath.Join(dir, "audit.key"))
+	st, err := os.Stat(filepath.Join(dir, "keys", "audit.key"))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file: %v %v", st, err)
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "verify", "--key", filepath.Join(dir, "audit.key.pub"), "--head", filepath.Join(dir, "audit.head"), filepath.Join(dir, "audit.log")}, nil, &out, &out); code != 0 {
+	if code := run(context.Background(), []string{"audit", "verify", "--key", filepath.Join(dir, "keys", "audit.key.pub"), "--head", filepath.Join(dir, "audit.head"), filepath.Join(dir, "audit.log")}, nil, &out, &out); code != 0 {
 		t.Fatalf("verify: %s", out.String())
 	}
 }

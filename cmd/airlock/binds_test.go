@@ -102,3 +102,42 @@ func TestVerifyReportsUnsealedTail(t *testing.T) {
 		t.Fatalf("verify of a log with a rewritten unsealed tail: exit %d: %s", code, out.String())
 	}
 }
+
+// TestAuditKeyOutsideLogDir: the daemon's checkpoint key is by default
+// outside the directory of the log it signs, so that a copy of the state
+// directory (a backup, a shipped log) cannot be re-signed with it (the
+// security review's F16 re-signed a rewritten log with STATE/audit.key);
+// a key left in the state directory by an earlier version is refused with
+// what to do.
+func TestAuditKeyOutsideLogDir(t *testing.T) {
+	cfg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	state := t.TempDir()
+	_, alog, err := openDaemonGuard(state, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alog.Close()
+	if _, err := os.Stat(filepath.Join(state, "audit.key")); err == nil {
+		t.Fatal("the daemon made its audit key in its state directory, next to the log")
+	}
+	k := defaultAuditKey()
+	if rel, err := filepath.Rel(state, k); err == nil && !strings.HasPrefix(rel, "..") {
+		t.Fatalf("default audit key %s is inside the state directory %s", k, state)
+	}
+	if st, err := os.Stat(k); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the key at its default place: %v %v", st, err)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"audit", "verify", "--key", k + ".pub", "--head", filepath.Join(state, "audit.head"), filepath.Join(state, "audit.log")}, nil, &out, &out); code != 0 {
+		t.Fatalf("verify with the default key: %s", out.String())
+	}
+	// An old key in the state directory: refused, with the fix.
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "audit.key"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := openDaemonGuard(old, "", "", nil); err == nil || !strings.Contains(err.Error(), "--audit-key") {
+		t.Fatalf("a key in the state directory: %v", err)
+	}
+}

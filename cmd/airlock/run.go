@@ -31,7 +31,7 @@ type runFlags struct {
 	network, egressMode    string
 	allowHosts, allowAddrs []string
 	// Policy and audit flags (addPolicyFlags).
-	policyFile, auditLog string
+	policyFile, auditLog, auditKey string
 }
 
 func newRunCmd() *cobra.Command {
@@ -115,7 +115,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	guard, err := newRunGuard(f.policyFile, f.auditLog)
+	guard, err := newRunGuard(f.policyFile, f.auditLog, f.auditKey)
 	if err != nil {
 		return fail(err)
 	}

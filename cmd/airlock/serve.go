@@ -26,8 +26,8 @@ import (
 const defaultStateDir = "/var/lib/airlock"
 
 type serveFlags struct {
-	listen, stateDir, config, logFormat, policy string
-	checkConfig                                 bool
+	listen, stateDir, config, logFormat, policy, auditKey string
+	checkConfig                                           bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -62,6 +62,7 @@ exits without serving. Logs go to stderr (the journal, under systemd).`,
 	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, limits, egress, ...)")
 	fl.StringVar(&f.logFormat, "log-format", supervisor.DefaultLogFormat, "log format on stderr: text or json (config: log_format)")
 	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply (config: policy)")
+	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's checkpoint signing key (default $XDG_CONFIG_HOME/airlock/audit.key, /etc/airlock/audit.key as root: never in the state directory, next to the log)")
 	fl.BoolVar(&f.checkConfig, "check-config", false, "check the --config file and the flags, print what is wrong (key and line) or ok, and exit")
 	return cmd
 }
@@ -80,8 +81,8 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	}
 	defer st.Close()
 	// Every action is decided by the policy and recorded in the audit log
-	// (STATE/audit.log, signed with STATE/audit.key).
-	pol, alog, err := openDaemonGuard(f.stateDir, f.policy, log)
+	// (STATE/audit.log, signed with the key at --audit-key).
+	pol, alog, err := openDaemonGuard(f.stateDir, f.auditKey, f.policy, log)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,9 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // state directory dir, and waits until it listens.
 func startDaemon(t *testing.T, dir string, extra ...string) *daemon {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", dir}, extra...)
+	// The audit key beside the state directory: not in it, and not in the
+	// host's /etc/airlock.
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--audit-key", dir + ".keys/audit.key"}, extra...)
 	d := &daemon{cmd: airlockCmd(context.Background(), invocation{args: args}), done: make(chan struct{})}
 	pr, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -146,7 +148,13 @@ func TestServeKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
-	d := startDaemon(t, dir)
+	// Execs may run 5 minutes (an exec may not ask for more than its
+	// template's timeout).
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\ntimeout = \"5m\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, dir, "--config", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := client.New(d.url, key)
@@ -220,7 +228,7 @@ func TestServeKill9(t *testing.T) {
 		t.Error("the streaming exec ended without an error when its daemon died")
 	}
 
-	d2 := startDaemon(t, dir)
+	d2 := startDaemon(t, dir, "--config", cfg)
 	c2, _ := client.New(d2.url, key)
 	for _, id := range ids {
 		sb, err := c2.GetSandbox(ctx, id)

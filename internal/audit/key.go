@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -18,28 +19,15 @@ import (
 func LoadOrCreateKey(path string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		pub, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, fmt.Errorf("make audit key: %w", err)
+		priv, made, merr := makeKey(path)
+		if merr != nil {
+			return nil, merr
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("make audit key: %w", err)
+		if made {
+			return priv, nil
 		}
-		_, err = f.WriteString(hex.EncodeToString(priv) + "\n")
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, fmt.Errorf("make audit key: %w", err)
-		}
-		if err := os.WriteFile(path+".pub", []byte(hex.EncodeToString(pub)+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("write audit public key: %w", err)
-		}
-		return priv, nil
+		// Another process made it first: use theirs.
+		b, err = os.ReadFile(path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read audit key: %w", err)
@@ -55,7 +43,13 @@ func LoadOrCreateKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil || len(k) != ed25519.PrivateKeySize {
 		return nil, fmt.Errorf("audit key %s is not a hex ed25519 private key", path)
 	}
-	return ed25519.PrivateKey(k), nil
+	priv := ed25519.PrivateKey(k)
+	if _, err := os.Stat(path + ".pub"); errors.Is(err, fs.ErrNotExist) {
+		if err := writePublicKey(path, priv.Public().(ed25519.PublicKey)); err != nil {
+			return nil, err
+		}
+	}
+	return priv, nil
 }
 
 // ReadPublicKey reads a public key file (hex of 32 bytes) or derives the
@@ -74,4 +68,50 @@ func ReadPublicKey(path string) (ed25519.PublicKey, error) {
 		return ed25519.PrivateKey(k).Public().(ed25519.PublicKey), nil
 	}
 	return nil, fmt.Errorf("%s is not a hex ed25519 key", path)
+}
+
+// makeKey writes a new key to path, whole or not at all: it is written to a
+// temporary file and linked into place, so that a process reading path
+// never sees half a key. made is false when another process linked its
+// own first.
+func makeKey(path string) (priv ed25519.PrivateKey, made bool, err error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, false, fmt.Errorf("make audit key: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".audit-key-*")
+	if err != nil {
+		return nil, false, fmt.Errorf("make audit key: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(hex.EncodeToString(priv) + "\n")
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("make audit key: %w", err)
+	}
+	if err := os.Link(f.Name(), path); errors.Is(err, fs.ErrExist) {
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, fmt.Errorf("make audit key: %w", err)
+	}
+	if err := writePublicKey(path, pub); err != nil {
+		return nil, false, err
+	}
+	return priv, true, nil
+}
+
+// writePublicKey writes pub to path+".pub".
+func writePublicKey(path string, pub ed25519.PublicKey) error {
+	if err := os.WriteFile(path+".pub", []byte(hex.EncodeToString(pub)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write audit public key: %w", err)
+	}
+	return nil
 }

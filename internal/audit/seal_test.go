@@ -72,3 +72,34 @@ func TestSealedWithinNandT(t *testing.T) {
 		t.Fatalf("the sealing window is %d events or %v; the README promises 100 and 1 s", DefaultCheckpointEvery, DefaultCheckpointInterval)
 	}
 }
+
+// TestKeyMadeOnce: processes that make the key at once all end up with the
+// same one, and none reads half of it.
+func TestKeyMadeOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.key")
+	keys := make(chan ed25519.PrivateKey, 8)
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			k, err := LoadOrCreateKey(path)
+			keys <- k
+			errs <- err
+		}()
+	}
+	var first ed25519.PrivateKey
+	for i := 0; i < 8; i++ {
+		k, err := <-keys, <-errs
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = k
+		} else if !first.Equal(k) {
+			t.Fatal("two different keys were made")
+		}
+	}
+	pub, err := ReadPublicKey(path + ".pub")
+	if err != nil || !pub.Equal(first.Public()) {
+		t.Fatalf("public key file: %v", err)
+	}
+}
