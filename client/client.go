@@ -208,9 +208,12 @@ func sandboxPath(id string, rest ...string) string {
 	return p
 }
 
-// Health is the daemon's state.
+// Health is the daemon's state. Status is "ok", or "degraded" when its
+// audit log has failed (Health then returns the state with an error).
 type Health struct {
-	Status    string   `json:"status"`
+	Status string `json:"status"`
+	// Audit is "ok", "none" or "failed: ...".
+	Audit     string   `json:"audit"`
 	Sandboxes int      `json:"sandboxes"`
 	Templates []string `json:"templates"`
 	Pools     []struct {

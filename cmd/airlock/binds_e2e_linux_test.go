@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -80,6 +81,18 @@ allow_addresses = [%q, %q]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if h, err := c.Health(ctx); err != nil || h.Audit != "ok" {
+		t.Fatalf("health: %+v %v", h, err)
+	}
+	if resp, err := http.Get(d.url + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "\nairlock_audit_ok 1\n") {
+			t.Fatalf("metrics lack airlock_audit_ok 1")
+		}
+	}
 
 	// A template whose network is wider than the policy's is refused.
 	_, err = c.CreateSandbox(ctx, client.CreateRequest{Template: "wide"})

@@ -111,7 +111,13 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_audit_ok", Help: "1 while the audit log records actions; 0 once it has failed (every action is refused)."}, func() float64 {
+			if alog.Err() != nil {
+				return 0
+			}
+			return 1
+		}))
 	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,

@@ -194,6 +194,21 @@ func (l *Log) Append(ctx context.Context, ev Event) error {
 	}
 }
 
+// Err returns why the log refuses events: the first write that failed
+// (refusals are sticky until the log is opened again), ErrClosed after
+// Close, or nil while it works.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if l.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Egress records one egress decision of the proxy: host and resolved ip,
 // the rule that matched, why, and whether the connection was allowed.
 func (l *Log) Egress(ctx context.Context, key, sandboxID, host, ip, rule, reason string, allow bool) error {
