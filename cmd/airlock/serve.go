@@ -280,7 +280,7 @@ func openOffline(dir string) (*store.Store, error) {
 }
 
 func newReapCmd() *cobra.Command {
-	var stateDir string
+	var stateDir, auditKey string
 	cmd := &cobra.Command{
 		Use:   "reap --state-dir DIR",
 		Short: "Clean up after a daemon that died: mark its sandboxes lost, remove their leftovers",
@@ -296,11 +296,18 @@ daemon is running on the state directory (it reaps by itself).`,
 				return err
 			}
 			defer st.Close()
+			// The daemon's audit log records each lost sandbox, as the
+			// daemon's own recovery does.
+			alog, err := openDaemonAudit(stateDir, auditKey, nil)
+			if err != nil {
+				return err
+			}
+			defer alog.Close()
 			drivers, err := availableDrivers(cmd.Context(), driverOptions{})
 			if err != nil {
 				return err
 			}
-			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers})
+			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Audit: alog})
 			if err != nil {
 				return err
 			}
@@ -316,5 +323,6 @@ daemon is running on the state directory (it reaps by itself).`,
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir, "registry directory")
+	cmd.Flags().StringVar(&auditKey, "audit-key", "", "the daemon's audit signing key (as for airlock serve)")
 	return cmd
 }

@@ -203,7 +203,7 @@ func TestServeKill9(t *testing.T) {
 	if o.code == 0 || !strings.Contains(o.stderr, "in use") || !strings.Contains(o.stderr, "AIRLOCK_URL") || o.took > 5*time.Second {
 		t.Fatalf("keys create on a held state dir: code %d after %v: %s", o.code, o.took, o.stderr)
 	}
-	o = airlockRun(t, invocation{args: []string{"reap", "--state-dir", dir}})
+	o = airlockRun(t, invocation{args: []string{"reap", "--state-dir", dir, "--audit-key", dir + ".keys/audit.key"}})
 	if o.code == 0 || !strings.Contains(o.stderr, "in use") {
 		t.Fatalf("reap on a held state dir: code %d: %s", o.code, o.stderr)
 	}
@@ -245,6 +245,16 @@ func TestServeKill9(t *testing.T) {
 	if !strings.Contains(d2.log(), "sandbox lost with the previous daemon") {
 		t.Errorf("the recovery is not logged")
 	}
+	// And audited: each lost sandbox has its destroy event.
+	if alog, err := os.ReadFile(filepath.Join(dir, "audit.log")); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, id := range ids {
+			if !regexp.MustCompile(`"kind":"destroy"[^\n]*"sandbox":"` + id + `"[^\n]*"reason":"lost: `).Match(alog) {
+				t.Errorf("no destroy event with reason lost for %s in the audit log", id)
+			}
+		}
+	}
 	// The new daemon works, and a clean stop destroys its sandboxes.
 	sb, err := c2.CreateSandbox(ctx, client.CreateRequest{})
 	if err != nil {
@@ -278,7 +288,7 @@ func TestServeKill9(t *testing.T) {
 	if left := append(sandboxProcs(t, []string{sb.ID}), sandboxCgroups([]string{sb.ID})...); len(left) != 0 {
 		t.Errorf("left after a clean stop: %v", left)
 	}
-	o = airlockRun(t, invocation{args: []string{"reap", "--state-dir", dir}})
+	o = airlockRun(t, invocation{args: []string{"reap", "--state-dir", dir, "--audit-key", dir + ".keys/audit.key"}})
 	if o.code != 0 || !strings.Contains(o.stderr, "0 sandboxes marked lost") {
 		t.Errorf("reap after a clean stop: %d %q %q", o.code, o.stdout, o.stderr)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
@@ -41,6 +42,10 @@ func (s *Supervisor) Recover(ctx context.Context) (RecoverReport, error) {
 		rep.Lost = append(rep.Lost, r.ID)
 		s.m.Kills.WithLabelValues(lostReason).Inc()
 		s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", r.ID, "owner", r.Owner, "state_before", "live")
+		// Every sandbox the daemon ends leaves an audit event, these too:
+		// its execs and background processes ended with it.
+		s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: r.Owner, Sandbox: r.ID, Template: r.Template,
+			Reason: lostReason + ": the previous daemon died; the sandbox and every exec and process it ran ended with it"})
 	}
 	rep.Reaped = s.sweep(ctx)
 	s.log.Info("recovered", "lost", len(rep.Lost), "reaped_drivers", rep.Reaped)
