@@ -259,6 +259,12 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 			defer done()
 			r = r.WithContext(ctx)
+			if *rt.op == supervisor.OpRequest {
+				// /mcp: the slot bounds reading the body; the tool calls
+				// it carries take slots of their own (they run on the MCP
+				// session's context, not this request's).
+				r.Body = &releaseAtEOF{ReadCloser: r.Body, done: done}
+			}
 		}
 		if err := rt.h(s, w, r, c); err != nil {
 			writeError(w, s.log, r, err)
@@ -286,6 +292,26 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 		return nil, err
 	}
 	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage}}, nil
+}
+
+// releaseAtEOF calls done once the body has been read to its end or
+// closed.
+type releaseAtEOF struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b *releaseAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done()
+	}
+	return n, err
+}
+
+func (b *releaseAtEOF) Close() error {
+	b.done()
+	return b.ReadCloser.Close()
 }
 
 // Error is an error with its HTTP status and stable code.

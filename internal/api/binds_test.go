@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"weak"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
@@ -126,5 +129,57 @@ decision = "ask"
 	t.Logf("browser: %s", b)
 	if err != nil {
 		t.Fatalf("browser run failed: %v", err)
+	}
+}
+
+// headerTransport adds headers to every request.
+type headerTransport map[string]string
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPInFlight: a tool call over /mcp holds one in-flight slot of its
+// key while it runs, not two (the request's and the call's: the request
+// holds one only while its body is read), and is rate limited like the
+// API.
+func TestMCPInFlight(t *testing.T) {
+	e := startEnv(t, &fake.Driver{}, envOptions{})
+	_, sec, _ := e.st.NewKey("mcp", store.RoleAgent, store.Quota{}, store.RateLimits{MaxInFlight: 1, ExecsPerSecond: 0.1, ExecBurst: 1}, time.Now())
+	ctx := context.Background()
+	tr := &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: headerTransport{"Authorization": "Bearer " + string(sec)}}}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func() (*sdk.CallToolResult, string) {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "echo hi"}})
+		for i := 0; err != nil && strings.Contains(err.Error(), "Too Many Requests") && i < 50; i++ {
+			// The client's notifications/initialized may still hold the
+			// one slot.
+			time.Sleep(20 * time.Millisecond)
+			res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "echo hi"}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for _, c := range res.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		return res, text
+	}
+	if res, text := call(); res.IsError {
+		t.Fatalf("a tool call with a cap of 1 in flight: %s", text)
+	}
+	if res, text := call(); !res.IsError || !strings.Contains(text, "retry after") {
+		t.Fatalf("a second exec at 0.1/s: %v %s", res.IsError, text)
 	}
 }
