@@ -18,14 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
-
-func TestMain(m *testing.M) { agenttest.Main(m) }
 
 // testEnv is a real API server on 127.0.0.1 over a supervisor and a store.
 type testEnv struct {

@@ -7,16 +7,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 )
+
+// M is what Main runs: a *testing.M, or one wrapped to check more after
+// the tests (leaks).
+type M interface{ Run() int }
 
 // Main builds cmd/airlock-agent (unless AIRLOCK_AGENT already names one),
 // points agentbin at it, and runs the tests. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { agenttest.Main(m) }
-func Main(m *testing.M) {
+func Main(m M) {
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agenttest: %v\n", err)
@@ -25,7 +28,7 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-func run(m *testing.M) (int, error) {
+func run(m M) (int, error) {
 	if os.Getenv(agentbin.Env) == "" {
 		dir, err := os.MkdirTemp("", "airlock-agent-")
 		if err != nil {
