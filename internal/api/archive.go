@@ -87,17 +87,67 @@ func (e *ArchiveError) Error() string {
 // It is defence in depth: the sandbox's agent resolves every path inside
 // the sandbox's own root, so even an entry that slipped through could not
 // reach the host.
+//
+// Its cost is linear in the length of each name and target: prefixes are
+// looked up by an FNV-1a hash carried along the name, not by joining
+// strings, so deep paths cannot make an upload quadratic.
 type ArchiveChecker struct {
 	limits  ArchiveLimits
 	entries int
 	total   int64
-	links   map[string]bool // symlinks the archive made
-	seen    map[string]bool // every name made so far
+	links   map[uint64][]string // symlinks the archive made, by pathHash
+	seen    map[string]bool     // every name made so far
 }
 
 // NewArchiveChecker returns a checker for one archive.
 func NewArchiveChecker(l ArchiveLimits) *ArchiveChecker {
-	return &ArchiveChecker{limits: l.withDefaults(), links: map[string]bool{}, seen: map[string]bool{}}
+	return &ArchiveChecker{limits: l.withDefaults(), links: map[uint64][]string{}, seen: map[string]bool{}}
+}
+
+// FNV-1a, 64 bits: the hash of a path is carried along it byte by byte, so
+// the hash of every prefix comes for free.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvAdd(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+// isLink says p, whose pathHash is h, is a symlink the archive made.
+func (c *ArchiveChecker) isLink(h uint64, p func() string) bool {
+	cands := c.links[h]
+	if len(cands) == 0 {
+		return false
+	}
+	s := p()
+	for _, x := range cands {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// linkPrefix returns the first prefix of name (itself included) that is a
+// symlink the archive made, or "".
+func (c *ArchiveChecker) linkPrefix(name string) string {
+	h := uint64(fnvOffset)
+	for i := 0; i <= len(name); i++ {
+		if i == len(name) || name[i] == '/' {
+			if c.isLink(h, func() string { return name[:i] }) {
+				return name[:i]
+			}
+		}
+		if i < len(name) {
+			h = (h ^ uint64(name[i])) * fnvPrime
+		}
+	}
+	return ""
 }
 
 // Check checks the next header and returns what to make of it.
@@ -153,14 +203,10 @@ func (c *ArchiveChecker) Check(h *tar.Header) (Entry, error) {
 		return refuse("a %s cannot replace the extraction directory", e.Kind)
 	}
 	// No entry may pass through, or replace, a symlink the archive made.
-	parts := strings.Split(name, "/")
-	for i := 1; i <= len(parts); i++ {
-		if p := strings.Join(parts[:i], "/"); c.links[p] {
-			if i == len(parts) {
-				return refuse("replaces the symlink %q made earlier in the archive", p)
-			}
-			return refuse("goes through the symlink %q made earlier in the archive", p)
-		}
+	if p := c.linkPrefix(name); p == name {
+		return refuse("replaces the symlink %q made earlier in the archive", truncate(p, 200))
+	} else if p != "" {
+		return refuse("goes through the symlink %q made earlier in the archive", truncate(p, 200))
 	}
 	if e.Kind == EntrySymlink && c.seen[name] {
 		return refuse("a symlink cannot replace an entry made earlier in the archive")
@@ -190,7 +236,18 @@ func (c *ArchiveChecker) Check(h *tar.Header) (Entry, error) {
 		}
 		// Walk the target from the link's directory; it may neither climb
 		// above the extraction directory nor pass through another symlink.
+		// cur holds the components walked so far and hs the pathHash of
+		// each prefix of them.
+		parts := strings.Split(name, "/")
 		cur := parts[: len(parts)-1 : len(parts)-1]
+		hs := make([]uint64, 0, len(cur))
+		for i, comp := range cur {
+			h := uint64(fnvOffset)
+			if i > 0 {
+				h = fnvAdd(hs[i-1], "/")
+			}
+			hs = append(hs, fnvAdd(h, comp))
+		}
 		for _, comp := range strings.Split(t, "/") {
 			switch comp {
 			case "", ".":
@@ -198,16 +255,21 @@ func (c *ArchiveChecker) Check(h *tar.Header) (Entry, error) {
 				if len(cur) == 0 {
 					return refuse("symlink points outside the extraction directory")
 				}
-				cur = cur[:len(cur)-1]
+				cur, hs = cur[:len(cur)-1], hs[:len(hs)-1]
 			default:
-				cur = append(cur, comp)
-				if c.links[strings.Join(cur, "/")] {
+				h := uint64(fnvOffset)
+				if len(hs) > 0 {
+					h = fnvAdd(hs[len(hs)-1], "/")
+				}
+				cur, hs = append(cur, comp), append(hs, fnvAdd(h, comp))
+				if c.isLink(hs[len(hs)-1], func() string { return strings.Join(cur, "/") }) {
 					return refuse("symlink target goes through another symlink of the archive")
 				}
 			}
 		}
 		e.Target = t
-		c.links[name] = true
+		h := fnvAdd(fnvOffset, name)
+		c.links[h] = append(c.links[h], name)
 	}
 	e.Name = name
 	e.Mode = fs.FileMode(h.Mode).Perm()
