@@ -4,6 +4,7 @@
 #   make test    run every test this host can run; name the skipped ones
 #   make check   formatting, vet, a macOS build, go.mod tidiness
 #   make deb     the Debian package, bin/airlock_VERSION_ARCH.deb
+#   make fuzz    fuzz the API's request bodies and tar archives, 60 s each
 #
 # Both hello and test install what they need (Debian packages, as root).
 GO    ?= go
@@ -31,7 +32,7 @@ RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 RUNSC_DIR     := /opt/airlock
 RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)
 
-.PHONY: all build agent deps hello test check clean runsc deb kube-rig
+.PHONY: all build agent deps hello test check clean runsc deb kube-rig fuzz
 
 all: build
 
@@ -89,6 +90,11 @@ hello: deps build
 # timeouts and CPU on 2 cores and must not compete with each other.
 test: deps build runsc kube-rig
 	@scripts/test.sh
+
+# fuzz runs the fuzz targets of the daemon's untrusted-input parsers for
+# FUZZTIME each (60s), beyond their seed corpora (which make test runs).
+fuzz: agent
+	@scripts/fuzz.sh
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
