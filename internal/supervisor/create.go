@@ -1,0 +1,312 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// This file holds Create: templates narrowed by the request, admission
+// (the key's quota and the host's memory), and the driver's create.
+
+// CreateRequest asks for a sandbox. Zero fields take the template's values;
+// set fields may narrow the template, never widen it.
+type CreateRequest struct {
+	// Template names the template; empty means "default".
+	Template string
+	// Limits narrow the template's limits (a zero field keeps the template's).
+	Limits sandbox.Limits
+	// Env is added to the template's environment.
+	Env []string
+	// TTL is the lifetime; zero means the template's. At most its max_ttl.
+	TTL time.Duration
+	// IdleTimeout overrides the template's idle timeout when set; it may not
+	// exceed it when the template has one.
+	IdleTimeout time.Duration
+	// Network replaces the template's network when set; it may ask only for
+	// what the template's network allows (see Template.network).
+	Network sandbox.Network
+}
+
+// Create makes a sandbox for caller, or claims a ready one from the
+// template's pool when the request does not narrow the template.
+func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (Info, error) {
+	start := time.Now()
+	ctx, done, err := s.Begin(ctx, c, OpCreate)
+	if err != nil {
+		return Info{}, err
+	}
+	defer done()
+	name := req.Template
+	if name == "" {
+		name = DefaultTemplate
+	}
+	t, ok := s.templates[name]
+	if !ok {
+		return Info{}, fmt.Errorf("%w: template %q does not exist (have %v)", sandbox.ErrNotFound, name, s.templateNames())
+	}
+	spec, err := narrow(t, req)
+	if err != nil {
+		return Info{}, err
+	}
+	if spec.Network, err = t.network(req.Network); err != nil {
+		return Info{}, err
+	}
+	ttl := time.Duration(t.TTL)
+	if req.TTL > 0 {
+		ttl = req.TTL
+	}
+	if req.TTL < 0 || ttl > time.Duration(t.MaxTTL) {
+		return Info{}, fmt.Errorf("%w: ttl %s: template %q allows 1s to %s", sandbox.ErrInvalid, req.TTL, name, time.Duration(t.MaxTTL))
+	}
+	idle := time.Duration(t.IdleTimeout)
+	if req.IdleTimeout != 0 {
+		if req.IdleTimeout < 0 || (idle > 0 && req.IdleTimeout > idle) {
+			return Info{}, fmt.Errorf("%w: idle timeout %s: template %q allows at most %s", sandbox.ErrInvalid, req.IdleTimeout, name, idle)
+		}
+		idle = req.IdleTimeout
+	}
+	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: t.Driver, Limits: &spec.Limits, Network: &spec.Network}); err != nil {
+		return Info{}, err
+	}
+	s.policy.NarrowNetwork(&spec.Network)
+	if p := s.pools[name]; p != nil {
+		if claimable(t, req) {
+			info, ok, err := s.claim(c, p, ttl, idle)
+			if err != nil || ok {
+				if ok {
+					s.m.PoolHits.WithLabelValues(name).Inc()
+					s.m.ClaimSeconds.Observe(time.Since(start).Seconds())
+					s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: info.ID, Template: name, Reason: "claimed from the warm pool"})
+				}
+				return info, err
+			}
+		}
+		s.m.PoolMisses.WithLabelValues(name).Inc()
+	}
+	now := s.opts.Now()
+	rec := store.Sandbox{
+		ID: newID(), Owner: c.KeyID, Template: name, Driver: t.Driver, Spec: spec,
+		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
+	}
+	l, err := s.admit(c, rec)
+	if err != nil {
+		s.m.Creates.WithLabelValues(name, "refused").Inc()
+		return Info{}, err
+	}
+	if err := s.start(ctx, l); err != nil {
+		s.m.Creates.WithLabelValues(name, "error").Inc()
+		return Info{}, err
+	}
+	s.m.Creates.WithLabelValues(name, "ok").Inc()
+	s.m.CreateSeconds.Observe(time.Since(start).Seconds())
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name})
+	return s.info(l), nil
+}
+
+func (s *Supervisor) templateNames() []string {
+	var n []string
+	for _, t := range s.cfg.Templates {
+		n = append(n, t.Name)
+	}
+	return n
+}
+
+// narrow applies req to the template's spec, refusing anything wider.
+func narrow(t Template, req CreateRequest) (sandbox.Spec, error) {
+	s := t.spec()
+	l, r := &s.Limits, req.Limits
+	type lim struct {
+		name      string
+		got, tmpl float64
+		set       func()
+	}
+	checks := []lim{
+		{"memory_bytes", float64(r.MemoryBytes), float64(l.MemoryBytes), func() { l.MemoryBytes = r.MemoryBytes }},
+		{"cpus", r.CPUs, l.CPUs, func() { l.CPUs = r.CPUs }},
+		{"pids", float64(r.Pids), float64(l.Pids), func() { l.Pids = r.Pids }},
+		{"timeout", float64(r.Timeout), float64(l.Timeout), func() { l.Timeout = r.Timeout }},
+		{"disk_bytes", float64(r.DiskBytes), float64(l.DiskBytes), func() { l.DiskBytes = r.DiskBytes }},
+		{"tmp_bytes", float64(r.TmpBytes), float64(l.TmpBytes), func() { l.TmpBytes = r.TmpBytes }},
+		{"output_bytes", float64(r.OutputBytes), float64(l.OutputBytes), func() { l.OutputBytes = r.OutputBytes }},
+		{"open_files", float64(r.OpenFiles), float64(l.OpenFiles), func() { l.OpenFiles = r.OpenFiles }},
+	}
+	for _, c := range checks {
+		switch {
+		case c.got < 0:
+			return s, fmt.Errorf("%w: %s cannot be negative", sandbox.ErrInvalid, c.name)
+		case c.got == 0:
+		case c.got > c.tmpl:
+			return s, fmt.Errorf("%w: %s %v is more than template %q allows (%v)", sandbox.ErrInvalid, c.name, c.got, t.Name, c.tmpl)
+		default:
+			c.set()
+		}
+	}
+	if r.CPUTime < 0 {
+		return s, fmt.Errorf("%w: cpu_time cannot be negative", sandbox.ErrInvalid)
+	}
+	if r.CPUTime > 0 {
+		if l.CPUTime > 0 && r.CPUTime > l.CPUTime {
+			return s, fmt.Errorf("%w: cpu_time %s is more than template %q allows (%s)", sandbox.ErrInvalid, r.CPUTime, t.Name, l.CPUTime)
+		}
+		l.CPUTime = r.CPUTime
+	}
+	if len(req.Env) > 256 {
+		return s, fmt.Errorf("%w: at most 256 environment entries", sandbox.ErrInvalid)
+	}
+	s.Env = append(s.Env, req.Env...)
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// claimable says a request can be served by a sandbox made from the
+// template as it is: it narrows no limit and adds no environment.
+func claimable(t Template, req CreateRequest) bool {
+	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network)
+}
+
+// memoryOf is what admission and quotas count for a sandbox: the RAM it
+// can pin, its memory limit and its tmpfs mounts.
+func memoryOf(rec store.Sandbox) int64 { return rec.Spec.Limits.PinnableBytes() }
+
+// admit checks the caller's quota and the host's memory, and reserves both
+// by registering rec as creating.
+func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
+	avail, err := s.opts.MemAvailable()
+	if err != nil {
+		return nil, fmt.Errorf("read the host's available memory: %w", err)
+	}
+	need := memoryOf(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing() {
+		return nil, fmt.Errorf("%w: the daemon is shutting down", ErrCapacity)
+	}
+	if rec.Owner != "" {
+		if err := s.checkQuota(c, need); err != nil {
+			return nil, err
+		}
+	}
+	var committed int64
+	for _, l := range s.live {
+		committed += l.mem
+	}
+	free := avail - committed - int64(s.cfg.MemoryReserve)
+	if need > free {
+		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit and its /workspace, /tmp and /dev/shm tmpfs) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
+			ErrCapacity, bytesText(need), bytesText(max(free, 0)), bytesText(avail), bytesText(committed), len(s.live), bytesText(int64(s.cfg.MemoryReserve)))
+	}
+	l := &live{rec: rec, owner: rec.Owner, mem: need, procs: map[string]*proc{}}
+	l.touch(s.opts.Now())
+	s.live[rec.ID] = l
+	return l, nil
+}
+
+// checkQuota checks that c may have one more sandbox of need bytes of
+// memory. s.mu is held.
+func (s *Supervisor) checkQuota(c Caller, need int64) error {
+	var mine int
+	var mineMem int64
+	for _, l := range s.live {
+		if l.owner == c.KeyID {
+			mine++
+			mineMem += l.mem
+		}
+	}
+	q := c.Quota.WithDefaults()
+	if mine+1 > q.MaxSandboxes {
+		return fmt.Errorf("%w: this key may have %d live sandboxes and has %d; delete one first", ErrQuota, q.MaxSandboxes, mine)
+	}
+	if mineMem+need > q.MaxMemoryBytes {
+		return fmt.Errorf("%w: this key's sandboxes may hold %s of RAM together (memory limits and /workspace, /tmp and /dev/shm tmpfs); %s are held and this sandbox can hold %s: ask for less memory, disk or tmp, or delete a sandbox", ErrQuota, bytesText(q.MaxMemoryBytes), bytesText(mineMem), bytesText(need))
+	}
+	return nil
+}
+
+// start makes the sandbox l describes on its driver. On error l is gone.
+func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
+	id := l.rec.ID
+	defer func() {
+		if err != nil {
+			s.mu.Lock()
+			delete(s.live, id)
+			s.mu.Unlock()
+			_ = s.store.DeleteSandbox(id)
+		}
+	}()
+	if err := s.store.PutSandbox(l.rec); err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	drv := s.opts.Drivers[l.rec.Driver]
+	spec := l.rec.Spec
+	spec.ID = id
+	// The supervisor enforces the TTL, which can be extended; the driver's
+	// own lifetime is only a backstop.
+	spec.Limits.Lifetime = driverLifetime
+	inst, err := drv.Create(ctx, spec)
+	if err != nil {
+		return s.driverError(id, err)
+	}
+	state := store.StateRunning
+	if l.rec.Owner == "" {
+		state = store.StatePooled
+	}
+	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.State = state; return nil })
+	if err != nil {
+		_ = inst.Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	l.mu.Lock()
+	if l.ending { // the daemon began shutting down meanwhile
+		l.mu.Unlock()
+		_ = inst.Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("%w: the daemon is shutting down", ErrCapacity)
+	}
+	l.inst, l.rec = inst, rec
+	l.mu.Unlock()
+	s.m.Live.WithLabelValues(rec.Driver).Inc()
+	s.log.Info("sandbox created", "sandbox_id", id, "template", rec.Template, "owner", rec.Owner, "state", rec.State)
+	s.wg.Add(1)
+	go s.watch(l, inst)
+	return nil
+}
+
+// driverError turns a driver's failure to create into what the caller may
+// read: a missing isolation layer says which and how to fix it; anything
+// else (it may name host paths of the template) goes to the log only.
+func (s *Supervisor) driverError(id string, err error) error {
+	var le *sandbox.LayerError
+	switch {
+	case errors.As(err, &le):
+		return fmt.Errorf("create sandbox: %w", le)
+	case errors.Is(err, sandbox.ErrLimit):
+		s.log.Warn("create sandbox", "sandbox_id", id, "err", err)
+		return fmt.Errorf("%w: the host has no room for another sandbox", ErrCapacity)
+	}
+	s.log.Error("create sandbox", "sandbox_id", id, "err", err)
+	return fmt.Errorf("create sandbox %s: the driver failed (the daemon's log has the details): %w", id, errDriver)
+}
+
+// errDriver is a driver failure whose details stay in the log.
+var errDriver = errors.New("driver error")
+
+// driverLifetime is the driver's backstop lifetime of a sandbox.
+const driverLifetime = 30 * 24 * time.Hour
+
+// watch notices a sandbox that ended by itself (its agent died).
+func (s *Supervisor) watch(l *live, inst sandbox.Instance) {
+	defer s.wg.Done()
+	select {
+	case <-inst.Done():
+		s.end(l, "ended", "the sandbox ended by itself (its agent exited)")
+	case <-s.stop:
+	}
+}

@@ -1,0 +1,140 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// This file holds the ends of a sandbox's life: its TTL, Kill, end (once
+// per sandbox, whatever the reason) and Close.
+
+// Kill destroys the sandbox id. Killing a sandbox that has already ended
+// is not an error.
+func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
+	l, err := s.lookup(c, id)
+	if errors.Is(err, ErrNotRunning) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.end(l, "deleted", "deleted by its owner")
+	return nil
+}
+
+// ExtendTimeout sets the sandbox's TTL deadline to d from now (it may
+// shorten it too). d is bounded by the template's max_ttl.
+func (s *Supervisor) ExtendTimeout(ctx context.Context, c Caller, id string, d time.Duration) (Info, error) {
+	l, err := s.lookup(c, id)
+	if err != nil {
+		return Info{}, err
+	}
+	l.mu.Lock()
+	t := s.templates[l.rec.Template]
+	l.mu.Unlock()
+	if d <= 0 || d > time.Duration(t.MaxTTL) {
+		return Info{}, fmt.Errorf("%w: timeout %s: template %q allows 1s to %s from now", sandbox.ErrInvalid, d, t.Name, time.Duration(t.MaxTTL))
+	}
+	exp := s.opts.Now().Add(d).UTC()
+	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.ExpiresAt = exp; return nil })
+	if err != nil {
+		return Info{}, err
+	}
+	l.mu.Lock()
+	l.rec.ExpiresAt = rec.ExpiresAt
+	l.mu.Unlock()
+	l.touch(s.opts.Now())
+	return s.info(l), nil
+}
+
+// end destroys l for reason (a kills-by-reason label) and records why.
+// It runs once per sandbox.
+func (s *Supervisor) end(l *live, reason, why string) {
+	l.mu.Lock()
+	if l.ending {
+		l.mu.Unlock()
+		return
+	}
+	l.ending = true
+	inst, id, drv := l.inst, l.rec.ID, l.rec.Driver
+	procs := make([]*proc, 0, len(l.procs))
+	for _, p := range l.procs {
+		procs = append(procs, p)
+	}
+	l.mu.Unlock()
+	for _, p := range procs {
+		p.closeStdin()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if inst != nil {
+		if err := inst.Close(ctx); err != nil {
+			s.log.Warn("close sandbox", "sandbox_id", id, "err", err)
+		}
+	}
+	now := s.opts.Now().UTC()
+	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
+		r.State, r.Ended, r.EndReason = store.StateDestroyed, now, reason
+		return nil
+	})
+	if err != nil {
+		s.log.Error("record the end of a sandbox", "sandbox_id", id, "err", err)
+	} else {
+		l.mu.Lock()
+		l.rec = rec
+		l.mu.Unlock()
+	}
+	s.mu.Lock()
+	if s.live[id] == l {
+		delete(s.live, id)
+	}
+	for _, p := range s.pools {
+		p.forget(id)
+	}
+	s.mu.Unlock()
+	if inst != nil {
+		s.m.Live.WithLabelValues(drv).Dec()
+	}
+	s.m.Kills.WithLabelValues(reason).Inc()
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: l.owner, Sandbox: id, Reason: reason + ": " + why})
+	s.log.Info("sandbox destroyed", "sandbox_id", id, "reason", reason, "why", why)
+}
+
+func (s *Supervisor) closing() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close destroys every live sandbox (reason "shutdown") and stops the
+// reaper and the pools. The store stays open; its owner closes it.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.stopped.Do(func() { close(s.stop) })
+	s.mu.Lock()
+	ls := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.end(l, "shutdown", "the daemon is shutting down")
+		}()
+	}
+	wg.Wait()
+	s.wg.Wait()
+	return nil
+}

@@ -1,0 +1,168 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// This file holds how callers find sandboxes: lookup, Get and List.
+
+// Info describes a sandbox to its owner.
+type Info struct {
+	ID          string
+	Owner       string
+	Template    string
+	Driver      string
+	State       store.State
+	Created     time.Time
+	ExpiresAt   time.Time
+	IdleTimeout time.Duration
+	// LastActive is when it was last used; zero unless live.
+	LastActive time.Time
+	Ended      time.Time
+	EndReason  string
+	Limits     sandbox.Limits
+	Env        []string
+	Layers     []sandbox.Layer
+	// FromPool says the create was a claim from a warm pool.
+	FromPool bool
+}
+
+// lookup finds the live sandbox id for c; ErrNotFound when it does not
+// exist or is pooled, ErrForbidden when another key owns it, ErrNotRunning
+// when it has ended.
+func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
+	if !sandbox.ValidID(id) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l == nil {
+		rec, err := s.store.GetSandbox(id)
+		if err != nil {
+			return nil, err
+		}
+		if err := allowed(c, rec); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sandbox %s is %s (%s): %w", id, rec.State, rec.EndReason, ErrNotRunning)
+	}
+	l.mu.Lock()
+	rec, inst, ending := l.rec, l.inst, l.ending
+	l.mu.Unlock()
+	if err := allowed(c, rec); err != nil {
+		return nil, err
+	}
+	if inst == nil || ending {
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)
+	}
+	return l, nil
+}
+
+// allowed says whether c may see rec.
+func allowed(c Caller, rec store.Sandbox) error {
+	switch {
+	case rec.Owner == "" && !c.Operator:
+		return fmt.Errorf("sandbox %s: %w", rec.ID, sandbox.ErrNotFound)
+	case rec.Owner != c.KeyID && !c.Operator:
+		return fmt.Errorf("sandbox %s belongs to another key: %w", rec.ID, ErrForbidden)
+	}
+	return nil
+}
+
+// Get describes the sandbox id: live, or ended and still on record.
+func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error) {
+	if !sandbox.ValidID(id) {
+		return Info{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		rec := l.rec
+		l.mu.Unlock()
+		if err := allowed(c, rec); err != nil {
+			return Info{}, err
+		}
+		return s.info(l), nil
+	}
+	rec, err := s.store.GetSandbox(id)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := allowed(c, rec); err != nil {
+		return Info{}, err
+	}
+	return recInfo(rec), nil
+}
+
+// Filter narrows List; empty fields match everything.
+type Filter struct {
+	State    store.State
+	Template string
+}
+
+// List describes the sandboxes c may see that match f, live and ended, in
+// id order.
+func (s *Supervisor) List(ctx context.Context, c Caller, f Filter) ([]Info, error) {
+	recs, err := s.store.Sandboxes(func(r *store.Sandbox) bool {
+		return allowed(c, *r) == nil && (f.Template == "" || r.Template == f.Template)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(recs))
+	for _, r := range recs {
+		s.mu.Lock()
+		l := s.live[r.ID]
+		s.mu.Unlock()
+		var in Info
+		if l != nil {
+			in = s.info(l)
+		} else {
+			in = recInfo(r)
+		}
+		if f.State == "" || in.State == f.State {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+func recInfo(r store.Sandbox) Info {
+	return Info{
+		ID: r.ID, Owner: r.Owner, Template: r.Template, Driver: r.Driver, State: r.State,
+		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
+		Ended: r.Ended, EndReason: r.EndReason, Limits: r.Spec.Limits, Env: r.Spec.Env,
+	}
+}
+
+func (s *Supervisor) info(l *live) Info {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	in := recInfo(l.rec)
+	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
+	if l.inst != nil {
+		in.Layers = l.inst.Layers()
+	}
+	return in
+}
+
+// LiveIDs lists the ids of the sandboxes that may hold host resources.
+func (s *Supervisor) LiveIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.live))
+	for id := range s.live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
