@@ -148,6 +148,13 @@ func TestDebianPackage(t *testing.T) {
 	}
 	t.Logf("sandbox %s ran a command through the installed daemon: %q", sb.ID, res.Stdout)
 	checkHidden(ctx, t, c, sb.ID, root)
+	// The audit log's key is in a directory of its own, not beside the log.
+	if st, err := os.Stat(filepath.Join(root, "var/lib/airlock-keys/audit.key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the audit key in /var/lib/airlock-keys: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "var/lib/airlock/audit.key")); err == nil {
+		t.Error("the audit key is in the state directory, beside the log")
+	}
 
 	// Stop as systemd does: SIGTERM; the daemon ends its sandboxes and exits.
 	d.stop(t)
@@ -195,9 +202,9 @@ func checkHidden(ctx context.Context, t *testing.T, c *client.Client, id, root s
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(bin)
+	// The sandbox's own timeout (an exec may not ask for more).
 	res, err := c.Exec(ctx, id, client.ExecRequest{
-		Argv:    []string{"sh", "-c", hiddenScript, "sh", strconv.Itoa(len(bin)), hex.EncodeToString(sum[:])},
-		Timeout: time.Minute,
+		Argv: []string{"sh", "-c", hiddenScript, "sh", strconv.Itoa(len(bin)), hex.EncodeToString(sum[:])},
 	})
 	if err != nil {
 		t.Fatal(err)

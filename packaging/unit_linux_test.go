@@ -100,11 +100,13 @@ func bwrapArgs(t *testing.T, u unit, root, runDir string) []string {
 	})
 	args = append([]string{rootMode, root, "/"}, args...)
 	apply("StateDirectory", func(v string) {
-		dir := "/var/lib/" + v
-		if err := os.MkdirAll(filepath.Join(root, dir), 0o700); err != nil {
-			t.Fatal(err)
+		for _, name := range strings.Fields(v) {
+			dir := "/var/lib/" + name
+			if err := os.MkdirAll(filepath.Join(root, dir), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--bind", filepath.Join(root, dir), dir)
 		}
-		args = append(args, "--bind", filepath.Join(root, dir), dir)
 	})
 	apply("RuntimeDirectory", func(v string) {
 		args = append(args, "--bind", runDir, "/run/"+v)

@@ -395,7 +395,7 @@ func addPolicyFlags(cmd *cobra.Command, f *runFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.policyFile, "policy", "", "policy file (TOML, see examples/policies); without one the verifier's built-in checks deny. A denied run exits 77")
 	fl.StringVar(&f.auditLog, "audit-log", "", "append this run's actions to an audit log (hash-chained JSON lines with signed checkpoints)")
-	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's signing key (default $XDG_CONFIG_HOME/airlock/audit.key, /etc/airlock/audit.key as root: never next to the log)")
+	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's signing key (default $XDG_CONFIG_HOME/airlock/audit.key, or /var/lib/airlock-keys/audit.key as root: never next to the log)")
 }
 
 // guardFail turns a refusal of the guard into exit code 77, and anything
@@ -409,16 +409,17 @@ func guardFail(err error, asJSON bool, stdout, stderr io.Writer, fail func(error
 }
 
 // defaultAuditKey is where the checkpoint signing key lives unless
-// --audit-key says otherwise: $XDG_CONFIG_HOME/airlock/audit.key, else
-// /etc/airlock/audit.key as root, else ~/.config/airlock/audit.key. Never
-// the directory of a log it signs: whoever holds a copy of the log (a
-// backup, a shipped log directory) must not also hold what re-signs it.
+// --audit-key says otherwise: $XDG_CONFIG_HOME/airlock/audit.key when
+// that is set, else /var/lib/airlock-keys/audit.key as root, else
+// ~/.config/airlock/audit.key. Never the directory of a log it signs:
+// whoever holds a copy of the log (a backup, a shipped log directory)
+// must not also hold what re-signs it.
 func defaultAuditKey() string {
 	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
 		return filepath.Join(d, "airlock", "audit.key")
 	}
 	if os.Geteuid() == 0 {
-		return "/etc/airlock/audit.key"
+		return "/var/lib/airlock-keys/audit.key"
 	}
 	if home, err := os.UserHomeDir(); err == nil {
 		return filepath.Join(home, ".config", "airlock", "audit.key")

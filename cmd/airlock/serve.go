@@ -62,7 +62,7 @@ exits without serving. Logs go to stderr (the journal, under systemd).`,
 	fl.StringVar(&f.config, "config", "", "TOML configuration file (templates, pools, limits, egress, ...)")
 	fl.StringVar(&f.logFormat, "log-format", supervisor.DefaultLogFormat, "log format on stderr: text or json (config: log_format)")
 	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply (config: policy)")
-	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's checkpoint signing key (default $XDG_CONFIG_HOME/airlock/audit.key, /etc/airlock/audit.key as root: never in the state directory, next to the log)")
+	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's checkpoint signing key (default $XDG_CONFIG_HOME/airlock/audit.key, or /var/lib/airlock-keys/audit.key as root: never in the state directory, next to the log; config: audit_key)")
 	fl.BoolVar(&f.checkConfig, "check-config", false, "check the --config file and the flags, print what is wrong (key and line) or ok, and exit")
 	return cmd
 }
@@ -72,7 +72,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if err != nil {
 		return err
 	}
-	f.listen, f.stateDir, f.policy = cfg.Listen, cfg.StateDir, cfg.Policy
+	f.listen, f.stateDir, f.policy, f.auditKey = cfg.Listen, cfg.StateDir, cfg.Policy, cfg.AuditKey
 	h := logHandler(cfg.LogFormat, stderr)
 	log := slog.New(h)
 	st, err := store.Open(f.stateDir, 0)

@@ -34,6 +34,7 @@ func serveConfig(f serveFlags, changed func(flag string) bool) (supervisor.Confi
 		{"listen", f.listen, &cfg.Listen},
 		{"state-dir", f.stateDir, &cfg.StateDir},
 		{"policy", f.policy, &cfg.Policy},
+		{"audit-key", f.auditKey, &cfg.AuditKey},
 		{"log-format", f.logFormat, &cfg.LogFormat},
 	} {
 		if changed(o.flag) || *o.dst == "" {

@@ -37,11 +37,12 @@ import (
 //	idle_timeout = "5m"      # destroyed after this long unused (0: never)
 //	pool = 2                 # sandboxes kept ready
 type Config struct {
-	// Listen, StateDir, Policy, LogFormat and Drivers are airlock serve's;
-	// its flags override them.
+	// Listen, StateDir, Policy, AuditKey, LogFormat and Drivers are
+	// airlock serve's; its flags override them.
 	Listen    string   `toml:"listen"`
 	StateDir  string   `toml:"state_dir"`
 	Policy    string   `toml:"policy"`
+	AuditKey  string   `toml:"audit_key"`
 	LogFormat string   `toml:"log_format"`
 	Drivers   []string `toml:"drivers"`
 
