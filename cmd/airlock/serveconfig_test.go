@@ -83,7 +83,7 @@ func TestServeFromConfig(t *testing.T) {
 			os.WriteFile(cfg, []byte("listen = \"127.0.0.1:0\"\nstate_dir = \""+state+"\"\nlog_format = \"json\"\n"), 0o600)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := airlockCmd(ctx, invocation{args: append([]string{"serve", "--config", cfg}, tc.args...)})
+			cmd := airlockCmd(ctx, invocation{args: append([]string{"serve", "--config", cfg, "--audit-key", state + ".keys/audit.key"}, tc.args...)})
 			stderr, err := cmd.StderrPipe()
 			if err != nil {
 				t.Fatal(err)

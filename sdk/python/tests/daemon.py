@@ -115,7 +115,10 @@ class Daemon:
         }
         self.log_path = os.path.join(self.state, "daemon.log")
         self._log = open(self.log_path, "wb")
+        # The audit log's key in a directory of the test's own, not the
+        # host's default (/var/lib/airlock-keys as root).
         args = [self.bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", self.state]
+        args += ["--audit-key", os.path.join(self.state + "-keys", "audit.key")]
         args += ["--config", os.path.join(self.state, "config.toml"), "--policy", os.path.join(self.state, "policy.toml")]
         # Started before any thread of ours: preexec_fn is not safe with threads.
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, preexec_fn=_pdeathsig)
@@ -165,6 +168,7 @@ class Daemon:
             print(f"daemon state kept in {self.state}", file=sys.stderr)
         else:
             shutil.rmtree(self.state, ignore_errors=True)
+            shutil.rmtree(self.state + "-keys", ignore_errors=True)
 
 
 _daemon: Daemon | None = None
