@@ -83,6 +83,9 @@ func serveMCP(ctx context.Context, f mcpFlags, stdin io.Reader, stdout, stderr i
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var backend mcp.Backend
 	if os.Getenv(client.EnvURL) != "" || os.Getenv(client.EnvKey) != "" {
+		if f.policy != "" {
+			return fmt.Errorf("--policy is the embedded supervisor's; with %s set the daemon's own policy applies: leave --policy out, or unset %s and %s", client.EnvURL, client.EnvURL, client.EnvKey)
+		}
 		c, err := client.FromEnv()
 		if err != nil {
 			return err
