@@ -9,10 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
 )
@@ -124,5 +127,51 @@ allow_addresses = [%q, %q]
 	o = airlockRun(t, runArgs("--policy", pol, "--allow-address", allowed, "--env", "NO_PROXY=", "--env", "no_proxy=", "--", "curl", "-sS", "http://"+allowed+"/"))
 	if strings.Contains(o.stdout, "upstream") || !strings.Contains(o.stdout, "no-egress") {
 		t.Fatalf("run: a request a policy rule denies: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+}
+
+// TestMCPStdioPolicy: `airlock mcp --policy` binds the embedded
+// supervisor as the daemon's policy binds the API: a rule denies, and
+// "ask" denies at once, since nobody can approve there.
+func TestMCPStdioPolicy(t *testing.T) {
+	requireMCP(t)
+	dir := t.TempDir()
+	pol := writeFile(t, dir, "policy.toml", `
+[[rule]]
+name = "no-shell"
+when = 'action == "exec" && language == "bash"'
+decision = "deny"
+reason = "no shell code here"
+
+[[rule]]
+name = "python-asks"
+when = 'action == "exec" && language == "python"'
+decision = "ask"
+`)
+	cmd := exec.Command(filepath.Join(binDir, "airlock"), "mcp", "--state-dir", filepath.Join(dir, "state"), "--policy", pol)
+	cmd.Env = mcpEnv("", "")
+	cs := goClient(t, &sdk.CommandTransport{Command: cmd})
+	defer cs.Close()
+	call := func(args map[string]any) (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for _, c := range res.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		return res.IsError, text
+	}
+	if isErr, text := call(map[string]any{"code": "echo hi", "language": "bash"}); !isErr || !strings.Contains(text, "no shell code here") {
+		t.Fatalf("bash code under a rule that denies it: %v %q", isErr, text)
+	}
+	start := time.Now()
+	if isErr, text := call(map[string]any{"code": "print(1)"}); !isErr || !strings.Contains(text, "nobody can approve") || time.Since(start) > 10*time.Second {
+		t.Fatalf("python code under a rule that asks: %v %q after %v", isErr, text, time.Since(start))
 	}
 }
