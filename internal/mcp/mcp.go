@@ -63,6 +63,9 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*sdk.ServerSession]*sessionBox
 	closed   bool
+	// ending counts sandboxes of ended sessions being destroyed; Close
+	// waits for them.
+	ending sync.WaitGroup
 }
 
 // sessionBox is the sandbox of one MCP session, made on first use.
@@ -117,7 +120,8 @@ func (s *Server) ServeIO(ctx context.Context, r io.ReadCloser, w io.WriteCloser)
 	return s.Run(ctx, &sdk.IOTransport{Reader: r, Writer: w})
 }
 
-// Close destroys the sandboxes of every session and makes no more.
+// Close destroys the sandboxes of every session, waits for those of
+// sessions that ended meanwhile, and makes no more.
 func (s *Server) Close(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
@@ -130,6 +134,9 @@ func (s *Server) Close(ctx context.Context) {
 	for _, b := range boxes {
 		s.destroy(ctx, b)
 	}
+	// A session that ended just before is destroying its sandbox: the
+	// process must not exit before that is done.
+	s.ending.Wait()
 }
 
 // destroy kills the sandbox of b, if it has one, for good: its session
@@ -211,8 +218,12 @@ func (s *Server) box(ss *sdk.ServerSession, b Backend) (*sessionBox, error) {
 		s.mu.Lock()
 		mine := s.sessions[ss] == box
 		delete(s.sessions, ss)
+		if mine {
+			s.ending.Add(1)
+		}
 		s.mu.Unlock()
 		if mine {
+			defer s.ending.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			s.destroy(ctx, box)
