@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +78,10 @@ func (c *Client) Close() error { return c.cc.Close() }
 // Exec is one running command on the host's side.
 type Exec struct {
 	stream *connect.BidiStreamForClient[ExecInput, ExecEvent]
+	// sendMu keeps the input half's messages (stdin, resizes) whole and
+	// in order; pty says the input half stays open after stdin ends.
+	sendMu sync.Mutex
+	pty    bool
 	// Pid is the main process's pid inside the sandbox.
 	Pid int
 	// Cgroup is the exec's group below the workload group, as the agent
@@ -94,7 +99,7 @@ func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
 		st.CloseResponse()
 		return nil, fmt.Errorf("start exec: %w", hostError(err))
 	}
-	if !s.Stdin {
+	if !s.Stdin && s.PTY == nil {
 		_ = st.CloseRequest()
 	}
 	ev, err := st.Receive()
@@ -110,11 +115,14 @@ func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
 		st.CloseResponse()
 		return nil, errors.New("start exec: the agent answered out of order")
 	}
-	return &Exec{stream: st, Pid: ev.Started, Cgroup: ev.Cgroup}, nil
+	return &Exec{stream: st, Pid: ev.Started, Cgroup: ev.Cgroup, pty: s.PTY != nil}, nil
 }
 
-// SendStdin passes data to the command's stdin; eof closes it.
+// SendStdin passes data to the command's stdin; eof closes it (on a
+// terminal it changes nothing: see ExecInput).
 func (e *Exec) SendStdin(data []byte, eof bool) error {
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
 	for len(data) > ChunkSize {
 		if err := e.stream.Send(&ExecInput{Stdin: data[:ChunkSize]}); err != nil {
 			return err
@@ -124,10 +132,20 @@ func (e *Exec) SendStdin(data []byte, eof bool) error {
 	if err := e.stream.Send(&ExecInput{Stdin: data, StdinEOF: eof}); err != nil {
 		return err
 	}
-	if eof {
+	if eof && !e.pty {
 		return e.stream.CloseRequest()
 	}
 	return nil
+}
+
+// Resize sets the size of the command's terminal.
+func (e *Exec) Resize(size sandbox.TermSize) error {
+	if !e.pty {
+		return fmt.Errorf("resize: the command has no terminal: %w", sandbox.ErrInvalid)
+	}
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	return e.stream.Send(&ExecInput{Resize: &size})
 }
 
 // FeedStdin copies r to the command's stdin until r ends, then closes
@@ -165,10 +183,13 @@ func (e *Exec) Next() (*ExecEvent, error) {
 	return ev, nil
 }
 
-// Close abandons the stream.
+// Close abandons the stream. Closing the response half first ends a send
+// that waits for the agent.
 func (e *Exec) Close() {
-	e.stream.CloseRequest()
 	e.stream.CloseResponse()
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	e.stream.CloseRequest()
 }
 
 // bounded returns ctx with a deadline no later than CallTimeout from now.

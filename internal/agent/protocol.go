@@ -69,14 +69,23 @@ type ExecStart struct {
 	Stdin bool `json:"stdin"`
 	// OutputLimit caps each output stream in bytes.
 	OutputLimit int64 `json:"output_limit"`
+	// PTY, when set, runs the command on a terminal of this size that the
+	// agent opens inside the sandbox (see sandbox.ExecRequest.PTY). Its
+	// output comes as Stdout; the host keeps the input half of the stream
+	// open for stdin and resizes.
+	PTY *sandbox.TermSize `json:"pty,omitempty"`
 }
 
 // ExecInput is a message of the host's half of an Exec stream: the start,
-// then stdin data, then (optionally) the end of stdin.
+// then stdin data and (on a terminal) resizes, then (optionally) the end
+// of stdin. On a terminal the end of stdin changes nothing: the terminal
+// stays open, and typing Ctrl-D is how a program reads an end of file.
 type ExecInput struct {
 	Start    *ExecStart `json:"start,omitempty"`
 	Stdin    []byte     `json:"stdin,omitempty"`
 	StdinEOF bool       `json:"stdin_eof,omitempty"`
+	// Resize sets the size of the exec's terminal.
+	Resize *sandbox.TermSize `json:"resize,omitempty"`
 }
 
 // ExecEvent is a message of the agent's half of an Exec stream.

@@ -117,7 +117,10 @@ type spawnJob struct {
 	stdin     *os.File
 	stdout    *os.File
 	stderr    *os.File
-	reply     chan spawnResult
+	// tty says stdin is a terminal, to become the controlling terminal
+	// of the command's new session.
+	tty   bool
+	reply chan spawnResult
 }
 
 type spawnResult struct {
@@ -194,7 +197,7 @@ func (e *engine) prepare() {
 
 // start starts the command of s with the given standard streams.
 func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
-	env := e.env(s.Env)
+	env := e.env(s.Env, s.PTY != nil)
 	path, err := lookPath(s.Argv[0], env)
 	if err != nil {
 		return nil, err
@@ -229,7 +232,7 @@ func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*pro
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
 	}
 	reply := make(chan spawnResult, 1)
-	sp.jobs <- spawnJob{path: path, dir: dir, argv: s.Argv, env: env, stdin: stdin, stdout: stdout, stderr: stderr, reply: reply}
+	sp.jobs <- spawnJob{path: path, dir: dir, argv: s.Argv, env: env, stdin: stdin, stdout: stdout, stderr: stderr, tty: s.PTY != nil, reply: reply}
 	r := <-reply
 	if e.protected {
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
@@ -249,6 +252,11 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 	sys := &syscall.SysProcAttr{
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: uint32(e.cfg.UID), Gid: uint32(e.cfg.GID), Groups: []uint32{}},
+		// The terminal (the child's fd 0) becomes the new session's
+		// controlling terminal: Ctrl-C typed into it reaches the
+		// foreground process group.
+		Setctty: job.tty,
+		Ctty:    0,
 	}
 	if sp.group != nil {
 		if e.cfg.Cgroup.V2 {
@@ -275,7 +283,10 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 		return 0, nil, err
 	}
 	if e.landlock {
-		rw := []string{sandbox.Workspace, "/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+		// The sandbox's own terminals (/dev/pts is its devpts instance;
+		// /dev/tty is the caller's controlling terminal): a program may
+		// reopen its terminal and set its modes (IOCTL_DEV).
+		rw := []string{sandbox.Workspace, "/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts", "/dev/tty"}
 		for _, m := range e.cfg.Mounts {
 			if m.Writable {
 				rw = append(rw, m.Target)
@@ -392,9 +403,13 @@ func lookPath(name string, env []string) (string, error) {
 }
 
 // env returns a command's environment: the defaults, the sandbox's, then
-// the request's, later entries replacing earlier ones with the same key.
-func (e *engine) env(req []string) []string {
+// the request's, later entries replacing earlier ones with the same key. A
+// command on a terminal gets TERM too.
+func (e *engine) env(req []string, tty bool) []string {
 	all := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.Workspace, "LANG=C.UTF-8", "USER=sandbox", "HOSTNAME=" + e.cfg.Hostname}
+	if tty {
+		all = append(all, "TERM="+defaultTerm)
+	}
 	all = append(all, e.cfg.Env...)
 	all = append(all, req...)
 	seen := map[string]int{}
@@ -410,6 +425,11 @@ func (e *engine) env(req []string) []string {
 	}
 	return out
 }
+
+// defaultTerm is a terminal command's TERM unless the sandbox or the
+// request sets one: what most terminal emulators are, and what a Debian
+// root's terminfo knows.
+const defaultTerm = "xterm-256color"
 
 // kill ends every process of p, with reason unless one was already given.
 func (e *engine) kill(p *proc, reason sandbox.Reason) {

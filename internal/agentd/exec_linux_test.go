@@ -121,6 +121,7 @@ func TestEngineEnv(t *testing.T) {
 		name    string
 		sandbox []string
 		req     []string
+		tty     bool
 		want    []string
 	}{
 		{name: "defaults", want: defaults},
@@ -146,11 +147,16 @@ func TestEngineEnv(t *testing.T) {
 			name: "value with =", req: []string{"OPTS=a=b=c"},
 			want: append(append([]string{}, defaults...), "OPTS=a=b=c"),
 		},
+		{name: "a terminal gets TERM", tty: true, want: append(append([]string{}, defaults...), "TERM=xterm-256color")},
+		{
+			name: "the request's TERM replaces the terminal's", tty: true, req: []string{"TERM=vt100"},
+			want: append(append([]string{}, defaults...), "TERM=vt100"),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &engine{cfg: &agent.Config{Hostname: "box", Env: tt.sandbox}}
-			got := e.env(tt.req)
+			got := e.env(tt.req, tt.tty)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("env =\n %q\nwant\n %q", got, tt.want)
 			}
@@ -160,7 +166,7 @@ func TestEngineEnv(t *testing.T) {
 		sb := []string{"A=1"}
 		req := []string{"A=2"}
 		e := &engine{cfg: &agent.Config{Env: sb}}
-		_ = e.env(req)
+		_ = e.env(req, false)
 		if sb[0] != "A=1" || req[0] != "A=2" {
 			t.Errorf("env changed its inputs: %q %q", sb, req)
 		}

@@ -257,15 +257,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 		return stream.Send(ev)
 	}
 
-	stdin, stdinW, err := s.stdin(st.Stdin)
-	if err != nil {
-		return agent.WireError(err)
-	}
-	outR, outW, err := pipe()
-	if err != nil {
-		return agent.WireError(err)
-	}
-	errR, errW, err := pipe()
+	eio, err := s.execIO(st)
 	if err != nil {
 		return agent.WireError(err)
 	}
@@ -273,16 +265,10 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 	if s.eng.workload != nil {
 		pidsBefore = s.eng.workload.PidsMax()
 	}
-	p, err := s.eng.start(st, stdin, outW, errW)
-	stdin.Close()
-	outW.Close()
-	errW.Close()
+	p, err := s.eng.start(st, eio.stdin, eio.stdout, eio.stderr)
+	eio.closeCommandEnds()
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
+		eio.closeAll()
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
 			return send(&agent.ExecEvent{Exit: &sandbox.Result{ExitCode: ce.Code, Reason: sandbox.ReasonExit, Message: ce.Msg, LimitsHit: []sandbox.Limit{}}})
@@ -292,19 +278,21 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 	if err := send(&agent.ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil {
 		s.eng.kill(p, sandbox.ReasonKilled)
 	}
-	if stdinW != nil {
-		go feedStdin(stream, stdinW)
+	if eio.input != nil {
+		go feedInput(stream, eio)
 	}
 
 	// Output: each stream is counted; past the limit the exec is killed.
 	var outWG sync.WaitGroup
 	var written [2]atomic.Int64
 	var truncated [2]atomic.Bool
-	for i, r := range []*os.File{outR, errR} {
+	for i, r := range eio.outputs {
 		outWG.Add(1)
 		go func() {
 			defer outWG.Done()
-			defer r.Close()
+			if eio.master == nil {
+				defer r.Close()
+			}
 			buf := make([]byte, agent.ChunkSize)
 			for {
 				n, err := r.Read(buf)
@@ -328,6 +316,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 					}
 				}
 				if err != nil {
+					// A terminal whose last holder closed it answers EIO.
 					return
 				}
 			}
@@ -347,9 +336,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 	case <-drained:
 	case <-time.After(drainGrace(st.Background)):
 	}
-	if stdinW != nil {
-		stdinW.Close()
-	}
+	eio.closeAgentEnds()
 
 	var res sandbox.Result
 	res.ExitCode, res.Signal = exitOf(ws)
@@ -423,27 +410,110 @@ func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.W
 	}
 }
 
-func (s *server) stdin(want bool) (r, w *os.File, err error) {
-	if !want {
-		r, err = devNull()
-		return r, nil, err
-	}
-	return pipe()
+// execIO is the standard streams of one exec: pipes, or a terminal.
+type execIO struct {
+	// The command's ends, closed once it has started.
+	stdin, stdout, stderr *os.File
+	// outputs are what the agent reads: stdout and stderr, or the master.
+	outputs []*os.File
+	// input is where the host's stdin goes (a pipe or the master); nil
+	// when the host sends none.
+	input *os.File
+	// master is the terminal's agent end; nil for pipes.
+	master *os.File
 }
 
-func feedStdin(stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent], w *os.File) {
-	defer w.Close()
+// execIO opens the streams st asks for.
+func (s *server) execIO(st *agent.ExecStart) (*execIO, error) {
+	x := &execIO{}
+	if st.PTY != nil {
+		if err := st.PTY.Validate(); err != nil {
+			return nil, err
+		}
+		m, t, err := openPTY(*st.PTY, s.cfg.UID, s.cfg.GID)
+		if err != nil {
+			return nil, err
+		}
+		x.master, x.input, x.outputs = m, m, []*os.File{m}
+		x.stdin, x.stdout, x.stderr = t, t, t
+		return x, nil
+	}
+	var err error
+	if st.Stdin {
+		x.stdin, x.input, err = os.Pipe()
+	} else {
+		x.stdin, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		x.closeAll()
+		return nil, err
+	}
+	x.stdout, x.outputs = outW, []*os.File{outR}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		x.closeAll()
+		return nil, err
+	}
+	x.stderr, x.outputs = errW, append(x.outputs, errR)
+	return x, nil
+}
+
+// closeCommandEnds closes the agent's copies of the command's ends (a
+// terminal's slave is one file for all three).
+func (x *execIO) closeCommandEnds() {
+	for _, f := range []*os.File{x.stdin, x.stdout, x.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// closeAgentEnds closes the agent's ends: the input, and the terminal
+// (which hangs it up: what still runs on it gets SIGHUP).
+func (x *execIO) closeAgentEnds() {
+	if x.input != nil {
+		x.input.Close()
+	}
+	if x.master != nil {
+		x.master.Close()
+	}
+}
+
+// closeAll closes everything of a command that did not start.
+func (x *execIO) closeAll() {
+	x.closeCommandEnds()
+	x.closeAgentEnds()
+	if x.master == nil {
+		for _, f := range x.outputs {
+			f.Close()
+		}
+	}
+}
+
+// feedInput passes the host's stdin to the command and applies resizes,
+// until the host's half of the stream ends, or (pipes) stdin ends.
+func feedInput(stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent], x *execIO) {
+	if x.master == nil {
+		defer x.input.Close()
+	}
 	for {
 		msg, err := stream.Receive()
 		if err != nil {
 			return
 		}
 		if len(msg.Stdin) > 0 {
-			if _, err := w.Write(msg.Stdin); err != nil {
+			if _, err := x.input.Write(msg.Stdin); err != nil {
 				return
 			}
 		}
-		if msg.StdinEOF {
+		if msg.Resize != nil && x.master != nil {
+			_ = resize(x.master, *msg.Resize)
+		}
+		if msg.StdinEOF && x.master == nil {
 			return
 		}
 	}

@@ -273,7 +273,9 @@ func mountSpecial(cfg *agent.Config) error {
 	if err := unix.Mount("tmpfs", root("dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
 	}
-	for _, d := range []string{"null", "zero", "full", "random", "urandom"} {
+	// /dev/tty is every process's own controlling terminal: binding the
+	// host's node shows nothing of the host.
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
 		p := root("dev/" + d)
 		if err := os.WriteFile(p, nil, 0o666); err != nil {
 			return fmt.Errorf("make /dev/%s: %w", d, err)
@@ -295,6 +297,9 @@ func mountSpecial(cfg *agent.Config) error {
 	if err := bindBootID(root("dev/.boot"), root("proc/sys/kernel/random/boot_id")); err != nil {
 		return err
 	}
+	if err := mountPTS(root("dev"), cfg); err != nil {
+		return err
+	}
 	if err := os.Mkdir(root("dev/shm"), 0o1777); err != nil {
 		return fmt.Errorf("make /dev/shm: %w", err)
 	}
@@ -311,6 +316,30 @@ func mountSpecial(cfg *agent.Config) error {
 	ws := fmt.Sprintf("mode=0755,uid=%d,gid=%d,size=%d", cfg.UID, cfg.GID, cfg.DiskBytes)
 	if err := unix.Mount("tmpfs", root("workspace"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, ws); err != nil {
 		return fmt.Errorf("mount /workspace: %w", err)
+	}
+	return nil
+}
+
+// maxPTYs bounds the terminals a sandbox may have open at once. Every
+// devpts instance but the host's shares kernel.pty.max less
+// kernel.pty.reserve (3072 by default), so one sandbox must not take them
+// all.
+const maxPTYs = 64
+
+// mountPTS gives the sandbox terminals of its own: a new devpts instance
+// at /dev/pts (none of the host's terminals is in it), whose terminals
+// belong to the workload's user, and /dev/ptmx pointing into it.
+func mountPTS(dev string, cfg *agent.Config) error {
+	pts := filepath.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return fmt.Errorf("make /dev/pts: %w", err)
+	}
+	opts := fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,uid=%d,gid=%d,max=%d", cfg.UID, cfg.GID, maxPTYs)
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount /dev/pts: %w", err)
+	}
+	if err := os.Symlink("pts/ptmx", filepath.Join(dev, "ptmx")); err != nil {
+		return fmt.Errorf("link /dev/ptmx: %w", err)
 	}
 	return nil
 }

@@ -42,3 +42,12 @@ type SandboxUsage struct {
 type Describer interface {
 	Describe() string
 }
+
+// Resizer is a process started on a terminal (ExecRequest.PTY) that can be
+// resized: the programs on it get SIGWINCH and read the new size.
+type Resizer interface {
+	// Resize sets the terminal's size. An error wrapping ErrInvalid says
+	// the process has no terminal or the size is out of range; one
+	// wrapping ErrNotFound, that the process has ended.
+	Resize(ctx context.Context, size TermSize) error
+}

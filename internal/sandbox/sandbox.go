@@ -138,6 +138,34 @@ type ExecRequest struct {
 	// exits. Otherwise every process the command started is killed when it
 	// ends: a command owns its whole process tree.
 	Background bool
+	// PTY, when set, runs the command on a terminal of that size, made
+	// inside the sandbox: the terminal is its standard input, output and
+	// error, and its controlling terminal in a new session. Its output
+	// comes to Stdout alone (the terminal merges the two streams; the
+	// output limit and StdoutTruncated apply to it) and Stderr gets
+	// nothing; Stdin is typed into it (control characters too: Ctrl-C
+	// reaches the foreground process group as SIGINT), and the end of
+	// Stdin leaves the terminal open. The process can be resized
+	// (Resizer). Nil means pipes. A driver without terminals (see
+	// Capabilities.PTY) refuses it with an UnsupportedError.
+	PTY *TermSize
+}
+
+// TermSize is the size of a terminal, in characters.
+type TermSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// MaxTermSide is the most rows or columns a terminal may have.
+const MaxTermSide = 4096
+
+// Validate checks that both sides are between 1 and MaxTermSide.
+func (t TermSize) Validate() error {
+	if t.Rows == 0 || t.Cols == 0 || t.Rows > MaxTermSide || t.Cols > MaxTermSide {
+		return invalid("terminal size %dx%d: give rows and cols between 1 and %d", t.Rows, t.Cols, MaxTermSide)
+	}
+	return nil
 }
 
 // Reason says why an exec ended.

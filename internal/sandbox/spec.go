@@ -314,6 +314,9 @@ func (r ExecRequest) Validate() error {
 	if r.Timeout < 0 || r.CPUTime < 0 {
 		return invalid("timeouts cannot be negative")
 	}
+	if r.PTY != nil {
+		return r.PTY.Validate()
+	}
 	return nil
 }
 

@@ -120,7 +120,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	id := "e" + strconv.FormatInt(in.execSeq.Add(1), 10)
 	l := in.spec.Limits
 	timeout := req.Timeout
-	if timeout == 0 && !req.Background {
+	if timeout == 0 && !req.Background && req.PTY == nil {
 		timeout = l.Timeout
 	}
 	cpu := req.CPUTime
@@ -140,6 +140,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
 		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
 		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: l.OutputBytes,
+		PTY: req.PTY,
 	})
 	timer.Stop()
 	stop()

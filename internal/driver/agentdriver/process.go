@@ -30,7 +30,10 @@ type process struct {
 	err    error
 }
 
-var _ sandbox.Process = (*process)(nil)
+var (
+	_ sandbox.Process = (*process)(nil)
+	_ sandbox.Resizer = (*process)(nil)
+)
 
 // ID is the exec's id within its sandbox.
 func (p *process) ID() string { return p.id }
@@ -68,11 +71,41 @@ func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 	return p.in.client.Signal(ctx, p.id, int(sig))
 }
 
+// Resize sets the size of the exec's terminal.
+func (p *process) Resize(ctx context.Context, size sandbox.TermSize) error {
+	if p.req.PTY == nil {
+		return fmt.Errorf("exec %s has no terminal: start it with a PTY: %w", p.id, sandbox.ErrInvalid)
+	}
+	if err := size.Validate(); err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("exec %s has ended: %w", p.id, sandbox.ErrNotFound)
+	default:
+	}
+	// A send waits only for the agent's flow control; ctx bounds it.
+	errc := make(chan error, 1)
+	go func() { errc <- p.ex.Resize(size) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("resize exec %s: %w", p.id, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // run reads the exec's events to the end, holding the agent to the limits
 // with the host's own clock and counters, and settles the result.
 func (p *process) run() {
 	defer close(p.done)
 	defer p.cancel()
+	// The input half stays open on a terminal (and while stdin is fed):
+	// close it, which also ends a feed still waiting on the agent.
+	defer p.ex.Close()
 	l := p.in.spec.Limits
 	if p.timeout > 0 {
 		// A backstop: the agent enforces the timeout; if it does not, the

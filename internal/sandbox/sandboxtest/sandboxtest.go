@@ -85,6 +85,7 @@ const (
 	needEgress                     // Capabilities.Egress and Options.Egress
 	needHostMounts                 // Capabilities.HostMounts
 	needFreeze                     // Options.FreezeAgent
+	needPTY                        // Capabilities.PTY
 )
 
 // missing says which of needs the driver's capabilities or the options
@@ -103,6 +104,8 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 			return "Capabilities.Egress (network mode egress)", true
 		case n == needHostMounts && !caps.HostMounts:
 			return "Capabilities.HostMounts (host paths as the root and as mounts)", true
+		case n == needPTY && !caps.PTY:
+			return "Capabilities.PTY (commands on a terminal: ExecRequest.PTY)", true
 		}
 	}
 	for _, n := range needs {
@@ -172,6 +175,7 @@ func groups() []group {
 		{"posture", postureCases()},
 		{"file_escapes", fileEscapeCases()},
 		{"mounts", mountCases()},
+		{"pty", ptyCases()},
 	}
 }
 
