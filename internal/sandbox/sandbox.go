@@ -129,7 +129,9 @@ type ExecRequest struct {
 	// discards it. Writes happen from one goroutine per stream.
 	Stdout, Stderr io.Writer
 	// Timeout bounds the command's wall time. Zero means the sandbox's
-	// default (10 s for a foreground command, none for a background one).
+	// default for a foreground command (10 s unless the spec says), and
+	// none for a background one or one on a terminal (PTY: it runs at a
+	// person's pace, and ends with its sandbox).
 	Timeout time.Duration
 	// CPUTime bounds the user+system CPU time of every process of the exec.
 	// Zero means the sandbox's default (unlimited unless set).
