@@ -57,7 +57,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Archive bounds tar uploads. Zero fields mean DefaultArchiveLimits.
 	Archive ArchiveLimits
+	// Keepalive is how long a stream of events (a streaming exec, a
+	// followed process) may stay silent before a keepalive event goes
+	// out. Zero means DefaultKeepalive.
+	Keepalive time.Duration
 }
+
+// DefaultKeepalive is Options.Keepalive's default.
+const DefaultKeepalive = 15 * time.Second
 
 // Server is the HTTP API.
 type Server struct {
@@ -117,6 +124,8 @@ var routes = []route{
 	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/stdin", op: opExec, h: (*Server).processStdin},
 	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/signal", h: (*Server).processSignal},
 	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/wait", op: opExec, h: (*Server).processWait},
+	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/output", op: opExec, h: (*Server).processOutput},
+	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/resize", op: opExec, h: (*Server).processResize},
 
 	{method: "GET", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).readFile},
 	{method: "PUT", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).writeFile},

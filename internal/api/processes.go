@@ -22,26 +22,39 @@ type StartProcessRequest struct {
 	KeepStdinOpen bool `json:"keep_stdin_open,omitempty"`
 }
 
-// Process is the wire form of a background process.
+// Process is the wire form of a process of a sandbox: a background
+// process, or an exec (background false).
 type Process struct {
-	ID        string          `json:"id"`
-	Argv      []string        `json:"argv"`
-	StartedAt time.Time       `json:"started_at"`
-	Running   bool            `json:"running"`
-	Result    *sandbox.Result `json:"result,omitempty"`
-	// Output, filled only by wait.
+	ID         string            `json:"id"`
+	Argv       []string          `json:"argv"`
+	StartedAt  time.Time         `json:"started_at"`
+	Running    bool              `json:"running"`
+	Background bool              `json:"background"`
+	PTY        *sandbox.TermSize `json:"pty,omitempty"`
+	Result     *sandbox.Result   `json:"result,omitempty"`
+	// Output, filled only by wait (the tail the daemon keeps) and output
+	// (from the offsets asked for); the offsets are those of the first
+	// bytes in their streams (a terminal's output is stdout).
 	Stdout       string `json:"stdout,omitempty"`
 	Stderr       string `json:"stderr,omitempty"`
 	StdoutBase64 string `json:"stdout_base64,omitempty"`
 	StderrBase64 string `json:"stderr_base64,omitempty"`
+	StdoutOffset *int64 `json:"stdout_offset,omitempty"`
+	StderrOffset *int64 `json:"stderr_offset,omitempty"`
 }
 
-func wireProcess(p supervisor.ProcessInfo) Process {
-	out := Process{ID: p.ID, Argv: p.Argv, StartedAt: p.Started, Running: p.Running, Result: p.Result}
-	out.Stdout, out.StdoutBase64 = text(p.Stdout)
-	out.Stderr, out.StderrBase64 = text(p.Stderr)
+func wireProcess(p supervisor.ProcessInfo, output bool) Process {
+	out := Process{ID: p.ID, Argv: p.Argv, StartedAt: p.Started, Running: p.Running, Background: p.Background, PTY: p.PTY, Result: p.Result}
+	if output {
+		out.Stdout, out.StdoutBase64 = text(p.Stdout)
+		out.Stderr, out.StderrBase64 = text(p.Stderr)
+		out.StdoutOffset, out.StderrOffset = &p.StdoutOffset, &p.StderrOffset
+	}
 	return out
 }
+
+// ResizeRequest is the body of POST …/processes/{pid}/resize.
+type ResizeRequest = sandbox.TermSize
 
 // ProcessList is the body of GET /v1/sandboxes/{id}/processes.
 type ProcessList struct {
@@ -96,7 +109,11 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, wireProcess(p))
+	if sse, ok := streaming(r); ok {
+		// Start and follow: the process runs on when the stream ends.
+		return s.followEvents(r.Context(), &eventWriter{w: w, sse: sse}, c, id, p.ID, supervisor.Offsets{})
+	}
+	writeJSON(w, http.StatusCreated, wireProcess(p, false))
 	return nil
 }
 
@@ -111,7 +128,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	out := ProcessList{Processes: make([]Process, 0, len(ps))}
 	for _, p := range ps {
-		out.Processes = append(out.Processes, wireProcess(p))
+		out.Processes = append(out.Processes, wireProcess(p, false))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -199,7 +216,7 @@ func (s *Server) processWait(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 		for _, q := range ps {
 			if q.ID == pid {
-				writeJSON(w, http.StatusOK, wireProcess(q))
+				writeJSON(w, http.StatusOK, wireProcess(q, false))
 				return nil
 			}
 		}
@@ -208,6 +225,101 @@ func (s *Server) processWait(w http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, wireProcess(p))
+	writeJSON(w, http.StatusOK, wireProcess(p, true))
+	return nil
+}
+
+// streaming says whether the caller asks for a stream of events, and
+// whether as SSE.
+func streaming(r *http.Request) (sse, ok bool) {
+	accept := r.Header.Get("Accept")
+	switch {
+	case strings.Contains(accept, "application/x-ndjson"):
+		return false, true
+	case strings.Contains(accept, "text/event-stream"):
+		return true, true
+	}
+	return false, false
+}
+
+// offsets reads where in its output streams a caller starts:
+// stdout_offset and stderr_offset (a terminal's stream is stdout), or
+// from=now for only what comes next.
+func offsets(r *http.Request) (supervisor.Offsets, error) {
+	var o supervisor.Offsets
+	q := r.URL.Query()
+	switch q.Get("from") {
+	case "", "start":
+	case "now":
+		o.Now = true
+	default:
+		return o, badRequest("from %q: use start or now", truncate(q.Get("from"), 40))
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"stdout_offset", &o.Stdout}, {"stderr_offset", &o.Stderr}} {
+		v := q.Get(f.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return o, badRequest("%s %q: give a byte offset, 0 or more", f.name, truncate(v, 40))
+		}
+		*f.v = n
+	}
+	return o, nil
+}
+
+// processOutput answers with what the process printed from the offsets
+// asked for; with Accept: application/x-ndjson or text/event-stream it
+// follows the process instead, streaming its output as it comes until
+// its result (the process runs on when the caller goes away).
+func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	pid, err := processID(r)
+	if err != nil {
+		return err
+	}
+	from, err := offsets(r)
+	if err != nil {
+		return err
+	}
+	if sse, ok := streaming(r); ok {
+		return s.followEvents(r.Context(), &eventWriter{w: w, sse: sse}, c, id, pid, from)
+	}
+	p, err := s.sup.Output(r.Context(), c.sup, id, pid, from)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireProcess(p, true))
+	return nil
+}
+
+// processResize sets the size of a process's terminal.
+func (s *Server) processResize(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	pid, err := processID(r)
+	if err != nil {
+		return err
+	}
+	var body ResizeRequest
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if err := body.Validate(); err != nil {
+		return badRequest("give rows and cols between 1 and %d", sandbox.MaxTermSide)
+	}
+	if err := s.sup.Resize(r.Context(), c.sup, id, pid, body); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

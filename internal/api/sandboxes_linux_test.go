@@ -126,7 +126,8 @@ func TestSandboxRoutes(t *testing.T) {
 		}
 		_, op, _ := e.st.NewKey("op", "operator", storeQuota(), storeRate(), time.Now())
 		st, h, body := e.raw("POST", "/v1/sandboxes/"+sb.ID+"/exec", string(op), strings.NewReader(`{"argv":["echo","hi"]}`), map[string]string{"Accept": "text/event-stream"})
-		if st != 200 || h.Get("Content-Type") != "text/event-stream" || !strings.Contains(string(body), "event: stdout\ndata: {\"type\":\"stdout\",\"data\":\"hi\\n\"}\n\n") || !strings.Contains(string(body), "event: result\n") {
+		if st != 200 || h.Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(string(body), "event: start\ndata: {\"type\":\"start\",\"id\":\"e") ||
+			!strings.Contains(string(body), "event: stdout\ndata: {\"type\":\"stdout\",\"data\":\"hi\\n\",\"offset\":0}\n\n") || !strings.Contains(string(body), "event: result\n") {
 			t.Fatalf("SSE: %d %q", st, body)
 		}
 	})
@@ -150,9 +151,16 @@ func TestSandboxRoutes(t *testing.T) {
 		if err != nil || !w.Running {
 			t.Fatalf("wait with a timeout on a running process: %+v, %v", w, err)
 		}
+		// The list holds every process, the execs before them included.
 		ps, err := c.ListProcesses(ctx, sb.ID)
-		if err != nil || len(ps) != 2 || ps[1].ID != s.ID || !ps[1].Running || ps[0].Running {
+		if err != nil || len(ps) < 2 {
 			t.Fatalf("list: %+v, %v", ps, err)
+		}
+		if last, prev := ps[len(ps)-1], ps[len(ps)-2]; last.ID != s.ID || !last.Running || !last.Background || prev.ID != p.ID || prev.Running {
+			t.Fatalf("list: %+v", ps)
+		}
+		if ps[0].Background || ps[0].Running {
+			t.Fatalf("the first exec is listed as %+v", ps[0])
 		}
 		if err := c.Signal(ctx, sb.ID, s.ID, "TERM"); err != nil {
 			t.Fatal(err)

@@ -48,6 +48,12 @@ type CommandError struct {
 
 func (e *CommandError) Error() string { return e.Msg }
 
+// Result is the result of an exec that could not start: its code, reason
+// exit, and the message.
+func (e *CommandError) Result() Result {
+	return Result{ExitCode: e.Code, Reason: ReasonExit, LimitsHit: []Limit{}, Message: e.Msg}
+}
+
 // UnsupportedError says that this host cannot run something (a driver, a
 // feature), why, and how to make it. It wraps ErrUnsupported.
 type UnsupportedError struct {

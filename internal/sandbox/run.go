@@ -23,7 +23,7 @@ func Run(ctx context.Context, inst Instance, req ExecRequest) (Result, error) {
 	if err != nil {
 		var ce *CommandError
 		if errors.As(err, &ce) {
-			return Result{ExitCode: ce.Code, Reason: ReasonExit, LimitsHit: []Limit{}, Message: ce.Msg}, nil
+			return ce.Result(), nil
 		}
 		return Result{}, err
 	}

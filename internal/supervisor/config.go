@@ -36,6 +36,7 @@ import (
 //	max_ttl = "1h"           # the most a create or extend may ask for
 //	idle_timeout = "5m"      # destroyed after this long unused (0: never)
 //	pool = 2                 # sandboxes kept ready
+//	output_buffer = "1M"     # recent output kept per stream of every process
 type Config struct {
 	// Listen, StateDir, Policy, AuditKey, LogFormat and Drivers are
 	// airlock serve's; its flags override them.
@@ -93,6 +94,12 @@ type Template struct {
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// Pool is the number of sandboxes kept ready for claims. Zero: none.
 	Pool int `toml:"pool"`
+	// OutputBuffer is how much of the recent output of each stream of
+	// every process (stdout, stderr, or a terminal's) a sandbox keeps for
+	// the callers that follow it and for waits, 4 KiB to 256 MiB. Zero
+	// means DefaultOutputBuffer (1 MiB). With at least the output limit
+	// (output_limit), no follower ever misses a byte.
+	OutputBuffer Size `toml:"output_buffer"`
 	// Network is the sandboxes' default network and the most a create may
 	// ask for (see TemplateNetwork). Zero: none, and nothing more.
 	Network TemplateNetwork `toml:"network"`
@@ -177,6 +184,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if k := t.badLifetime(); k != "" {
 			return c, keyErr(key(k), fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name))
+		}
+		if t.OutputBuffer != 0 && (t.OutputBuffer < minOutputBuffer || t.OutputBuffer > maxOutputBuffer) {
+			return c, fmt.Errorf("template %q: output_buffer must be between 4k and 256M", t.Name)
 		}
 		if err := t.spec().Validate(); err != nil {
 			return c, keyErr(key(t.badSpecKey()), fmt.Errorf("template %q: %w", t.Name, err))

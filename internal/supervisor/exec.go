@@ -1,17 +1,14 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -27,8 +24,11 @@ type ExecRequest struct {
 	// Stdin is the command's whole standard input.
 	Stdin []byte
 	// Timeout bounds the wall time; zero means the sandbox's default (for a
-	// background process: none).
+	// background process, or one on a terminal: none).
 	Timeout time.Duration
+	// PTY runs the command on a terminal of this size (see
+	// sandbox.ExecRequest.PTY): its output is one stream, which Stdout gets.
+	PTY *sandbox.TermSize
 	// Stdout and Stderr receive output as it comes (Exec only); nil discards.
 	Stdout, Stderr io.Writer
 }
@@ -67,10 +67,7 @@ func (r ExecRequest) request() (sandbox.ExecRequest, error) {
 			return sandbox.ExecRequest{}, err
 		}
 	}
-	req := sandbox.ExecRequest{Argv: argv, Env: r.Env, Dir: r.Dir, Timeout: r.Timeout, Stdout: r.Stdout, Stderr: r.Stderr}
-	if len(r.Stdin) > 0 {
-		req.Stdin = bytes.NewReader(r.Stdin)
-	}
+	req := sandbox.ExecRequest{Argv: argv, Env: r.Env, Dir: r.Dir, Timeout: r.Timeout, PTY: r.PTY, Stdout: r.Stdout, Stderr: r.Stderr}
 	if r.Timeout < 0 {
 		return req, fmt.Errorf("%w: timeout cannot be negative", sandbox.ErrInvalid)
 	}
@@ -78,11 +75,12 @@ func (r ExecRequest) request() (sandbox.ExecRequest, error) {
 }
 
 // execTimeout is the wall-time limit of an exec that asks for asked: the
-// sandbox's own when it asks for none (a background process: none at
-// all). Asking for more than the sandbox's timeout is refused, as a create
-// asking for more than its template is: the sandbox's timeout is what the
-// template and the policy's ceiling allowed.
-func (l *live) execTimeout(asked time.Duration, background bool) (time.Duration, error) {
+// sandbox's own when it asks for none (none at all for a background
+// process, or one on a terminal). Asking for more than the sandbox's
+// timeout is refused, as a create asking for more than its template is:
+// the sandbox's timeout is what the template and the policy's ceiling
+// allowed.
+func (l *live) execTimeout(asked time.Duration, unbounded bool) (time.Duration, error) {
 	l.mu.Lock()
 	limit := l.rec.Spec.Limits.WithDefaults().Timeout
 	id := l.rec.ID
@@ -92,7 +90,7 @@ func (l *live) execTimeout(asked time.Duration, background bool) (time.Duration,
 		return 0, fmt.Errorf("%w: timeout %s is more than sandbox %s allows (%s): ask for at most that, or create a sandbox with a longer timeout", sandbox.ErrInvalid, asked, id, limit)
 	case asked > 0:
 		return asked, nil
-	case background:
+	case unbounded:
 		return 0, nil
 	}
 	return limit, nil
@@ -120,7 +118,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}()
-	timeout, err := l.execTimeout(r.Timeout, false)
+	timeout, err := l.execTimeout(r.Timeout, r.PTY != nil)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -128,21 +126,48 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	if err := s.decide(ctx, c, pr); err != nil {
 		return sandbox.Result{}, err
 	}
-	// Output is masked by the policy's redactor, then hashed for the audit
-	// log, then passed on: the digest is of what the caller gets.
-	stdout, stderr := newHashWriter(req.Stdout), newHashWriter(req.Stderr)
-	red := s.policy.Redactor()
-	rout, rerr := red.Writer(stdout), red.Writer(stderr)
-	req.Stdout, req.Stderr = rout, rerr
+	// Output is masked by the policy's redactor, then kept in the exec's
+	// rings and hashed for the audit log, then passed on: the digest is of
+	// what the caller gets.
 	start := time.Now()
-	res, err := sandbox.Run(ctx, l.inst, req)
-	_, _ = rout.Flush(), rerr.Flush()
+	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, stdin: r.Stdin})
+	var ce *sandbox.CommandError
+	switch {
+	case errors.As(err, &ce):
+		res := ce.Result()
+		s.recordStartFailure(ctx, c, pr, res)
+		return res, nil
+	case errors.Is(err, sandbox.ErrClosed):
+		return sandbox.Result{}, fmt.Errorf("sandbox %s ended: %w", id, ErrNotRunning)
+	case err != nil:
+		return sandbox.Result{}, err
+	}
+	res, err := p.waitOrKill(ctx)
 	s.m.ExecSeconds.Observe(time.Since(start).Seconds())
-	s.recordExec(ctx, c, pr, res, stdout.sum(), stderr.sum(), err)
 	if errors.Is(err, sandbox.ErrClosed) {
 		return res, fmt.Errorf("sandbox %s ended: %w", id, ErrNotRunning)
 	}
 	return res, err
+}
+
+// waitOrKill waits for p to end. When ctx ends first it kills p, as
+// sandbox.Run does: the result then says so within sandbox.KillWait.
+func (p *proc) waitOrKill(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-p.done:
+		return p.result, p.err
+	case <-ctx.Done():
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.KillWait)
+	defer cancel()
+	go func() { _ = p.p.Signal(kctx, syscall.SIGKILL) }()
+	select {
+	case <-p.done:
+		return p.result, p.err
+	case <-kctx.Done():
+	}
+	return sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{},
+		Message: "the command was killed; the sandbox did not confirm it"}, fmt.Errorf("exec %s: %w", p.id, ctx.Err())
 }
 
 // Files returns the file API of sandbox id, and a func to call when the
@@ -169,54 +194,46 @@ func (s *Supervisor) Files(ctx context.Context, c Caller, id string) (sandbox.Fi
 	}, nil
 }
 
-// proc is a background process of a sandbox.
-type proc struct {
-	id      string
-	argv    []string
-	started time.Time
-	p       sandbox.Process
-
-	stdin *stdinQueue // nil unless kept open
-
-	stdout, stderr *capBuffer
-	done           chan struct{}
-	result         sandbox.Result
-	err            error
-}
-
-// closeStdin drops what waits for the process's standard input: it has
-// ended, or is about to.
-func (p *proc) closeStdin() {
-	if p.stdin != nil {
-		p.stdin.discard()
-	}
-}
-
-// StartRequest starts a background process.
+// StartRequest starts a process that the caller does not wait for.
 type StartRequest struct {
 	ExecRequest
 	// KeepStdinOpen leaves standard input open after Stdin for WriteStdin.
+	// A terminal's input is always open.
 	KeepStdinOpen bool
+	// Foreground runs it as an exec runs: with the sandbox's default
+	// timeout, and every process it started ends with it. Otherwise it is
+	// a background process: no default timeout, and what it started
+	// lives on.
+	Foreground bool
 }
 
-// ProcessInfo describes a background process.
+// ProcessInfo describes a process of a sandbox.
 type ProcessInfo struct {
 	ID      string
 	Argv    []string
 	Started time.Time
 	Running bool
+	// Background says the processes it started outlive it.
+	Background bool
+	// PTY is the size of its terminal; nil when it runs on pipes.
+	PTY *sandbox.TermSize
 	// Result is set once it has ended.
 	Result *sandbox.Result
-	// Stdout and Stderr hold what it printed (up to the sandbox's output
-	// limit); only Wait fills them.
-	Stdout, Stderr []byte
+	// Stdout and Stderr hold what it printed (the terminal's output is
+	// Stdout): filled by Wait (the tail its buffers hold) and Output (from
+	// the offsets asked for). StdoutOffset and StderrOffset are the
+	// offsets of their first bytes in their streams.
+	Stdout, Stderr             []byte
+	StdoutOffset, StderrOffset int64
 }
 
 // maxFinished is how many ended processes a sandbox remembers.
 const maxFinished = 64
 
-// StartProcess starts a background process in sandbox id; its output is
-// kept for Wait.
+// StartProcess starts a process in sandbox id and returns at once; follow
+// it with Follow, and get its result with Wait. A command that cannot
+// start is an error wrapping sandbox.ErrInvalid and the
+// *sandbox.CommandError (whose Result is a foreground exec's result).
 func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r StartRequest) (ProcessInfo, error) {
 	r.Stdout, r.Stderr = nil, nil
 	req, err := r.request()
@@ -232,7 +249,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	timeout, err := l.execTimeout(r.Timeout, true)
+	timeout, err := l.execTimeout(r.Timeout, !r.Foreground || r.PTY != nil)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
@@ -241,52 +258,34 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 		return ProcessInfo{}, err
 	}
 	l.touch(s.opts.Now())
-	l.mu.Lock()
-	limit := l.rec.Spec.Limits.WithDefaults().OutputBytes
-	l.mu.Unlock()
-	p := &proc{argv: req.Argv, started: time.Now().UTC(), stdout: &capBuffer{max: limit}, stderr: &capBuffer{max: limit}, done: make(chan struct{})}
-	rout, rerr := s.policy.Redactor().Writer(p.stdout), s.policy.Redactor().Writer(p.stderr)
-	req.Stdout, req.Stderr, req.Background = rout, rerr, true
-	if r.KeepStdinOpen {
-		p.stdin = newStdinQueue(r.Stdin)
-		req.Stdin = p.stdin
-	}
-	sp, err := l.inst.Start(ctx, req)
+	req.Background = !r.Foreground
+	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, keepStdin: r.KeepStdinOpen, stdin: r.Stdin})
 	if err != nil {
-		p.closeStdin()
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
-			return ProcessInfo{}, fmt.Errorf("%w: %s", sandbox.ErrInvalid, ce.Msg)
+			if r.Foreground {
+				// An exec that cannot start has a result (127, 126).
+				s.recordStartFailure(ctx, c, pr, ce.Result())
+			}
+			return ProcessInfo{}, fmt.Errorf("%w: %w", sandbox.ErrInvalid, ce)
 		}
 		if errors.Is(err, sandbox.ErrClosed) {
 			return ProcessInfo{}, fmt.Errorf("sandbox %s ended: %w", id, ErrNotRunning)
 		}
 		return ProcessInfo{}, err
 	}
-	p.id, p.p = sp.ID(), sp
-	l.mu.Lock()
-	l.procs[p.id] = p
-	l.mu.Unlock()
-	go func() {
-		res, err := sp.Wait(context.Background())
-		_, _ = rout.Flush(), rerr.Flush()
-		p.closeStdin()
-		p.result, p.err = res, err
-		s.recordExec(context.Background(), c, pr, res, audit.Digest(p.stdout.Bytes()), audit.Digest(p.stderr.Bytes()), err)
-		close(p.done)
-		l.mu.Lock()
-		l.finished = append(l.finished, p.id)
-		if len(l.finished) > maxFinished {
-			delete(l.procs, l.finished[0])
-			l.finished = l.finished[1:]
-		}
-		l.mu.Unlock()
-	}()
 	return p.info(false), nil
 }
 
+// info describes p; with output, the tail of its output its buffers hold.
 func (p *proc) info(output bool) ProcessInfo {
-	in := ProcessInfo{ID: p.id, Argv: p.argv, Started: p.started, Running: true}
+	in := ProcessInfo{ID: p.id, Argv: p.argv, Started: p.started, Running: true, Background: p.background}
+	p.mu.Lock()
+	if p.pty != nil {
+		sz := *p.pty
+		in.PTY = &sz
+	}
+	p.mu.Unlock()
 	select {
 	case <-p.done:
 		in.Running = false
@@ -298,7 +297,10 @@ func (p *proc) info(output bool) ProcessInfo {
 	default:
 	}
 	if output {
-		in.Stdout, in.Stderr = p.stdout.Bytes(), p.stderr.Bytes()
+		in.Stdout, in.StdoutOffset = p.out.Bytes()
+		if p.errOut != nil {
+			in.Stderr, in.StderrOffset = p.errOut.Bytes()
+		}
 	}
 	return in
 }
@@ -318,8 +320,8 @@ func (s *Supervisor) process(c Caller, id, pid string) (*live, *proc, error) {
 	return l, p, nil
 }
 
-// Processes lists the background processes of sandbox id, running and
-// recently ended, oldest first.
+// Processes lists the processes of sandbox id, foreground and background,
+// running and recently ended, oldest first.
 func (s *Supervisor) Processes(ctx context.Context, c Caller, id string) ([]ProcessInfo, error) {
 	l, err := s.lookup(c, id)
 	if err != nil {
@@ -341,10 +343,11 @@ func (s *Supervisor) Processes(ctx context.Context, c Caller, id string) ([]Proc
 
 // WriteStdin sends data to the standard input of process pid, then closes
 // it when eof is set. The process must have been started with
-// KeepStdinOpen. At most maxStdinQueue bytes wait for the process to read
-// them: a larger write waits for it, as long as ctx lasts and the process
-// reads something at least every stall timeout; a write that stops early
-// says how much of it was queued.
+// KeepStdinOpen or on a terminal; on a terminal the data is typed into it.
+// At most maxStdinQueue bytes wait for the process to read them: a larger
+// write waits for it, as long as ctx lasts and the process reads something
+// at least every stall timeout; a write that stops early says how much of
+// it was queued.
 func (s *Supervisor) WriteStdin(ctx context.Context, c Caller, id, pid string, data []byte, eof bool) error {
 	ctx, release, err := s.Begin(ctx, c, OpExec)
 	if err != nil {
@@ -356,7 +359,7 @@ func (s *Supervisor) WriteStdin(ctx context.Context, c Caller, id, pid string, d
 		return err
 	}
 	if p.stdin == nil {
-		return fmt.Errorf("%w: process %s was not started with keep_stdin_open", sandbox.ErrInvalid, pid)
+		return fmt.Errorf("%w: process %s was not started with keep_stdin_open (or a pty)", sandbox.ErrInvalid, pid)
 	}
 	n, err := p.stdin.write(ctx, data, s.stdinStall)
 	switch {
@@ -387,7 +390,7 @@ func (s *Supervisor) Signal(ctx context.Context, c Caller, id, pid string, sig s
 }
 
 // Wait waits until process pid has ended (or ctx is done) and returns it
-// with its output.
+// with the tail of its output that its buffers hold.
 func (s *Supervisor) Wait(ctx context.Context, c Caller, id, pid string) (ProcessInfo, error) {
 	ctx, done, err := s.Begin(ctx, c, OpExec)
 	if err != nil {
@@ -404,26 +407,4 @@ func (s *Supervisor) Wait(ctx context.Context, c Caller, id, pid string) (Proces
 		return ProcessInfo{}, ctx.Err()
 	}
 	return p.info(true), nil
-}
-
-// capBuffer keeps the first max bytes written to it.
-type capBuffer struct {
-	mu  sync.Mutex
-	max int64
-	buf []byte
-}
-
-func (b *capBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - int64(len(b.buf)); room > 0 {
-		b.buf = append(b.buf, p[:min(int64(len(p)), room)]...)
-	}
-	return len(p), nil
-}
-
-func (b *capBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf)
 }

@@ -132,6 +132,8 @@ type live struct {
 
 	procs    map[string]*proc
 	finished []string // ids of ended processes, oldest first
+	// finishedBytes is the output the ended processes keep.
+	finishedBytes int64
 }
 
 func (l *live) touch(now time.Time) { l.lastActive.Store(now.UnixNano()) }

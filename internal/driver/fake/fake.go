@@ -5,8 +5,10 @@
 //
 // Commands: "cat" copies stdin to stdout; "true" and "false" exit 0 and 1;
 // "exit N" exits N; "sleep" runs until it is signalled or the sandbox
-// closes; anything else ("echo ARGS…", "python3 -c CODE") prints its
-// arguments and exits 0.
+// closes; "stty" prints the size of its terminal ("ROWS COLS") and fails
+// without one; anything else ("echo ARGS…", "python3 -c CODE") prints its
+// arguments and exits 0. A "terminal" (ExecRequest.PTY) is only its size,
+// which Resize changes; its output goes to Stdout.
 package fake
 
 import (
@@ -56,7 +58,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true}
 }
 
 // Sweep counts.
@@ -138,6 +140,10 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	default:
 	}
 	p := &process{id: "e" + strconv.Itoa(int(in.seq.Add(1))), done: make(chan struct{}), sig: make(chan syscall.Signal, 1)}
+	if req.PTY != nil {
+		sz := *req.PTY
+		p.size = &sz
+	}
 	go p.run(in, req)
 	return p, nil
 }
@@ -147,6 +153,30 @@ type process struct {
 	done chan struct{}
 	sig  chan syscall.Signal
 	res  sandbox.Result
+
+	mu   sync.Mutex
+	size *sandbox.TermSize // nil without a terminal
+}
+
+var _ sandbox.Resizer = (*process)(nil)
+
+// Resize changes the size of the process's terminal.
+func (p *process) Resize(_ context.Context, size sandbox.TermSize) error {
+	if err := size.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.size == nil {
+		return fmt.Errorf("exec %s has no terminal: %w", p.id, sandbox.ErrInvalid)
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("exec %s has ended: %w", p.id, sandbox.ErrNotFound)
+	default:
+	}
+	p.size = &size
+	return nil
 }
 
 func (p *process) run(in *Instance, req sandbox.ExecRequest) {
@@ -161,6 +191,21 @@ func (p *process) run(in *Instance, req sandbox.ExecRequest) {
 		}
 		exit(0)
 	case "true":
+		exit(0)
+	case "stty":
+		p.mu.Lock()
+		size := p.size
+		p.mu.Unlock()
+		if size == nil {
+			if req.Stderr != nil {
+				_, _ = io.WriteString(req.Stderr, "stty: 'standard input': Inappropriate ioctl for device\n")
+			}
+			exit(1)
+			return
+		}
+		if req.Stdout != nil {
+			_, _ = fmt.Fprintf(req.Stdout, "%d %d\n", size.Rows, size.Cols)
+		}
 		exit(0)
 	case "false":
 		exit(1)
