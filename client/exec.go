@@ -178,6 +178,11 @@ func events(resp *http.Response, what string, started func(string)) iter.Seq2[Ev
 			}
 			var we wireEvent
 			if err := json.Unmarshal(sc.Bytes(), &we); err != nil {
+				if !sc.Scan() && sc.Err() != nil {
+					// The line was cut off where the stream broke.
+					yield(Event{}, fmt.Errorf("airlock: %s: %w: %w", what, ErrStreamBroken, sc.Err()))
+					return
+				}
 				yield(Event{}, fmt.Errorf("airlock: %s: bad event: %w", what, err))
 				return
 			}

@@ -27,8 +27,12 @@ type Backend interface {
 	// Start starts a background process; keepStdin leaves its standard
 	// input open for WriteStdin.
 	Start(ctx context.Context, id string, req ExecRequest, keepStdin bool) (ProcessInfo, error)
-	// Processes lists the background processes of a sandbox.
+	// Processes lists the processes of a sandbox: background processes
+	// and execs.
 	Processes(ctx context.Context, id string) ([]ProcessInfo, error)
+	// Output returns process pid with what it printed from the offsets on,
+	// as much as the sandbox keeps, without waiting.
+	Output(ctx context.Context, id, pid string, stdoutOffset, stderrOffset int64) (ProcessInfo, error)
 	// Wait waits at most d for process pid to end and returns it, with its
 	// output once it has ended.
 	Wait(ctx context.Context, id, pid string, d time.Duration) (ProcessInfo, error)
@@ -81,7 +85,16 @@ type ExecRequest struct {
 	Stdin    []byte
 	// Timeout bounds the wall time; zero means the sandbox's default.
 	Timeout time.Duration
+	// PTY runs it on a terminal of TermRows x TermCols: its output is one
+	// stream, stdout.
+	PTY bool
 }
+
+// The size of the terminal of a command run with a PTY.
+const (
+	TermRows = 24
+	TermCols = 80
+)
 
 // ExecResult is a finished command.
 type ExecResult struct {
@@ -89,13 +102,17 @@ type ExecResult struct {
 	Result         sandbox.Result
 }
 
-// ProcessInfo describes a background process.
+// ProcessInfo describes a process of a sandbox.
 type ProcessInfo struct {
-	ID      string
-	Argv    []string
-	Started time.Time
-	Running bool
-	// Result is set once it has ended; Stdout and Stderr only by Wait.
-	Result         *sandbox.Result
-	Stdout, Stderr []byte
+	ID         string
+	Argv       []string
+	Started    time.Time
+	Running    bool
+	Background bool
+	PTY        bool
+	// Result is set once it has ended; Stdout and Stderr only by Wait and
+	// Output, starting at the offsets StdoutOffset and StderrOffset.
+	Result                     *sandbox.Result
+	Stdout, Stderr             []byte
+	StdoutOffset, StderrOffset int64
 }

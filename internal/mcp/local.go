@@ -87,7 +87,11 @@ func (r ExecRequest) supervisor() (supervisor.ExecRequest, error) {
 	if err != nil {
 		return supervisor.ExecRequest{}, err
 	}
-	return supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}, nil
+	out := supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	if r.PTY {
+		out.PTY = &sandbox.TermSize{Rows: TermRows, Cols: TermCols}
+	}
+	return out, nil
 }
 
 // Exec runs a command to its end.
@@ -106,7 +110,10 @@ func (l *Local) Exec(ctx context.Context, id string, req ExecRequest) (ExecResul
 }
 
 func localProcess(p supervisor.ProcessInfo) ProcessInfo {
-	return ProcessInfo{ID: p.ID, Argv: p.Argv, Started: p.Started, Running: p.Running, Result: p.Result, Stdout: p.Stdout, Stderr: p.Stderr}
+	return ProcessInfo{
+		ID: p.ID, Argv: p.Argv, Started: p.Started, Running: p.Running, Background: p.Background, PTY: p.PTY != nil, Result: p.Result,
+		Stdout: p.Stdout, Stderr: p.Stderr, StdoutOffset: p.StdoutOffset, StderrOffset: p.StderrOffset,
+	}
 }
 
 // Start starts a background process.
@@ -122,7 +129,16 @@ func (l *Local) Start(ctx context.Context, id string, req ExecRequest, keepStdin
 	return localProcess(p), nil
 }
 
-// Processes lists the background processes of a sandbox.
+// Output returns what process pid printed from the offsets on.
+func (l *Local) Output(ctx context.Context, id, pid string, stdoutOffset, stderrOffset int64) (ProcessInfo, error) {
+	p, err := l.Sup.Output(ctx, l.Caller, id, pid, supervisor.Offsets{Stdout: stdoutOffset, Stderr: stderrOffset})
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	return localProcess(p), nil
+}
+
+// Processes lists the processes of a sandbox.
 func (l *Local) Processes(ctx context.Context, id string) ([]ProcessInfo, error) {
 	ps, err := l.Sup.Processes(ctx, l.Caller, id)
 	if err != nil {

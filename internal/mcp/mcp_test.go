@@ -98,6 +98,10 @@ func (f *fakeBackend) Processes(context.Context, string) ([]mcp.ProcessInfo, err
 	return nil, nil
 }
 
+func (f *fakeBackend) Output(context.Context, string, string, int64, int64) (mcp.ProcessInfo, error) {
+	return mcp.ProcessInfo{ID: "p1", Running: true}, nil
+}
+
 func (f *fakeBackend) Wait(context.Context, string, string, time.Duration) (mcp.ProcessInfo, error) {
 	return mcp.ProcessInfo{ID: "p1", Running: true}, nil
 }
@@ -267,7 +271,7 @@ func TestToolsListed(t *testing.T) {
 	}
 	want := []string{
 		"sandbox_create", "sandbox_list", "sandbox_kill", "sandbox_set_timeout",
-		"run_code", "run_command", "process_list", "process_wait", "process_kill", "process_send_input",
+		"run_code", "run_command", "process_list", "process_wait", "process_output", "process_kill", "process_send_input",
 		"run_python_code", "execute_code", "execute",
 		"read_file", "write_file", "edit_file", "list_directory", "get_file_info", "create_directory", "move_file", "delete", "glob", "grep",
 	}

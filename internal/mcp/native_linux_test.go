@@ -144,6 +144,43 @@ func exercise(t *testing.T, sup *supervisor.Supervisor, keyID string, b mcp.Back
 		if sc["reason"] != "killed" {
 			t.Errorf("killed process: %v", sc)
 		}
+		// The output so far, then only what is new.
+		_, _, sc = call(t, cs, "run_command", map[string]any{"command": "echo one; read x; echo two; sleep 30", "background": true})
+		talker := sc["pid"].(string)
+		_, text, sc = call(t, cs, "process_output", map[string]any{"pid": talker, "wait_s": 10})
+		if sc["stdout"] != "one\n" || sc["running"] != true || sc["next_stdout_offset"] != float64(4) || !strings.Contains(text, "stdout_offset=4") {
+			t.Errorf("process_output: %v\n%s", sc, text)
+		}
+		call(t, cs, "process_send_input", map[string]any{"pid": talker, "data": "go\n"})
+		_, text, sc = call(t, cs, "process_output", map[string]any{"pid": talker, "stdout_offset": 4, "wait_s": 10})
+		if sc["stdout"] != "two\n" || sc["stdout_offset"] != float64(4) {
+			t.Errorf("process_output from an offset: %v\n%s", sc, text)
+		}
+		call(t, cs, "process_kill", map[string]any{"pid": talker})
+	})
+
+	t.Run("terminal", func(t *testing.T) {
+		_, text, sc := call(t, cs, "run_command", map[string]any{"command": "python3", "args": []string{"-i", "-q"}, "pty": true, "background": true})
+		pid, _ := sc["pid"].(string)
+		if pid == "" {
+			t.Fatalf("start on a terminal: %s", text)
+		}
+		call(t, cs, "process_send_input", map[string]any{"pid": pid, "data": "6*7\n"})
+		var screen string
+		off := float64(0)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(screen, "\r\n42\r\n"); {
+			_, _, sc = call(t, cs, "process_output", map[string]any{"pid": pid, "stdout_offset": off, "wait_s": 2})
+			screen += sc["stdout"].(string)
+			off = sc["next_stdout_offset"].(float64)
+		}
+		if !strings.Contains(screen, "\r\n42\r\n") {
+			t.Fatalf("the terminal showed %q", screen)
+		}
+		call(t, cs, "process_send_input", map[string]any{"pid": pid, "data": "exit(5)\n"})
+		_, text, sc = call(t, cs, "process_wait", map[string]any{"pid": pid, "timeout_s": 10})
+		if sc["exit_code"] != float64(5) {
+			t.Errorf("exit(5) on a terminal: %v\n%s", sc, text)
+		}
 	})
 
 	t.Run("files", func(t *testing.T) {

@@ -38,7 +38,10 @@ func remoteResult(r client.Result) sandbox.Result {
 }
 
 func remoteProcess(p *client.Process) ProcessInfo {
-	out := ProcessInfo{ID: p.ID, Argv: p.Argv, Started: p.StartedAt, Running: p.Running, Stdout: p.Stdout, Stderr: p.Stderr}
+	out := ProcessInfo{
+		ID: p.ID, Argv: p.Argv, Started: p.StartedAt, Running: p.Running, Background: p.Background, PTY: p.PTY != nil,
+		Stdout: p.Stdout, Stderr: p.Stderr, StdoutOffset: p.StdoutOffset, StderrOffset: p.StderrOffset,
+	}
 	if p.Result != nil {
 		r := remoteResult(*p.Result)
 		out.Result = &r
@@ -47,7 +50,11 @@ func remoteProcess(p *client.Process) ProcessInfo {
 }
 
 func (r ExecRequest) client() client.ExecRequest {
-	return client.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: r.Env, Cwd: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	out := client.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: r.Env, Cwd: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	if r.PTY {
+		out.PTY = &client.TermSize{Rows: TermRows, Cols: TermCols}
+	}
+	return out
 }
 
 // Create makes a sandbox.
@@ -102,7 +109,16 @@ func (r *Remote) Start(ctx context.Context, id string, req ExecRequest, keepStdi
 	return remoteProcess(p), nil
 }
 
-// Processes lists the background processes of a sandbox.
+// Output returns what process pid printed from the offsets on.
+func (r *Remote) Output(ctx context.Context, id, pid string, stdoutOffset, stderrOffset int64) (ProcessInfo, error) {
+	p, err := r.C.ProcessOutput(ctx, id, pid, client.Offsets{Stdout: stdoutOffset, Stderr: stderrOffset})
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	return remoteProcess(p), nil
+}
+
+// Processes lists the processes of a sandbox.
 func (r *Remote) Processes(ctx context.Context, id string) ([]ProcessInfo, error) {
 	ps, err := r.C.ListProcesses(ctx, id)
 	if err != nil {

@@ -31,8 +31,9 @@ type RunCommandInput struct {
 	Cwd        string            `json:"cwd,omitempty" jsonschema:"working directory (default /workspace)"`
 	Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
 	TimeoutS   float64           `json:"timeout_s,omitempty" jsonschema:"wall-time limit in seconds (default: the sandbox's for a foreground command, none in the background)"`
-	Background bool              `json:"background,omitempty" jsonschema:"start it and return at once with its pid (see process_list, process_wait, process_send_input, process_kill)"`
+	Background bool              `json:"background,omitempty" jsonschema:"start it and return at once with its pid (see process_list, process_output, process_wait, process_send_input, process_kill)"`
 	Stdin      string            `json:"stdin,omitempty" jsonschema:"text for its standard input"`
+	PTY        bool              `json:"pty,omitempty" jsonschema:"run it on a terminal (80x24), for programs that need one (a REPL, an installer that asks questions): its output is one stream, stdout, with the terminal's control sequences; in the background, type into it with process_send_input (\\u0003 is Ctrl-C) and read it with process_output"`
 	SandboxID  string            `json:"sandbox_id,omitempty" jsonschema:"the sandbox to use (default: this session's own)"`
 }
 
@@ -107,6 +108,33 @@ type ProcessWaitInput struct {
 	PID       string  `json:"pid" jsonschema:"the process id run_command returned"`
 	TimeoutS  float64 `json:"timeout_s,omitempty" jsonschema:"how long to wait for it to end, in seconds (default 10, at most 300)"`
 	SandboxID string  `json:"sandbox_id,omitempty" jsonschema:"the sandbox to use (default: this session's own)"`
+}
+
+// ProcessOutputInput is the input of process_output.
+type ProcessOutputInput struct {
+	PID          string  `json:"pid" jsonschema:"the process id run_command returned"`
+	StdoutOffset int64   `json:"stdout_offset,omitempty" jsonschema:"where in its stdout to start, in bytes: 0 (default) for the oldest output kept, or the next_stdout_offset of the last call for only what is new"`
+	StderrOffset int64   `json:"stderr_offset,omitempty" jsonschema:"the same for stderr"`
+	WaitS        float64 `json:"wait_s,omitempty" jsonschema:"when there is nothing new yet, wait up to this many seconds for output or its end (default 0, at most 60)"`
+	SandboxID    string  `json:"sandbox_id,omitempty" jsonschema:"the sandbox to use (default: this session's own)"`
+}
+
+// ProcessOutputOutput is the result of process_output.
+type ProcessOutputOutput struct {
+	SandboxID string `json:"sandbox_id"`
+	PID       string `json:"pid"`
+	Running   bool   `json:"running"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	// The offsets of the text returned, and where the next call starts.
+	StdoutOffset     int64  `json:"stdout_offset"`
+	StderrOffset     int64  `json:"stderr_offset"`
+	NextStdoutOffset int64  `json:"next_stdout_offset" jsonschema:"pass as stdout_offset to read on from here"`
+	NextStderrOffset int64  `json:"next_stderr_offset" jsonschema:"pass as stderr_offset to read on from here"`
+	Missed           int64  `json:"missed,omitempty" jsonschema:"bytes between the offsets asked for and those returned that the sandbox no longer keeps"`
+	ExitCode         *int   `json:"exit_code,omitempty"`
+	Reason           string `json:"reason,omitempty"`
+	Message          string `json:"message,omitempty"`
 }
 
 // ProcessListInput is the input of process_list.
@@ -216,6 +244,12 @@ func (s *Server) addExecTools() {
 		Annotations: readOnly,
 	}, s.processWait)
 	sdk.AddTool(s.srv, &sdk.Tool{
+		Name:        "process_output",
+		Title:       "Read a process's output so far",
+		Description: "Return what a background process printed from the given offsets on, without waiting for it to end (or waiting up to wait_s for something new): to watch a server's log, or the screen of a program run with pty. Pass next_stdout_offset and next_stderr_offset back to read only what is new.",
+		Annotations: readOnly,
+	}, s.processOutput)
+	sdk.AddTool(s.srv, &sdk.Tool{
 		Name:        "process_kill",
 		Title:       "Kill a background process",
 		Description: "Send a signal to a background process (SIGKILL by default, which ends everything it started).",
@@ -299,7 +333,7 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in Ru
 	if len(in.Args) > 0 {
 		argv = append([]string{in.Command}, in.Args...)
 	}
-	er := ExecRequest{Argv: argv, Dir: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), Timeout: timeout}
+	er := ExecRequest{Argv: argv, Dir: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), Timeout: timeout, PTY: in.PTY}
 	if !in.Background {
 		return s.exec(ctx, req, in.SandboxID, er, nil)
 	}
@@ -312,7 +346,7 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in Ru
 		return nil, ExecOutput{}, s.fail(t, err)
 	}
 	out := ExecOutput{SandboxID: t.id, PID: p.ID, Running: true}
-	text := fmt.Sprintf("started in the background in sandbox %s: pid %s (standard input stays open for process_send_input; see process_wait for its output)", t.id, p.ID)
+	text := fmt.Sprintf("started in the background in sandbox %s: pid %s (standard input stays open for process_send_input; process_output shows its output so far, process_wait its end)", t.id, p.ID)
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, out, nil
 }
 
@@ -391,6 +425,9 @@ func (s *Server) processList(ctx context.Context, req *sdk.CallToolRequest, in P
 	}
 	out := ProcessListOutput{SandboxID: t.id, Processes: []ProcessEntry{}}
 	for _, p := range ps {
+		if !p.Background {
+			continue // the commands run_command ran to their end
+		}
 		e := ProcessEntry{PID: p.ID, Argv: p.Argv, Started: p.Started, Running: p.Running}
 		if e.Argv == nil {
 			e.Argv = []string{}
@@ -426,6 +463,60 @@ func (s *Server) processWait(ctx context.Context, req *sdk.CallToolRequest, in P
 	res, out := report(t.id, *p.Result, p.Stdout, p.Stderr, nil)
 	out.PID = p.ID
 	return res, out, nil
+}
+
+func (s *Server) processOutput(ctx context.Context, req *sdk.CallToolRequest, in ProcessOutputInput) (*sdk.CallToolResult, ProcessOutputOutput, error) {
+	wait, err := seconds("wait_s", min(in.WaitS, 60))
+	if err != nil {
+		return nil, ProcessOutputOutput{}, err
+	}
+	if in.StdoutOffset < 0 || in.StderrOffset < 0 {
+		return nil, ProcessOutputOutput{}, toolError("offsets cannot be negative")
+	}
+	t, err := s.resolve(ctx, req, in.SandboxID)
+	if err != nil {
+		return nil, ProcessOutputOutput{}, s.fail(t, err)
+	}
+	deadline := time.Now().Add(wait)
+	var p ProcessInfo
+	for {
+		if p, err = t.b.Output(ctx, t.id, in.PID, in.StdoutOffset, in.StderrOffset); err != nil {
+			return nil, ProcessOutputOutput{}, s.fail(t, err)
+		}
+		if len(p.Stdout) > 0 || len(p.Stderr) > 0 || !p.Running || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ProcessOutputOutput{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	out := ProcessOutputOutput{
+		SandboxID: t.id, PID: p.ID, Running: p.Running,
+		StdoutOffset: p.StdoutOffset, StderrOffset: p.StderrOffset,
+		NextStdoutOffset: p.StdoutOffset + int64(len(p.Stdout)), NextStderrOffset: p.StderrOffset + int64(len(p.Stderr)),
+		Missed: max(0, p.StdoutOffset-in.StdoutOffset) + max(0, p.StderrOffset-in.StderrOffset),
+	}
+	out.Stdout, _ = clip(p.Stdout)
+	out.Stderr, _ = clip(p.Stderr)
+	var b strings.Builder
+	if p.Running {
+		fmt.Fprintf(&b, "process %s is running", p.ID)
+	} else if r := p.Result; r != nil {
+		out.ExitCode, out.Reason, out.Message = ptr(r.ExitCode), string(r.Reason), r.Message
+		fmt.Fprintf(&b, "process %s has ended: %s, exit code %d", p.ID, r.Reason, r.ExitCode)
+	}
+	fmt.Fprintf(&b, "; %d new bytes of stdout, %d of stderr", len(p.Stdout), len(p.Stderr))
+	if out.Missed > 0 {
+		fmt.Fprintf(&b, " (%d bytes before them are no longer kept)", out.Missed)
+	}
+	fmt.Fprintf(&b, "; read on with stdout_offset=%d, stderr_offset=%d\n", out.NextStdoutOffset, out.NextStderrOffset)
+	f := newFramer(p.Stdout, p.Stderr)
+	b.WriteString(f.note() + "\n")
+	f.frame(&b, "stdout", p.Stdout, false)
+	f.frame(&b, "stderr", p.Stderr, false)
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: b.String()}}}, out, nil
 }
 
 // parseSignal reads process_kill's signal: a name or a number, as the API
