@@ -10,7 +10,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
 type runFlags struct {
@@ -27,6 +30,9 @@ type runFlags struct {
 	timeout, cpuTime                                      time.Duration
 	env, mounts, degraded                                 []string
 	json                                                  bool
+	// tty runs the command on a terminal (-t); timeoutSet says --timeout
+	// was given (a command on a terminal has no time limit otherwise).
+	tty, timeoutSet bool
 	// Network flags (addNetworkFlags).
 	network, egressMode    string
 	allowHosts, allowAddrs []string
@@ -46,6 +52,7 @@ airlock itself failed; 126 when the command is not executable and 127 when
 it is not found inside the sandbox.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.timeoutSet = cmd.Flags().Changed("timeout")
 			return runOne(cmd.Context(), f, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -66,6 +73,7 @@ it is not found inside the sandbox.`,
 	fl.StringVar(&f.root, "root", "", "host directory to use as the read-only root file system (default: the host's /usr and an /etc allowlist)")
 	fl.StringArrayVar(&f.degraded, "allow-degraded", nil, "run without this isolation layer if the host lacks it (repeatable): "+layerList())
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with the outcome instead of streaming")
+	fl.BoolVarP(&f.tty, "tty", "t", false, "run the command on a terminal and type into it from yours, in raw mode (Ctrl-\\ leaves and kills it); no time limit unless --timeout is given")
 	addNetworkFlags(cmd, &f)
 	addPolicyFlags(cmd, &f)
 	return cmd
@@ -96,7 +104,7 @@ type outcome struct {
 	Usage           sandbox.Usage   `json:"usage"`
 }
 
-func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	out := outcome{LimitsHit: []sandbox.Limit{}, Layers: []sandbox.Layer{}}
 	fail := func(err error) error {
 		if !f.json {
@@ -106,6 +114,24 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 		out.StdoutEncoding, out.StderrEncoding = "utf-8", "utf-8"
 		_ = json.NewEncoder(stdout).Encode(out)
 		return &exitError{exitAirlock}
+	}
+	var term *session
+	if f.tty {
+		if f.json {
+			return fail(errors.New("-t and --json do not go together: a terminal's output is for a person"))
+		}
+		term, ctx = newSession(ctx, stdin, stdout)
+		defer term.end()
+		// Leaving before the command runs stops the making of the sandbox.
+		defer func() {
+			if term.hasLeft() && err != nil {
+				var ee *exitError
+				if !errors.As(err, &ee) {
+					fmt.Fprintln(stderr, leftMessage("the command did not start"))
+					err = &exitError{exitAirlock}
+				}
+			}
+		}()
 	}
 	spec, err := f.spec()
 	if err != nil {
@@ -143,7 +169,21 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if req.Stdout, req.Stderr, err = guard.created(ctx, sb.ID(), req.Stdout, req.Stderr); err != nil {
 		return fail(err)
 	}
-	res, err := sandbox.Run(ctx, sb, req)
+	var res sandbox.Result
+	if f.tty {
+		if f.timeoutSet {
+			req.Timeout = f.timeout
+		}
+		var left bool
+		res, left, err = runTerminal(ctx, term, sb, req)
+		if left {
+			guard.ran(context.WithoutCancel(ctx), argv, res, err)
+			fmt.Fprintln(stderr, leftMessage("the command was killed"))
+			return exitWith(128 + 9)
+		}
+	} else {
+		res, err = sandbox.Run(ctx, sb, req)
+	}
 	guard.ran(ctx, argv, res, err)
 	if err != nil {
 		return fail(err)
@@ -307,4 +347,50 @@ func (f runFlags) networkSpec() (sandbox.Network, error) {
 		return n, fmt.Errorf("--allow-host and --allow-address need --network egress, not --network none")
 	}
 	return n, n.Validate()
+}
+
+// runTerminal runs req on a terminal in sb, as the interactive session s
+// on the caller's terminal (ctx is the session's). The command's output
+// goes to req.Stdout. left says the caller left.
+func runTerminal(ctx context.Context, s *session, sb sandbox.Instance, req sandbox.ExecRequest) (res sandbox.Result, left bool, err error) {
+	sz := s.size()
+	req.PTY = &sandbox.TermSize{Rows: sz.Rows, Cols: sz.Cols}
+	if t := os.Getenv("TERM"); t != "" && !slices.ContainsFunc(req.Env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
+		req.Env = append([]string{"TERM=" + t}, req.Env...)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req.Stdin = pr
+	p, err := sb.Start(ctx, req)
+	if err != nil {
+		var ce *sandbox.CommandError
+		if errors.As(err, &ce) {
+			return ce.Result(), false, nil
+		}
+		return sandbox.Result{}, s.hasLeft(), err
+	}
+	send := func(b []byte) error { _, err := pw.Write(b); return err }
+	resize := func(sz tty.Size) error {
+		if rz, ok := p.(sandbox.Resizer); ok {
+			return rz.Resize(ctx, sandbox.TermSize{Rows: sz.Rows, Cols: sz.Cols})
+		}
+		return nil
+	}
+	if err := s.begin(ctx, send, resize); err != nil {
+		s.cancel()
+	}
+	res, err = p.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The caller left, or airlock was told to stop: kill it, and wait
+		// a moment for it to say so.
+		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.KillWait)
+		defer kcancel()
+		_ = p.Signal(kctx, syscall.SIGKILL)
+		if res, err = p.Wait(kctx); err != nil {
+			res = sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{}, Message: "the command was killed; the sandbox did not confirm it"}
+		}
+		err = nil
+	}
+	s.end()
+	return res, s.hasLeft(), err
 }

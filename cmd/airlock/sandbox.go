@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
+	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
 func newSandboxCmd() *cobra.Command {
@@ -93,13 +95,20 @@ func newSandboxExecCmd() *cobra.Command {
 	var env []string
 	var workdir string
 	var timeout time.Duration
-	var stdin bool
+	var stdin, term bool
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, stream its output, exit with its code",
 		Long: `Run a command in a sandbox, stream its output as it comes, and exit with
 the command's exit code (128+N when a signal N ended it, 125 when airlock
-failed).`,
+failed).
+
+With -t the command runs on a terminal of the sandbox's own, sized as
+yours: your terminal goes into raw mode, so every key reaches the command
+(Ctrl-C interrupts it, not airlock), and window resizes follow. Ctrl-\
+leaves the session and kills the command. Your terminal is restored when
+the session ends, however it ends. A command on a terminal has no time
+limit unless --timeout gives one; it ends with its sandbox.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client.FromEnv()
@@ -109,6 +118,12 @@ failed).`,
 			req := client.ExecRequest{Argv: args[1:], Cwd: workdir, Timeout: timeout}
 			if req.Env, err = envMap(env); err != nil {
 				return err
+			}
+			if term {
+				if stdin {
+					return errors.New("-t sends your input as you type it: leave out -i")
+				}
+				return execTerminal(cmd.Context(), c, args[0], req, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			if stdin {
 				if req.Stdin, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4<<20)); err != nil {
@@ -127,29 +142,89 @@ failed).`,
 			if err != nil {
 				return err
 			}
-			code := res.ExitCode
-			if res.Signal != "" {
-				code = 128 + 9
-				if n, ok := sandbox.SignalNumber(res.Signal); ok {
-					code = 128 + int(n)
-				}
-			}
-			if res.Reason != "exit" || res.Signal != "" {
-				msg := res.Message
-				if msg == "" {
-					msg = res.Reason
-				}
-				fmt.Fprintf(errw, "airlock: %s\n", msg)
-			}
-			return exitWith(code)
+			return exitWithResult(res, errw)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the command's environment (repeatable)")
 	fl.StringVarP(&workdir, "workdir", "w", "", "working directory inside the sandbox")
-	fl.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's)")
+	fl.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's; none with -t)")
 	fl.BoolVarP(&stdin, "interactive", "i", false, "send this command's standard input (up to 4 MiB) to the command")
+	fl.BoolVarP(&term, "tty", "t", false, "run the command on a terminal, and type into it from yours (Ctrl-\\ leaves)")
 	return cmd
+}
+
+// exitWithResult says why res ended when it did not simply exit, and
+// exits with its code (128+N for a signal N).
+func exitWithResult(res *client.Result, errw io.Writer) error {
+	code := res.ExitCode
+	if res.Signal != "" {
+		code = 128 + 9
+		if n, ok := sandbox.SignalNumber(res.Signal); ok {
+			code = 128 + int(n)
+		}
+	}
+	if res.Reason != "exit" || res.Signal != "" {
+		msg := res.Message
+		if msg == "" {
+			msg = res.Reason
+		}
+		fmt.Fprintf(errw, "airlock: %s\n", msg)
+	}
+	return exitWith(code)
+}
+
+// execTerminal runs req on a terminal in sandbox id, as an interactive
+// session on the caller's terminal.
+func execTerminal(ctx context.Context, c *client.Client, id string, req client.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) error {
+	s, ctx := newSession(ctx, stdin, stdout)
+	defer s.end()
+	sz := s.size()
+	req.PTY = &client.TermSize{Rows: sz.Rows, Cols: sz.Cols}
+	req.Env = ttyEnv(req.Env)
+	var res *client.Result
+	var serr error
+	started := false
+	for ev, err := range c.ExecEvents(ctx, id, req) {
+		if err != nil {
+			serr = err
+			break
+		}
+		switch ev.Type {
+		case "start":
+			started = true
+			pid := ev.ID
+			send := func(b []byte) error { return c.WriteStdin(ctx, id, pid, b, false) }
+			resize := func(sz tty.Size) error {
+				return c.Resize(ctx, id, pid, client.TermSize{Rows: sz.Rows, Cols: sz.Cols})
+			}
+			if err := s.begin(ctx, send, resize); err != nil {
+				serr = err
+				s.cancel() // which kills the command
+			}
+		case "pty":
+			_, _ = stdout.Write(ev.Data)
+		case "result":
+			res = ev.Result
+		}
+	}
+	s.end()
+	switch {
+	case s.hasLeft() && started:
+		// Stopping the stream killed the command.
+		fmt.Fprintln(stderr, leftMessage("the command was killed"))
+		return exitWith(128 + 9)
+	case s.hasLeft():
+		fmt.Fprintln(stderr, leftMessage("the command did not start"))
+		return exitWith(exitAirlock)
+	case errors.Is(serr, client.ErrStreamBroken):
+		return fmt.Errorf("lost the connection to the daemon: %w", serr)
+	case serr != nil:
+		return serr
+	case res == nil:
+		return errors.New("exec: the stream ended without a result")
+	}
+	return exitWithResult(res, stderr)
 }
 
 // remoteRef splits "ID:PATH"; ok is false for a local path.

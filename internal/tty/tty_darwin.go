@@ -1,0 +1,9 @@
+package tty
+
+import "golang.org/x/sys/unix"
+
+const (
+	ioctlGet      = unix.TIOCGETA
+	ioctlSet      = unix.TIOCSETA
+	ioctlSetFlush = unix.TIOCSETAF
+)
