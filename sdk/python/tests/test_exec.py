@@ -100,6 +100,9 @@ class ExecTest(DaemonTest):
         with self.sb.exec_events("echo started; sleep 1.5; echo late > /workspace/marker") as stream:
             first = next(stream)
             self.assertEqual(first.data, b"started\n")
+            # The first event named the exec: it outlives a broken stream,
+            # so closing the stream kills it by that id.
+            self.assertTrue(stream.id.startswith("e"), stream.id)
         self.assertIsNone(stream.result)
         time.sleep(2.5)
         self.assertFalse(self.sb.exists("/workspace/marker"))

@@ -85,11 +85,15 @@ class ExecStream(Iterator[Event]):
         print(events.result.reason)
     """
 
-    def __init__(self, resp: Response, what: str) -> None:
+    def __init__(self, resp: Response, what: str, kill: Callable[[str], object] | None = None) -> None:
         self._resp: Response | None = resp
         self._what = what
+        self._kill = kill
         #: The command's Result once the last event was read.
         self.result: Result | None = None
+        #: The exec's id, from the stream's first event: the command runs
+        #: on when the connection breaks, as the process of this id.
+        self.id: str = ""
 
     def __iter__(self) -> ExecStream:
         return self
@@ -98,6 +102,23 @@ class ExecStream(Iterator[Event]):
         resp = self._resp
         if resp is None:
             raise StopIteration
+        while True:
+            ev = self._read(resp)
+            typ = _str(ev.get("type"))
+            if typ == "start":
+                self.id = _str(ev.get("id"))
+                continue
+            if typ == "keepalive":
+                continue
+            if typ == "result":
+                self.result = Result.from_json(ev.get("result"))
+                resp.read()  # the end of the body, so the connection can be reused
+                self.close()
+                return Event(type=typ, result=self.result)
+            return Event(type=typ, data=_output(ev.get("data"), ev.get("data_base64")))
+
+    def _read(self, resp: Response) -> dict[str, Any]:
+        """The next event, raising what the daemon reports as an error."""
         while True:
             line = resp.readline(_MAX_EVENT_LINE)
             if not line:
@@ -115,19 +136,19 @@ class ExecStream(Iterator[Event]):
             self.close()
             e = _obj(ev.get("error"))
             raise error_for(resp.status, _str(e.get("code")) or "internal", _str(e.get("message")))
-        typ = _str(ev.get("type"))
-        if typ == "result":
-            self.result = Result.from_json(ev.get("result"))
-            resp.read()  # the end of the body, so the connection can be reused
-            self.close()
-            return Event(type=typ, result=self.result)
-        return Event(type=typ, data=_output(ev.get("data"), ev.get("data_base64")))
+        return ev
 
     def close(self) -> None:
         """Stops reading; before the result, this kills the command."""
         resp, self._resp = self._resp, None
         if resp is not None:
             resp.close()
+            if self.result is None and self.id and self._kill is not None:
+                # The exec outlives its stream: stop it, as promised.
+                try:
+                    self._kill(self.id)
+                except Exception:  # noqa: BLE001 - best effort; it ends at its timeout anyway
+                    pass
 
     def __enter__(self) -> ExecStream:
         return self
@@ -324,7 +345,13 @@ class ExecMixin:
     def _stream(self, body: dict[str, Any]) -> ExecStream:
         path = self._path("exec")
         resp = self._t.request("POST", path, json_body=body, accept="application/x-ndjson", read_timeout=None)
-        return ExecStream(resp, f"POST {path}")
+
+        def kill(pid: str) -> None:
+            from urllib.parse import quote
+
+            self._t.request("POST", self._path("processes", quote(pid, safe=""), "signal"), json_body={"signal": "KILL"}).discard()
+
+        return ExecStream(resp, f"POST {path}", kill)
 
     def start_process(
         self,
