@@ -185,7 +185,10 @@ func (c Config) withDefaults() (Config, error) {
 		if k := t.badLifetime(); k != "" {
 			return c, keyErr(key(k), fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name))
 		}
-		if t.OutputBuffer != 0 && (t.OutputBuffer < minOutputBuffer || t.OutputBuffer > maxOutputBuffer) {
+		if t.OutputBuffer == 0 {
+			t.OutputBuffer = DefaultOutputBuffer
+		}
+		if t.OutputBuffer < minOutputBuffer || t.OutputBuffer > maxOutputBuffer {
 			return c, fmt.Errorf("template %q: output_buffer must be between 4k and 256M", t.Name)
 		}
 		if err := t.spec().Validate(); err != nil {

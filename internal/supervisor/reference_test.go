@@ -101,7 +101,7 @@ func TestReferenceConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(gt.spec(), wt.spec()) {
 		t.Errorf("reference template %+v\ndefault template %+v", gt.spec(), wt.spec())
 	}
-	if gt.Name != wt.Name || gt.Driver != wt.Driver || gt.TTL != wt.TTL || gt.MaxTTL != wt.MaxTTL || gt.IdleTimeout != wt.IdleTimeout || gt.Pool != wt.Pool || gt.Network.Report != wt.Network.Report {
+	if gt.Name != wt.Name || gt.Driver != wt.Driver || gt.TTL != wt.TTL || gt.MaxTTL != wt.MaxTTL || gt.IdleTimeout != wt.IdleTimeout || gt.Pool != wt.Pool || gt.OutputBuffer != wt.OutputBuffer || gt.Network.Report != wt.Network.Report {
 		t.Errorf("reference template %+v\ndefault template %+v", gt, wt)
 	}
 	got.Templates, want.Templates = nil, nil
