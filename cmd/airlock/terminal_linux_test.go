@@ -283,6 +283,32 @@ func terminalSessions(t *testing.T, url, key string, env []string, id string) {
 		h.restored()
 	})
 
+	t.Run("bash", func(t *testing.T) {
+		// A usable shell: line editing, history, Ctrl-C at the prompt.
+		inv := invocation{args: []string{"sandbox", "exec", "-t", "-e", "PS1=b$ ", id, "--", "bash", "--norc", "--noprofile", "-i"}, env: env}
+		h := onTerminal(t, inv, 24, 80)
+		h.expect("b$ ")
+		// (bash switches bracketed paste off before running a line: the
+		// output follows "\x1b[?2004l\r".)
+		h.typeIn("echo abd\x7fc\r") // a typo, Backspace, the fix
+		h.expect("\rabc\r\n")
+		h.expect("b$ ")
+		h.typeIn("\x1b[A") // Up: the last line again
+		h.expect("echo abc")
+		h.typeIn("\r")
+		h.expect("\rabc\r\n")
+		h.expect("b$ ")
+		h.typeIn("half a line\x03")
+		h.expect("b$ ")
+		h.typeIn("echo $((6*7)) $0\r")
+		h.expect("42 bash\r\n")
+		h.typeIn("exit 5\r")
+		if code := h.exit(); code != 5 {
+			t.Errorf("exit 5: airlock exited %d; the terminal showed %q", code, h.text())
+		}
+		h.restored()
+	})
+
 	t.Run("hostile escapes", func(t *testing.T) {
 		// The program switches on everything it can in its terminal, which
 		// shows on the caller's, then dies without switching it off.
