@@ -29,7 +29,7 @@ func newSandboxCmd() *cobra.Command {
 		Use:   "sandbox",
 		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
 	}
-	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd())
+	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd())
 	return cmd
 }
 
@@ -185,6 +185,7 @@ func execTerminal(ctx context.Context, c *client.Client, id string, req client.E
 	var res *client.Result
 	var serr error
 	started := false
+	var pid string
 	for ev, err := range c.ExecEvents(ctx, id, req) {
 		if err != nil {
 			serr = err
@@ -193,7 +194,7 @@ func execTerminal(ctx context.Context, c *client.Client, id string, req client.E
 		switch ev.Type {
 		case "start":
 			started = true
-			pid := ev.ID
+			pid = ev.ID
 			send := func(b []byte) error { return c.WriteStdin(ctx, id, pid, b, false) }
 			resize := func(sz tty.Size) error {
 				return c.Resize(ctx, id, pid, client.TermSize{Rows: sz.Rows, Cols: sz.Cols})
@@ -217,8 +218,8 @@ func execTerminal(ctx context.Context, c *client.Client, id string, req client.E
 	case s.hasLeft():
 		fmt.Fprintln(stderr, leftMessage("the command did not start"))
 		return exitWith(exitAirlock)
-	case errors.Is(serr, client.ErrStreamBroken):
-		return fmt.Errorf("lost the connection to the daemon: %w", serr)
+	case errors.Is(serr, client.ErrStreamBroken) && pid != "":
+		return fmt.Errorf("lost the connection to the daemon: %w; if the daemon still runs, join it again with airlock sandbox attach %s %s", serr, id, pid)
 	case serr != nil:
 		return serr
 	case res == nil:

@@ -17,6 +17,9 @@ import (
 // in raw mode no key signals airlock itself.
 const leaveKey = 0x1c
 
+// eot is Ctrl-D: the terminal's end-of-file character.
+const eot = 0x04
+
 // defaultSize is a session's terminal when the caller's has no size (its
 // output is not a terminal).
 var defaultSize = tty.Size{Rows: 24, Cols: 80}
@@ -142,7 +145,8 @@ func (s *session) hasLeft() bool {
 	}
 }
 
-// pump sends what is typed, until stdin ends, sending fails, or Ctrl-\.
+// pump sends what is typed, until stdin ends (a piped input's end is
+// sent as Ctrl-D), sending fails, or Ctrl-\.
 // It may outlive the session, blocked in a read: airlock exits then.
 func (s *session) pump(ctx context.Context, send func([]byte) error) {
 	buf := make([]byte, 32<<10)
@@ -163,7 +167,12 @@ func (s *session) pump(ctx context.Context, send func([]byte) error) {
 			return
 		}
 		if err != nil {
-			return // the end of a piped input: the terminal stays open
+			// The end of a piped input: typed as Ctrl-D, which a program
+			// reading a line at its start takes as the end of its input.
+			if !s.raw {
+				_ = send([]byte{eot})
+			}
+			return
 		}
 	}
 }

@@ -217,6 +217,12 @@ func TestSandboxExecTerminal(t *testing.T) {
 		if o.code != 2 || !strings.Contains(o.stdout, "piped-3") {
 			t.Errorf("piped into -t: %d %q %q", o.code, o.stdout, o.stderr)
 		}
+		// The end of the input is the end of the shell's.
+		inv.stdin = strings.NewReader("echo no-exit\n")
+		o = airlockRun(t, inv)
+		if o.code != 0 || !strings.Contains(o.stdout, "no-exit") {
+			t.Errorf("piped into -t without exit: %d %q %q", o.code, o.stdout, o.stderr)
+		}
 	})
 
 	t.Run("lost connection", func(t *testing.T) {
@@ -311,6 +317,49 @@ func terminalSessions(t *testing.T, url, key string, env []string, id string) {
 			t.Errorf("exit 5: airlock exited %d; the terminal showed %q", code, h.text())
 		}
 		h.restored()
+	})
+
+	t.Run("attach", func(t *testing.T) {
+		c, err := client.New(url, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		p, err := c.StartProcess(ctx, id, client.StartProcessRequest{ExecRequest: client.ExecRequest{Argv: []string{"sh", "-i"}, Env: map[string]string{"PS1": "at$ "}, PTY: &client.TermSize{Rows: 24, Cols: 80}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attachTo := invocation{args: []string{"sandbox", "attach", id, p.ID}, env: env}
+		h := onTerminal(t, attachTo, 30, 90)
+		h.expect("at$ ") // replayed from what the daemon kept
+		h.typeIn("echo attached-$((1+1)); stty size\r")
+		h.expect("attached-2\r\n30 90\r\n")
+		h.typeIn("\x1c")
+		if code := h.exit(); code != 0 {
+			t.Errorf("detaching: airlock exited %d; the terminal showed %q", code, h.text())
+		}
+		h.restored()
+		h.expect("detached")
+		if w, err := c.WaitProcess(ctx, id, p.ID, 100*time.Millisecond); err != nil || !w.Running {
+			t.Fatalf("after detaching the shell no longer runs: %+v %v", w, err)
+		}
+		h = onTerminal(t, attachTo, 24, 80)
+		h.expect("attached-2") // the ring again
+		h.typeIn("exit 6\r")
+		if code := h.exit(); code != 6 {
+			t.Errorf("exit 6 in an attached shell: airlock exited %d; the terminal showed %q", code, h.text())
+		}
+		h.restored()
+
+		// A process on pipes: its output, then its code.
+		q, err := c.StartProcess(ctx, id, client.StartProcessRequest{ExecRequest: client.ExecRequest{Argv: []string{"sh", "-c", "echo one; echo two >&2; sleep 0.5; exit 3"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := airlockRun(t, invocation{args: []string{"sandbox", "attach", id, q.ID}, env: env})
+		if o.code != 3 || o.stdout != "one\n" || o.stderr != "two\n" {
+			t.Errorf("attach to a process on pipes: %d %q %q", o.code, o.stdout, o.stderr)
+		}
 	})
 
 	t.Run("hostile escapes", func(t *testing.T) {
