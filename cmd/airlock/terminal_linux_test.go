@@ -171,9 +171,12 @@ func (h *hostTerm) restored() {
 	if now.Iflag != h.before.Iflag || now.Oflag != h.before.Oflag || now.Lflag != h.before.Lflag || now.Cflag != h.before.Cflag || now.Cc != h.before.Cc {
 		h.t.Errorf("the terminal's modes were not restored: before %+v, after %+v", h.before, *now)
 	}
-	time.Sleep(100 * time.Millisecond) // the last bytes reach the master
-	if s := h.text(); !strings.Contains(s, tty.Reset) {
-		h.t.Errorf("airlock did not reset the terminal; it showed %q", s)
+	// The last bytes reach the master after a moment.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(h.text(), tty.Reset); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Errorf("airlock did not reset the terminal; it showed %q", h.text())
+			break
+		}
 	}
 }
 

@@ -574,3 +574,59 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 	b.left -= n
 	return n, err
 }
+
+// BenchmarkTerminalEcho: a key typed into a program on a terminal (POST
+// …/stdin) until the program's answer comes back on a follower's stream,
+// what a person at `airlock sandbox exec -t` waits for at every key. The
+// program is cat on a raw terminal: it writes back each byte it reads.
+func BenchmarkTerminalEcho(b *testing.B) {
+	_, c := benchEnv(b, envOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.DeleteSandbox(context.Background(), sb.ID)
+	p, err := c.StartProcess(ctx, sb.ID, client.StartProcessRequest{ExecRequest: client.ExecRequest{Argv: []string{"sh", "-c", "stty raw -echo && echo ready && exec cat"}, PTY: termSize}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	echoed := make(chan int, 1024)
+	go func() {
+		ready := false
+		for ev, err := range c.FollowProcess(ctx, sb.ID, p.ID, client.Offsets{}) {
+			if err != nil {
+				return
+			}
+			switch {
+			case !ready && strings.Contains(string(ev.Data), "ready"):
+				ready = true
+				echoed <- 0
+			case ready && len(ev.Data) > 0:
+				echoed <- len(ev.Data)
+			}
+		}
+	}()
+	select {
+	case <-echoed:
+	case <-time.After(20 * time.Second):
+		b.Fatal("the terminal did not get ready")
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := c.WriteStdin(ctx, sb.ID, p.ID, []byte("x"), false); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-echoed:
+		case <-time.After(10 * time.Second):
+			b.Fatal("no echo within 10 s")
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.StopTimer()
+	reportLatencies(b, ds)
+}

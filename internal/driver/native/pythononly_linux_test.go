@@ -12,7 +12,7 @@ import (
 // without a shell runs it (the Wasm driver, with a Python built for WASI):
 // the native driver dressed as one whose sandboxes run python3 and nothing
 // else, with sandboxtest.PythonWorkload. Every case that needs a Linux
-// userland, background execs, egress or host mounts is declared; the rest
+// userland, background execs, egress, host mounts or terminals is declared; the rest
 // (exec, exit codes, streams, stdin, the environment, the file API and its
 // escapes, memory, timeouts, the output limit, no network, no host files)
 // must pass on the Python workload alone.
@@ -34,6 +34,8 @@ func TestConformanceWithoutShell(t *testing.T) {
 		"posture/host_identity")
 	declare("a Python-only sandbox runs no background execs", "exec/background", "exec/unread_stdin")
 	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
+	declare("a Python-only sandbox has no terminals (as the Wasm driver's has none)",
+		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
 	declare("a Python-only sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
 		"mounts/root", "mounts/root_symlink_refused")
