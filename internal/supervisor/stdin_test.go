@@ -86,8 +86,10 @@ func TestStdinStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := append([]byte("first "), big...); !bytes.Equal(w.Stdout, want[:min(len(want), len(w.Stdout))]) || len(w.Stdout) == 0 {
-		t.Fatalf("cat got %d bytes, not a prefix of what was written", len(w.Stdout))
+	// Wait returns the tail the process's output buffer keeps, at its
+	// offset: the end of everything written, in order.
+	if want := append([]byte("first "), big...); w.StdoutOffset+int64(len(w.Stdout)) != int64(len(want)) || !bytes.Equal(w.Stdout, want[w.StdoutOffset:]) || len(w.Stdout) == 0 {
+		t.Fatalf("cat's output ends with %d bytes from %d that are not the end of what was written (%d bytes)", len(w.Stdout), w.StdoutOffset, len(want))
 	}
 	if err := f.sup.WriteStdin(ctx, alice, in.ID, c.ID, []byte("late"), false); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("a write after eof: %v", err)
