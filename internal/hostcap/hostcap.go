@@ -53,6 +53,7 @@ var Names = []string{
 	"chromium",   // a headless browser, for the test of the approval page
 	"debroot",    // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
 	"kubernetes", // the one-node cluster of the tests (internal/testrig/kube), built by make kube-rig
+	"wasm",       // the wasm driver with python.wasm (make wasm-python)
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

@@ -33,6 +33,7 @@ var probes = map[string]probe{
 	"debroot":  {run: probeDebroot, timeout: 20 * time.Second},
 	// Four 100 MB programs start once, cold.
 	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
+	"wasm":       {run: probeWasm, timeout: 60 * time.Second},
 }
 
 // ok is a working capability.

@@ -49,6 +49,10 @@ type Spec struct {
 	// AllowDegraded names isolation layers the caller accepts running
 	// without, when the host lacks them. Empty means fail closed.
 	AllowDegraded []Layer `json:"allow_degraded,omitempty"`
+	// Module is a host path of a WebAssembly (WASI command) module that
+	// the sandbox runs as a command named after the file (without .wasm).
+	// Only the wasm driver runs one. Empty: none.
+	Module string `json:"module,omitempty"`
 }
 
 // Limits bound a sandbox. A zero field means its default.
@@ -208,6 +212,9 @@ const (
 	LayerUIDRange   Layer = "uid_range"
 	LayerRootFS     Layer = "rootfs"
 	LayerGVisor     Layer = "gvisor"
+	// LayerWasm is WebAssembly's own isolation: a module reaches only its
+	// linear memory and the host functions it is given (WASI).
+	LayerWasm Layer = "wasm"
 )
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -278,6 +285,9 @@ func (s Spec) Validate() error {
 		if err := validTarget(m.Target); err != nil {
 			return err
 		}
+	}
+	if s.Module != "" && (!path.IsAbs(s.Module) || !strings.HasSuffix(s.Module, ".wasm")) {
+		return invalid("module %q: give the absolute host path of a .wasm file", s.Module)
 	}
 	if err := s.Network.Validate(); err != nil {
 		return err
