@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 
 type runFlags struct {
 	driver, memory, disk, tmp, outputLimit, workdir, root string
+	module                                                string
 	cpus                                                  float64
 	pids                                                  int
 	timeout, cpuTime                                      time.Duration
@@ -50,15 +52,30 @@ and exit with the command's exit code. 128+N when airlock killed it with
 signal N (the reason follows on stderr as one "airlock: ..." line); 125 when
 airlock itself failed; 126 when the command is not executable and 127 when
 it is not found inside the sandbox.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.module != "" {
+				return nil // the module is the command; ARGS may be none
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.timeoutSet = cmd.Flags().Changed("timeout")
+			if f.module != "" {
+				if !cmd.Flags().Changed("driver") {
+					f.driver = "wasm"
+				}
+				var err error
+				if args, err = f.moduleArgv(args); err != nil {
+					return err
+				}
+			}
 			return runOne(cmd.Context(), f, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock) or "gvisor" (runsc's user-space kernel)`)
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel) or "wasm" (WebAssembly in-process: python3 and WASI modules, no network)`)
+	fl.StringVar(&f.module, "module", "", "run this WASI command module (a .wasm file) with ARGS as its arguments; implies --driver wasm")
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -260,6 +277,11 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 	}
 	l.CPUs, l.Pids, l.Timeout, l.CPUTime = f.cpus, f.pids, f.timeout, f.cpuTime
 	s.Root = f.root
+	if f.module != "" {
+		if s.Module, err = filepath.Abs(f.module); err != nil {
+			return s, fmt.Errorf("--module %q: %w", f.module, err)
+		}
+	}
 	for _, m := range f.mounts {
 		mt, err := parseMount(m)
 		if err != nil {
@@ -274,6 +296,18 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 		return s, err
 	}
 	return s, s.Validate()
+}
+
+// moduleArgv is the command that runs --module: its name (the file's name
+// without .wasm), then args.
+func (f runFlags) moduleArgv(args []string) ([]string, error) {
+	if f.driver != "wasm" {
+		return nil, fmt.Errorf("--module runs a WebAssembly module, which only --driver wasm can: drop --driver %s", f.driver)
+	}
+	if !strings.HasSuffix(f.module, ".wasm") {
+		return nil, fmt.Errorf("--module %q: give a .wasm file (a WASI command module)", f.module)
+	}
+	return append([]string{strings.TrimSuffix(filepath.Base(f.module), ".wasm")}, args...), nil
 }
 
 // environ turns --env flags into KEY=VALUE pairs; a bare KEY copies the
