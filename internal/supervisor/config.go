@@ -71,7 +71,11 @@ type Template struct {
 	Driver string `toml:"driver"`
 	// Root is the host directory used as the read-only root. Empty means
 	// the driver's default root.
-	Root          string   `toml:"root"`
+	Root string `toml:"root"`
+	// Module is a WASI command module (a .wasm file) the sandboxes run as
+	// a command named after the file; only the wasm driver runs one.
+	// Empty: none.
+	Module        string   `toml:"module"`
 	Env           []string `toml:"env"`
 	AllowDegraded []string `toml:"allow_degraded"`
 
@@ -208,6 +212,7 @@ func (c Config) withDefaults() (Config, error) {
 func (t Template) spec() sandbox.Spec {
 	s := sandbox.Spec{
 		Root:    t.Root,
+		Module:  t.Module,
 		Env:     append([]string(nil), t.Env...),
 		Network: t.Network.defaultNetwork(),
 		Limits: sandbox.Limits{
