@@ -68,6 +68,9 @@ const (
 //	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files;
 //	                              on exec, timeout_seconds is the command's wall-time limit (0 for a
 //	                              background process that has none) and the others are 0
+//	network  string               a create's network mode: "none" or "egress"
+//	explicit bool                 a create named its driver itself (tiers never change it)
+//	labels   map(string, string)  the labels of the API key that asked (keys create --label)
 //
 // A rule that fails to evaluate (an index past the end of argv, say)
 // denies.
@@ -92,6 +95,11 @@ type Request struct {
 	Mounts []string `json:"mounts,omitempty"`
 	// Network is a create's network (the template's, or what it asks for).
 	Network *sandbox.Network `json:"network,omitempty"`
+	// Explicit says a create named its driver itself, rather than taking
+	// its template's.
+	Explicit bool `json:"explicit,omitempty"`
+	// Labels are the labels of the API key that asked.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Verdict is a Decision's outcome.
@@ -164,6 +172,8 @@ type File struct {
 	Ceilings Ceilings `toml:"ceilings"`
 	Checks   Checks   `toml:"checks"`
 	Rules    []Rule   `toml:"rule"`
+	// Tiers choose the driver of a create (see Tier).
+	Tiers    []Tier   `toml:"tier"`
 	Approval Approval `toml:"approval"`
 	Webhook  Webhook  `toml:"webhook"`
 	Redact   Redact   `toml:"redact"`
@@ -194,6 +204,20 @@ type Rule struct {
 	Reason string `toml:"reason"`
 }
 
+// Tier chooses the driver of a create: the first tier whose When is true
+// names the driver, in place of the template's. A create that names its
+// driver itself keeps it (a tier never changes it silently); the rules and
+// allowlists then allow or refuse it like any other.
+type Tier struct {
+	Name string `toml:"name"`
+	// When is a CEL expression over the create's Request.
+	When string `toml:"when"`
+	// Driver is the driver the create runs on when When is true.
+	Driver string `toml:"driver"`
+	// Reason says why, for the audit log and the create's answer.
+	Reason string `toml:"reason"`
+}
+
 // Approval configures actions that ask a person.
 type Approval struct {
 	// Timeout is how long an action waits for a person before it is
@@ -210,6 +234,7 @@ const maxRuleCost = 1_000_000
 type Policy struct {
 	f               File
 	rules           []compiled
+	tiers           []compiledTier
 	ceilings        []ceiling
 	approvalTimeout time.Duration
 	hook            *webhook
@@ -218,6 +243,11 @@ type Policy struct {
 
 type compiled struct {
 	Rule
+	prg cel.Program
+}
+
+type compiledTier struct {
+	Tier
 	prg cel.Program
 }
 
@@ -279,6 +309,37 @@ func New(f File) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make CEL environment: %w", err)
 	}
+	compile := func(what, expr string) (cel.Program, error) {
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("%s: %w", what, iss.Err())
+		}
+		if ast.OutputType() != cel.BoolType {
+			return nil, fmt.Errorf("%s: when is %s, not a bool", what, ast.OutputType())
+		}
+		prg, err := env.Program(ast, cel.CostLimit(maxRuleCost))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return prg, nil
+	}
+	tierNames := map[string]bool{}
+	for i, t := range f.Tiers {
+		switch {
+		case t.Name == "":
+			return nil, fmt.Errorf("tier %d has no name", i+1)
+		case tierNames[t.Name]:
+			return nil, fmt.Errorf("tier %q is defined twice", t.Name)
+		case t.Driver == "":
+			return nil, fmt.Errorf("tier %q names no driver: set driver = \"wasm\", \"native\", \"gvisor\"…", t.Name)
+		}
+		tierNames[t.Name] = true
+		prg, err := compile(fmt.Sprintf("tier %q", t.Name), t.When)
+		if err != nil {
+			return nil, err
+		}
+		p.tiers = append(p.tiers, compiledTier{Tier: t, prg: prg})
+	}
 	seen := map[string]bool{}
 	for i, r := range f.Rules {
 		if r.Name == "" {
@@ -295,9 +356,6 @@ func New(f File) (*Policy, error) {
 		}
 		ast, iss := env.Compile(r.When)
 		if iss.Err() != nil {
-			if strings.Contains(iss.Err().Error(), "'labels'") {
-				return nil, fmt.Errorf("rule %q: labels are not available (keys and sandboxes carry none), so this rule could never match: %w", r.Name, iss.Err())
-			}
 			return nil, fmt.Errorf("rule %q: %w", r.Name, iss.Err())
 		}
 		if ast.OutputType() != cel.BoolType {
@@ -326,6 +384,43 @@ func New(f File) (*Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// TierChoice is the policy's choice of a create's driver.
+type TierChoice struct {
+	// Driver is the driver the create runs on.
+	Driver string `json:"driver"`
+	// Rule names what chose it: "tier:NAME", "request" (the create named
+	// it) or "template" (no tier matched).
+	Rule string `json:"rule"`
+	// Reason is the tier's reason, or what the rule means.
+	Reason string `json:"reason"`
+}
+
+// ChooseDriver says which driver the create r runs on. r.Driver is the
+// driver it would have: its own when r.Explicit (which no tier changes),
+// else its template's, which the first tier whose expression is true
+// replaces. A tier that cannot be evaluated is an error: the create is
+// refused rather than run on a driver nobody chose.
+func (p *Policy) ChooseDriver(ctx context.Context, r Request) (TierChoice, error) {
+	if r.Explicit {
+		return TierChoice{Driver: r.Driver, Rule: "request", Reason: "the create named its driver"}, nil
+	}
+	vars := r.vars()
+	for _, t := range p.tiers {
+		out, _, err := t.prg.ContextEval(ctx, vars)
+		if err != nil {
+			return TierChoice{Rule: "tier:" + t.Name}, fmt.Errorf("evaluate tier %q: %w", t.Name, err)
+		}
+		if b, ok := out.Value().(bool); ok && b {
+			reason := t.Reason
+			if reason == "" {
+				reason = fmt.Sprintf("policy tier %q matched", t.Name)
+			}
+			return TierChoice{Driver: t.Driver, Rule: "tier:" + t.Name, Reason: reason}, nil
+		}
+	}
+	return TierChoice{Driver: r.Driver, Rule: "template", Reason: "the template's driver; no policy tier matched"}, nil
 }
 
 // Redactor masks the secrets the policy names; nil when it names none.
@@ -474,10 +569,18 @@ func (r Request) vars() map[string]any {
 	if argv == nil {
 		argv = []string{}
 	}
+	network := string(sandbox.NetworkNone)
+	if r.Network != nil && r.Network.Mode != "" {
+		network = string(r.Network.Mode)
+	}
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	return map[string]any{
 		"action": string(r.Action), "sandbox": r.Sandbox, "template": r.Template, "driver": r.Driver,
 		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port),
-		"key": r.Key, "limits": limits,
+		"key": r.Key, "limits": limits, "network": network, "explicit": r.Explicit, "labels": labels,
 	}
 }
 
@@ -495,6 +598,9 @@ func celEnv() (*cel.Env, error) {
 		cel.Variable("port", cel.IntType),
 		cel.Variable("key", cel.StringType),
 		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),
+		cel.Variable("network", cel.StringType),
+		cel.Variable("explicit", cel.BoolType),
+		cel.Variable("labels", cel.MapType(cel.StringType, cel.StringType)),
 	)
 }
 
