@@ -24,9 +24,13 @@ type Limits struct {
 // CreateRequest asks for a sandbox.
 type CreateRequest struct {
 	// Template names the daemon's template; empty means "default".
-	Template string            `json:"template,omitempty"`
-	Limits   Limits            `json:"limits,omitzero"`
-	Env      map[string]string `json:"env,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Driver names the driver ("wasm", "native", "gvisor"); empty means
+	// the template's, or the one the daemon's policy chooses. A named
+	// driver is kept, or the create is refused.
+	Driver string            `json:"driver,omitempty"`
+	Limits Limits            `json:"limits,omitzero"`
+	Env    map[string]string `json:"env,omitempty"`
 	// TTL is the sandbox's lifetime; zero means the template's.
 	TTL time.Duration `json:"-"`
 	// IdleTimeout destroys the sandbox after this long unused.
@@ -61,6 +65,10 @@ type Sandbox struct {
 	Layers             []string  `json:"layers,omitempty"`
 	// FromPool says the create was served by a warm pool.
 	FromPool bool `json:"from_pool,omitempty"`
+	// DriverRule says, in a create's answer, what chose the driver:
+	// "tier:NAME" (the daemon's policy), "request" or "template".
+	DriverRule   string `json:"driver_rule,omitempty"`
+	DriverReason string `json:"driver_reason,omitempty"`
 }
 
 // CreateSandbox makes a sandbox (or claims a ready one from the
@@ -129,6 +137,8 @@ type Key struct {
 	Role      string     `json:"role"`
 	Quota     Quota      `json:"quota"`
 	Rate      RateLimits `json:"rate"`
+	// Labels are what the daemon's policy reads of the key ("trust").
+	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	// CreatedBy is the key that made this one (empty: made offline).
 	CreatedBy string `json:"created_by,omitempty"`
@@ -159,6 +169,8 @@ type CreateKeyRequest struct {
 	Role  string     `json:"role,omitempty"`
 	Quota Quota      `json:"quota,omitzero"`
 	Rate  RateLimits `json:"rate,omitzero"`
+	// Labels are read by the daemon's policy rules and tiers.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // CreateKey makes a key (operators only). The answer holds its secret,

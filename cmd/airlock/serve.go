@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -170,6 +171,7 @@ func newKeysCmd() *cobra.Command {
 	}
 	var stateDir, name, role, maxMem string
 	var maxSandboxes int
+	var labelFlags []string
 	create := &cobra.Command{
 		Use:   "create [--state-dir DIR | through AIRLOCK_URL] [--name N] [--role agent|operator]",
 		Short: "Make an API key and print it (once: only its hash is kept)",
@@ -192,13 +194,27 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 			if err != nil {
 				return err
 			}
+			var labels map[string]string
+			for _, l := range labelFlags {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok {
+					return fmt.Errorf("--label %q: write NAME=VALUE, e.g. trust=untrusted", l)
+				}
+				if labels == nil {
+					labels = map[string]string{}
+				}
+				labels[k] = v
+			}
+			if err := store.CheckLabels(labels); err != nil {
+				return err
+			}
 			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if stateDir == "" {
 				c, err := client.FromEnv()
 				if err != nil {
 					return fmt.Errorf("give --state-dir DIR (daemon stopped) or set AIRLOCK_URL and an operator AIRLOCK_API_KEY (daemon running): %w", err)
 				}
-				k, err := c.CreateKey(cmd.Context(), client.CreateKeyRequest{Name: name, Role: string(r), Quota: client.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}})
+				k, err := c.CreateKey(cmd.Context(), client.CreateKeyRequest{Name: name, Role: string(r), Quota: client.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}, Labels: labels})
 				if err != nil {
 					return err
 				}
@@ -215,6 +231,11 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 			if err != nil {
 				return err
 			}
+			if len(labels) > 0 {
+				if err := st.SetKeyLabels(k.ID, labels); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintln(out, string(secret))
 			fmt.Fprintf(errw, "key %s (%s) created; the secret above is shown only once\n", k.ID, k.Role)
 			return nil
@@ -224,6 +245,7 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 	fl.StringVar(&stateDir, "state-dir", "", "registry directory of a stopped daemon")
 	fl.StringVar(&name, "name", "", "a name to recognise the key by")
 	fl.StringVar(&role, "role", string(store.RoleAgent), "agent (its own sandboxes) or operator (also keys, every sandbox)")
+	fl.StringArrayVar(&labelFlags, "label", nil, "a label the policy's rules and tiers read, NAME=VALUE (repeatable), e.g. trust=untrusted")
 	fl.IntVar(&maxSandboxes, "max-sandboxes", 0, "live sandboxes the key may hold (0: 10)")
 	fl.StringVar(&maxMem, "max-memory", "", "total memory limit of the key's live sandboxes (default 8G)")
 

@@ -300,7 +300,7 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage}}, nil
+	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage, Labels: k.Labels}}, nil
 }
 
 // releaseAtEOF calls done once the body has been read to its end or

@@ -15,6 +15,8 @@ type CreateKeyRequest struct {
 	Role  string           `json:"role,omitempty"` // agent (default) or operator
 	Quota store.Quota      `json:"quota,omitzero"`
 	Rate  store.RateLimits `json:"rate,omitzero"`
+	// Labels are read by the policy's rules and tiers ("trust": "untrusted").
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Key is the wire form of an API key; Secret is set only in the answer to
@@ -25,6 +27,7 @@ type Key struct {
 	Role      store.Role       `json:"role"`
 	Quota     store.Quota      `json:"quota"`
 	Rate      store.RateLimits `json:"rate"`
+	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time        `json:"created_at"`
 	// CreatedBy is the key that made this one through the API (empty: made
 	// offline).
@@ -33,7 +36,7 @@ type Key struct {
 }
 
 func wireKey(k store.Key) Key {
-	out := Key{ID: k.ID, Name: k.Name, Role: k.Role, Quota: k.Quota.WithDefaults(), Rate: k.Rate.WithDefaults(), CreatedAt: k.Created}
+	out := Key{ID: k.ID, Name: k.Name, Role: k.Role, Quota: k.Quota.WithDefaults(), Rate: k.Rate.WithDefaults(), Labels: k.Labels, CreatedAt: k.Created}
 	if len(k.Lineage) > 0 {
 		out.CreatedBy = k.Lineage[0]
 	}
@@ -59,6 +62,9 @@ func (b CreateKeyRequest) check() (store.Role, error) {
 		rl.FilesPerSecond < 0 || rl.FileBurst < 0 || rl.MaxInFlight < 0 {
 		return "", badRequest("quotas and rate limits cannot be negative")
 	}
+	if err := store.CheckLabels(b.Labels); err != nil {
+		return "", err
+	}
 	return role, nil
 }
 
@@ -74,6 +80,12 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *caller) er
 	k, secret, err := s.store.NewKeyBy(&c.key, body.Name, role, body.Quota, body.Rate, time.Now())
 	if err != nil {
 		return err
+	}
+	if len(body.Labels) > 0 {
+		if err := s.store.SetKeyLabels(k.ID, body.Labels); err != nil {
+			return err
+		}
+		k.Labels = body.Labels
 	}
 	s.log.Info("key created", "key_id", k.ID, "role", k.Role, "by", c.key.ID)
 	out := wireKey(k)

@@ -47,7 +47,11 @@ func wireLimits(l sandbox.Limits) Limits {
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
 type CreateSandboxRequest struct {
-	Template           string            `json:"template,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Driver names the driver; absent means the template's, or the one
+	// the policy's tiers choose. A named driver is kept or the create is
+	// refused, never changed.
+	Driver             string            `json:"driver,omitempty"`
 	Limits             Limits            `json:"limits,omitzero"`
 	Env                map[string]string `json:"env,omitempty"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
@@ -65,6 +69,10 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 		return req, badRequest("template %q: names are lower-case letters, digits, '-' and '_'", truncate(b.Template, 80))
 	}
 	req.Template = b.Template
+	if b.Driver != "" && !sandbox.ValidID(b.Driver) {
+		return req, badRequest("driver %q: names are lower-case letters, digits, '-' and '_'", truncate(b.Driver, 80))
+	}
+	req.Driver = b.Driver
 	if req.Limits, err = b.Limits.limits(); err != nil {
 		return req, err
 	}
@@ -99,6 +107,10 @@ type Sandbox struct {
 	Limits             Limits          `json:"limits"`
 	Layers             []sandbox.Layer `json:"layers,omitempty"`
 	FromPool           bool            `json:"from_pool,omitempty"`
+	// DriverRule and DriverReason say, in a create's answer, what chose
+	// the driver: "tier:NAME" (the policy), "request" or "template".
+	DriverRule   string `json:"driver_rule,omitempty"`
+	DriverReason string `json:"driver_reason,omitempty"`
 }
 
 func wireSandbox(in supervisor.Info) Sandbox {
@@ -107,6 +119,7 @@ func wireSandbox(in supervisor.Info) Sandbox {
 		CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, IdleTimeoutSeconds: int64(in.IdleTimeout / time.Second),
 		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason,
 		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
+		DriverRule: in.DriverRule, DriverReason: in.DriverReason,
 	}
 }
 

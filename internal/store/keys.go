@@ -127,6 +127,8 @@ type Key struct {
 	Hash    string     `json:"hash"`
 	Quota   Quota      `json:"quota"`
 	Rate    RateLimits `json:"rate"`
+	// Labels are read by policy rules and tiers ("trust": "untrusted").
+	Labels  map[string]string `json:"labels,omitempty"`
 	Created time.Time  `json:"created"`
 	// Lineage lists the keys that made this one through the API, nearest
 	// first (empty for a key made offline). It is fixed at creation, so
@@ -195,6 +197,46 @@ func (s *Store) NewKeyBy(maker *Key, name string, role Role, q Quota, r RateLimi
 		return Key{}, "", fmt.Errorf("store key: %w", err)
 	}
 	return k, Secret(secret), nil
+}
+
+// SetKeyLabels replaces the labels of key id.
+func (s *Store) SetKeyLabels(id string, labels map[string]string) error {
+	if err := CheckLabels(labels); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketKeys).Get([]byte(id))
+		if b == nil {
+			return fmt.Errorf("key %s: %w", id, sandbox.ErrNotFound)
+		}
+		var k Key
+		if err := json.Unmarshal(b, &k); err != nil {
+			return err
+		}
+		k.Labels = labels
+		nb, err := json.Marshal(k)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketKeys).Put([]byte(id), nb)
+	})
+}
+
+// CheckLabels checks a key's labels: at most 16, names of lower-case
+// letters, digits, '-' and '_', values of at most 128 characters on one line.
+func CheckLabels(labels map[string]string) error {
+	if len(labels) > 16 {
+		return fmt.Errorf("%w: at most 16 labels", sandbox.ErrInvalid)
+	}
+	for k, v := range labels {
+		if !sandbox.ValidID(k) {
+			return fmt.Errorf("%w: label %q: names are lower-case letters, digits, '-' and '_'", sandbox.ErrInvalid, k)
+		}
+		if len(v) > 128 || strings.ContainsAny(v, "\x00\n\r") {
+			return fmt.Errorf("%w: label %s: at most 128 characters on one line", sandbox.ErrInvalid, k)
+		}
+	}
+	return nil
 }
 
 // KeyBySecret finds the key whose secret is secret, or returns an error

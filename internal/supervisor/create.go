@@ -20,6 +20,10 @@ import (
 type CreateRequest struct {
 	// Template names the template; empty means "default".
 	Template string
+	// Driver names the driver; empty means the template's, or the one a
+	// policy tier chooses. A driver named here is never changed: a policy
+	// that does not allow it refuses the create.
+	Driver string
 	// Limits narrow the template's limits (a zero field keeps the template's).
 	Limits sandbox.Limits
 	// Env is added to the template's environment.
@@ -72,18 +76,25 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		}
 		idle = req.IdleTimeout
 	}
-	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: t.Driver, Limits: &spec.Limits, Network: &spec.Network}); err != nil {
+	choice, err := s.chooseDriver(ctx, c, name, t, req, spec)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: choice.Driver, Limits: &spec.Limits, Network: &spec.Network,
+		Explicit: req.Driver != "", Labels: c.Labels}); err != nil {
 		return Info{}, err
 	}
 	s.policy.NarrowNetwork(&spec.Network)
-	if p := s.pools[name]; p != nil {
+	if p := s.pools[name]; p != nil && choice.Driver == t.Driver {
 		if claimable(t, req) {
 			info, ok, err := s.claim(c, p, ttl, idle)
 			if err != nil || ok {
 				if ok {
 					s.m.PoolHits.WithLabelValues(name).Inc()
 					s.m.ClaimSeconds.Observe(time.Since(start).Seconds())
-					s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: info.ID, Template: name, Reason: "claimed from the warm pool"})
+					s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: info.ID, Template: name, Rule: choice.Rule,
+						Reason: "claimed from the warm pool; driver " + choice.Driver + ": " + choice.Reason})
+					info.DriverRule, info.DriverReason = choice.Rule, choice.Reason
 				}
 				return info, err
 			}
@@ -92,7 +103,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	now := s.opts.Now()
 	rec := store.Sandbox{
-		ID: newID(), Owner: c.KeyID, Template: name, Driver: t.Driver, Spec: spec,
+		ID: newID(), Owner: c.KeyID, Template: name, Driver: choice.Driver, Spec: spec,
 		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
 	}
 	l, err := s.admit(c, rec)
@@ -106,8 +117,11 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	s.m.Creates.WithLabelValues(name, "ok").Inc()
 	s.m.CreateSeconds.Observe(time.Since(start).Seconds())
-	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name})
-	return s.info(l), nil
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name, Rule: choice.Rule,
+		Reason: "driver " + choice.Driver + ": " + choice.Reason})
+	info := s.info(l)
+	info.DriverRule, info.DriverReason = choice.Rule, choice.Reason
+	return info, nil
 }
 
 func (s *Supervisor) templateNames() []string {

@@ -31,6 +31,9 @@ type Info struct {
 	Layers     []sandbox.Layer
 	// FromPool says the create was a claim from a warm pool.
 	FromPool bool
+	// DriverRule says, on a create's answer, what chose the driver:
+	// "tier:NAME", "request" or "template"; DriverReason says why.
+	DriverRule, DriverReason string
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not

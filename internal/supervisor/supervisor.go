@@ -86,6 +86,8 @@ type Caller struct {
 	// Lineage lists the keys that made this one (store.Key.Lineage): none
 	// of them may have asked for an approval this key decides.
 	Lineage []string
+	// Labels are the key's labels, which policy rules and tiers read.
+	Labels map[string]string
 }
 
 // Supervisor runs sandboxes. Its methods are safe for concurrent use.

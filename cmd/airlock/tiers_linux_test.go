@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+)
+
+// TestTiersThroughDaemon runs examples/policies/tiers.toml in a daemon: a
+// create without a driver runs code without network on wasm (the policy's
+// tier, not the template's native), python runs there; a create that names
+// its driver keeps it; a key labelled untrusted is refused a driver the
+// daemon lacks (microvm) and, naming a weaker one itself, the rule refuses
+// it; each decision and its rule is in the create's answer and the audit
+// log.
+func TestTiersThroughDaemon(t *testing.T) {
+	testcap.Require(t, "root", "userns", "wasm")
+	dir := t.TempDir()
+	policy, err := filepath.Abs("../../examples/policies/tiers.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := newKey(t, dir, "agent")
+	o := airlockRun(t, invocation{args: []string{"keys", "create", "--state-dir", dir, "--label", "trust=untrusted", "--name", "untrusted"}})
+	untrusted := strings.TrimSpace(o.stdout)
+	if o.code != 0 || !strings.HasPrefix(untrusted, "airlock_") {
+		t.Fatalf("keys create --label: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	d := startDaemon(t, dir, "--policy", policy)
+	ctx := context.Background()
+	c, err := client.New(d.url, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if sb.Driver != "wasm" || sb.DriverRule != "tier:plain-code" || sb.DriverReason == "" {
+		t.Errorf("a create without a driver: driver %q by %q (%q), want wasm by tier:plain-code", sb.Driver, sb.DriverRule, sb.DriverReason)
+	}
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Code: "print(6*7)", Language: "python"})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "42\n" {
+		t.Errorf("python on the tier's wasm sandbox: %v, %+v", err, res)
+	}
+
+	named, err := c.CreateSandbox(ctx, client.CreateRequest{Driver: "native"})
+	if err != nil {
+		t.Fatalf("create with driver native: %v", err)
+	}
+	if named.Driver != "native" || named.DriverRule != "request" {
+		t.Errorf("a create naming native: driver %q by %q, want native by request", named.Driver, named.DriverRule)
+	}
+
+	u, err := client.New(d.url, untrusted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = u.CreateSandbox(ctx, client.CreateRequest{})
+	var ce *client.Error
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "tier:untrusted-key") || !strings.Contains(err.Error(), "microvm") {
+		t.Errorf("an untrusted key's create: %v, want a refusal naming tier:untrusted-key and microvm", err)
+	}
+	_, err = u.CreateSandbox(ctx, client.CreateRequest{Driver: "wasm"})
+	if !errors.As(err, &ce) || ce.Status != 403 || !strings.Contains(err.Error(), "untrusted-stays-in-vms") {
+		t.Errorf("an untrusted key naming wasm: %v, want 403 by rule untrusted-stays-in-vms", err)
+	}
+
+	log, err := os.ReadFile(filepath.Join(dir, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"rule":"tier:plain-code"`, `"rule":"request"`, `"rule":"rule:untrusted-stays-in-vms"`} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("the audit log lacks %s", want)
+		}
+	}
+	for _, id := range []string{sb.ID, named.ID} {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
+	}
+}
