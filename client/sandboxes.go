@@ -132,14 +132,14 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ttl time.Duration) (
 
 // Key is an API key; Secret is set only when it was just created.
 type Key struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name,omitempty"`
-	Role      string     `json:"role"`
-	Quota     Quota      `json:"quota"`
-	Rate      RateLimits `json:"rate"`
+	ID    string     `json:"id"`
+	Name  string     `json:"name,omitempty"`
+	Role  string     `json:"role"`
+	Quota Quota      `json:"quota"`
+	Rate  RateLimits `json:"rate"`
 	// Labels are what the daemon's policy reads of the key ("trust").
 	Labels    map[string]string `json:"labels,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
+	CreatedAt time.Time         `json:"created_at"`
 	// CreatedBy is the key that made this one (empty: made offline).
 	CreatedBy string `json:"created_by,omitempty"`
 	Secret    string `json:"secret,omitempty"`

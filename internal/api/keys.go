@@ -22,13 +22,13 @@ type CreateKeyRequest struct {
 // Key is the wire form of an API key; Secret is set only in the answer to
 // its creation.
 type Key struct {
-	ID        string           `json:"id"`
-	Name      string           `json:"name,omitempty"`
-	Role      store.Role       `json:"role"`
-	Quota     store.Quota      `json:"quota"`
-	Rate      store.RateLimits `json:"rate"`
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Role      store.Role        `json:"role"`
+	Quota     store.Quota       `json:"quota"`
+	Rate      store.RateLimits  `json:"rate"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	CreatedAt time.Time        `json:"created_at"`
+	CreatedAt time.Time         `json:"created_at"`
 	// CreatedBy is the key that made this one through the API (empty: made
 	// offline).
 	CreatedBy string `json:"created_by,omitempty"`

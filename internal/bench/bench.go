@@ -142,11 +142,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	wasmR, wasmTput, err := wasmRows(ctx, o, progress)
+	if err != nil {
+		return nil, err
+	}
 	r.Rows = append(r.Rows, startR...)
 	r.Rows = append(r.Rows, execR...)
 	r.Rows = append(r.Rows, densR...)
 	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
+	r.Rows = append(r.Rows, wasmR...)
 	r.Rows = append(r.Rows, tputR...)
+	r.Rows = append(r.Rows, wasmTput...)
 	if steps != nil {
 		r.Density = steps
 	}

@@ -30,11 +30,15 @@ func wantRows(clients []int) []string {
 		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
 		"density/pss", "density/cgroup", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
-		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput")
+		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
+		"wasm/instantiate", "wasm/python")
 	for _, c := range clients {
 		for _, l := range []string{"fork-exec", "bwrap", "airlock-native"} {
 			ids = append(ids, fmt.Sprintf("throughput/%s-c%d", l, c))
 		}
+	}
+	for _, c := range clients {
+		ids = append(ids, fmt.Sprintf("throughput/wasm-python-c%d", c))
 	}
 	return ids
 }
@@ -56,7 +60,7 @@ func buildAirlock(t *testing.T) string {
 // the report has every row, that what this host can run was measured, and
 // that the table, JSON and chart show all of it.
 func TestQuickBenchIsComplete(t *testing.T) {
-	testcap.Require(t, "root", "userns", "cgroupv1")
+	testcap.Require(t, "root", "userns", "cgroupv1", "wasm")
 	o := Options{Quick: true, TrueRuns: 3, PythonRuns: 2, Density: 4, ThroughputTime: 200 * time.Millisecond,
 		Clients: []int{2}, RowTime: 10 * time.Second, Settle: 0, Airlock: buildAirlock(t)}
 	var progress bytes.Buffer

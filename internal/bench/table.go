@@ -14,7 +14,8 @@ var sectionTitles = map[string]string{
 	"exec":         "2. exec round trip in a live sandbox",
 	"density":      "3. density: idle sandboxes, memory per sandbox, exec under load",
 	"egress":       "4. egress",
-	"throughput":   "5. throughput: /bin/true runs completed per second",
+	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",
+	"throughput":   "5. throughput: runs completed per second",
 }
 
 // Column widths of the table.

@@ -124,12 +124,12 @@ type Key struct {
 	Name string `json:"name,omitempty"`
 	Role Role   `json:"role"`
 	// Hash is the hex SHA-256 of the secret.
-	Hash    string     `json:"hash"`
-	Quota   Quota      `json:"quota"`
-	Rate    RateLimits `json:"rate"`
+	Hash  string     `json:"hash"`
+	Quota Quota      `json:"quota"`
+	Rate  RateLimits `json:"rate"`
 	// Labels are read by policy rules and tiers ("trust": "untrusted").
 	Labels  map[string]string `json:"labels,omitempty"`
-	Created time.Time  `json:"created"`
+	Created time.Time         `json:"created"`
 	// Lineage lists the keys that made this one through the API, nearest
 	// first (empty for a key made offline). It is fixed at creation, so
 	// deleting a key in between does not shorten it. An approval cannot be

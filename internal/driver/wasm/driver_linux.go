@@ -23,16 +23,32 @@ import (
 type Driver struct {
 	opts Options
 
-	// The runtime is made on first use, so that a driver that is only
-	// listed (doctor, the driver table) costs nothing.
-	rtOnce sync.Once
-	rt     wazero.Runtime
-	rtErr  error
+	// shared is the process's runtime for this cache directory, made on
+	// first use, so that a driver that is only listed (doctor, the driver
+	// table) costs nothing.
+	shared *shared
 
 	mu       sync.Mutex
-	modules  map[string]*module // by host path
-	reserved int64              // memory limits of the live sandboxes
+	reserved int64 // memory limits of the live sandboxes
 }
+
+// shared is a wazero runtime and the modules compiled in it. Every driver
+// of the process with the same cache directory shares one: compiled code
+// is read-only, and a module is read and compiled once per process.
+type shared struct {
+	once sync.Once
+	rt   wazero.Runtime
+	err  error
+
+	mu      sync.Mutex
+	modules map[string]*module // by host path
+}
+
+// runtimes are the process's shared runtimes, by cache directory.
+var runtimes = struct {
+	sync.Mutex
+	m map[string]*shared
+}{m: map[string]*shared{}}
 
 var (
 	_ sandbox.Driver    = (*Driver)(nil)
@@ -63,7 +79,14 @@ func New(opts Options) (*Driver, error) {
 			opts.MaxMemoryBytes = 4 << 30
 		}
 	}
-	return &Driver{opts: opts, modules: map[string]*module{}}, nil
+	runtimes.Lock()
+	sh := runtimes.m[opts.CacheDir]
+	if sh == nil {
+		sh = &shared{modules: map[string]*module{}}
+		runtimes.m[opts.CacheDir] = sh
+	}
+	runtimes.Unlock()
+	return &Driver{opts: opts, shared: sh}, nil
 }
 
 // PythonPath is where the driver looks for python.wasm:
@@ -122,7 +145,8 @@ func (d *Driver) Describe() string {
 // wazero has a compiler for this machine, its compilation cache on disk,
 // guest code that stops when its context is done, and WASI.
 func (d *Driver) runtime() (wazero.Runtime, error) {
-	d.rtOnce.Do(func() {
+	sh := d.shared
+	sh.once.Do(func() {
 		ctx := context.Background()
 		// No DWARF stack traces: reading python.wasm's debug sections on every
 		// trap or kill takes seconds of CPU.
@@ -139,12 +163,12 @@ func (d *Driver) runtime() (wazero.Runtime, error) {
 		rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 		if err := instantiateWASI(ctx, rt); err != nil {
 			_ = rt.Close(ctx)
-			d.rtErr = err
+			sh.err = err
 			return
 		}
-		d.rt = rt
+		sh.rt = rt
 	})
-	return d.rt, d.rtErr
+	return sh.rt, sh.err
 }
 
 // privateDir makes dir (and its parents) and checks that it is this
@@ -182,6 +206,11 @@ func (d *Driver) Probe(ctx context.Context) error {
 	if _, err := d.runtime(); err != nil {
 		return &sandbox.UnsupportedError{What: "wasm", Why: err.Error()}
 	}
+	if _, err := os.Stat(d.opts.Python); err == nil {
+		// Load python.wasm now rather than in the first exec: a second
+		// from the compilation cache, several without it.
+		go func() { _, _ = d.module(context.WithoutCancel(ctx), d.opts.Python) }()
+	}
 	return nil
 }
 
@@ -218,13 +247,14 @@ func (d *Driver) module(ctx context.Context, path string) (*module, error) {
 		}
 		return nil, fmt.Errorf("wasm module: %w", err)
 	}
-	d.mu.Lock()
-	m := d.modules[path]
+	sh := d.shared
+	sh.mu.Lock()
+	m := sh.modules[path]
 	if m == nil || m.size != fi.Size() || m.mtime != fi.ModTime().UnixNano() {
 		m = &module{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-		d.modules[path] = m
+		sh.modules[path] = m
 	}
-	d.mu.Unlock()
+	sh.mu.Unlock()
 	m.once.Do(func() { m.compile(ctx, rt) })
 	return m, m.err
 }

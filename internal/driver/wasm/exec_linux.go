@@ -209,7 +209,7 @@ func (p *process) instantiate(alloc *allocator) (exit uint32, cpu time.Duration,
 		defer stop()
 	}
 	ctx := experimental.WithMemoryAllocator(p.ctx, alloc)
-	mod, err := p.in.d.rt.InstantiateModule(ctx, p.mod.compiled, cfg)
+	mod, err := p.in.d.shared.rt.InstantiateModule(ctx, p.mod.compiled, cfg)
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // WASI preview 1 as wazero implements it, with one function of airlock's
@@ -52,6 +53,17 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 	return nil
 }
 
+// stopIfKilled ends the module at once when its exec was killed, as
+// proc_exit does: a program that sleeps in a loop (CPython's time.sleep
+// sleeps again until its deadline) would otherwise spin until wazero's
+// own watcher closes the module, which takes a scheduling round on a busy
+// host.
+func stopIfKilled(ctx context.Context) {
+	if ctx.Err() != nil {
+		panic(sys.NewExitError(sys.ExitCodeContextCanceled))
+	}
+}
+
 // clocks are an exec's clocks: the host's wall clock, and a monotonic
 // clock that starts at the sandbox's creation (nothing of the host's
 // uptime shows).
@@ -79,6 +91,7 @@ func pollOneoff(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 func pollErrno(ctx context.Context, mod api.Module, in, out, n, resultN uint32) uint64 {
+	stopIfKilled(ctx)
 	if n == 0 {
 		return errnoInval
 	}
@@ -141,7 +154,7 @@ func pollErrno(ctx context.Context, mod api.Module, in, out, n, resultN uint32) 
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				// Killed: the module is closed once this returns.
+				stopIfKilled(ctx)
 			}
 		}
 		for _, e := range events {
