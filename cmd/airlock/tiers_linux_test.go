@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -86,5 +89,23 @@ func TestTiersThroughDaemon(t *testing.T) {
 		if err := c.DeleteSandbox(ctx, id); err != nil {
 			t.Errorf("delete %s: %v", id, err)
 		}
+	}
+}
+
+// TestMCPTiers: run_code through `airlock mcp` with the tiers policy runs
+// Python on the wasm driver (sys.platform is "wasi" there).
+func TestMCPTiers(t *testing.T) {
+	requireMCP(t)
+	testcap.Require(t, "wasm")
+	policy, err := filepath.Abs("../../examples/policies/tiers.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "airlock"), "mcp", "--state-dir", t.TempDir(), "--policy", policy)
+	cmd.Env = mcpEnv("", "")
+	cs := goClient(t, &sdk.CommandTransport{Command: cmd})
+	defer cs.Close()
+	if sc := runCode(t, cs, "import sys; print(6*7, sys.platform)"); sc["stdout"] != "42 wasi\n" {
+		t.Fatalf("run_code under the tiers policy: %v", sc)
 	}
 }
