@@ -104,6 +104,7 @@ class Client:
         self,
         template: str | None = None,
         *,
+        driver: str | None = None,
         limits: Limits | None = None,
         network: Network | None = None,
         env: Mapping[str, str] | None = None,
@@ -117,6 +118,9 @@ class Client:
         Args:
             template: the daemon's template ("default" when None); it sets
                 the driver, root, limits and network.
+            driver: the driver ("wasm", "native", "gvisor"); None takes the
+                template's, or the one the daemon's policy tiers choose. A
+                named driver is kept, or the create is refused.
             limits: narrower limits than the template's.
             network: egress rules within the template's network.
             env: variables every command in the sandbox gets.
@@ -131,6 +135,8 @@ class Client:
         body: dict[str, Any] = {}
         if template:
             body["template"] = template
+        if driver:
+            body["driver"] = driver
         if limits is not None and limits.to_json():
             body["limits"] = limits.to_json()
         if network is not None:

@@ -175,6 +175,10 @@ class SandboxInfo:
     layers: tuple[str, ...] = ()
     #: The create was served by a warm pool.
     from_pool: bool = False
+    #: In a create's answer, what chose the driver: "tier:NAME" (the
+    #: daemon's policy), "request" or "template"; and why.
+    driver_rule: str = ""
+    driver_reason: str = ""
 
     @property
     def live(self) -> bool:
@@ -198,6 +202,8 @@ class SandboxInfo:
             end_reason=_str(d.get("end_reason")),
             limits=Limits.from_json(d.get("limits")),
             layers=_strs(d.get("layers")),
+            driver_rule=_str(d.get("driver_rule")),
+            driver_reason=_str(d.get("driver_reason")),
             from_pool=bool(d.get("from_pool")),
         )
 
