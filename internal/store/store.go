@@ -100,12 +100,16 @@ func (s State) Live() bool { return s == StateCreating || s == StatePooled || s 
 type Sandbox struct {
 	ID string `json:"id"`
 	// Owner is the id of the key that owns it; empty while pooled.
-	Owner    string       `json:"owner,omitempty"`
-	Template string       `json:"template"`
-	Driver   string       `json:"driver"`
-	Spec     sandbox.Spec `json:"spec"`
-	State    State        `json:"state"`
-	Created  time.Time    `json:"created"`
+	Owner    string `json:"owner,omitempty"`
+	Template string `json:"template"`
+	Driver   string `json:"driver"`
+	// DriverRule and DriverReason say what chose the driver ("tier:NAME",
+	// "request", "template") and why.
+	DriverRule   string       `json:"driver_rule,omitempty"`
+	DriverReason string       `json:"driver_reason,omitempty"`
+	Spec         sandbox.Spec `json:"spec"`
+	State        State        `json:"state"`
+	Created      time.Time    `json:"created"`
 	// ExpiresAt is the TTL deadline: the sandbox is destroyed then.
 	ExpiresAt time.Time `json:"expires_at"`
 	// IdleTimeout destroys the sandbox after this long without use; zero

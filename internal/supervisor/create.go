@@ -104,6 +104,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	now := s.opts.Now()
 	rec := store.Sandbox{
 		ID: newID(), Owner: c.KeyID, Template: name, Driver: choice.Driver, Spec: spec,
+		DriverRule: choice.Rule, DriverReason: choice.Reason,
 		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
 	}
 	l, err := s.admit(c, rec)
@@ -119,9 +120,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	s.m.CreateSeconds.Observe(time.Since(start).Seconds())
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name, Rule: choice.Rule,
 		Reason: "driver " + choice.Driver + ": " + choice.Reason})
-	info := s.info(l)
-	info.DriverRule, info.DriverReason = choice.Rule, choice.Reason
-	return info, nil
+	return s.info(l), nil
 }
 
 func (s *Supervisor) templateNames() []string {

@@ -31,8 +31,8 @@ type Info struct {
 	Layers     []sandbox.Layer
 	// FromPool says the create was a claim from a warm pool.
 	FromPool bool
-	// DriverRule says, on a create's answer, what chose the driver:
-	// "tier:NAME", "request" or "template"; DriverReason says why.
+	// DriverRule says what chose the driver: "tier:NAME", "request" or
+	// "template" (empty for a pooled sandbox); DriverReason says why.
 	DriverRule, DriverReason string
 }
 
@@ -144,6 +144,7 @@ func recInfo(r store.Sandbox) Info {
 		ID: r.ID, Owner: r.Owner, Template: r.Template, Driver: r.Driver, State: r.State,
 		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
 		Ended: r.Ended, EndReason: r.EndReason, Limits: r.Spec.Limits, Env: r.Spec.Env,
+		DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 	}
 }
 
