@@ -139,6 +139,9 @@ func TestRefused(t *testing.T) {
 	if _, err := sb.Start(context.Background(), sandbox.ExecRequest{Argv: []string{"python3", "-c", "1"}, Background: true}); !errors.Is(err, sandbox.ErrUnsupported) {
 		t.Errorf("a background exec: %v, want ErrUnsupported", err)
 	}
+	if _, err := sb.Start(context.Background(), sandbox.ExecRequest{Argv: []string{"python3"}, PTY: &sandbox.TermSize{Rows: 24, Cols: 80}}); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("an exec on a terminal: %v, want ErrUnsupported", err)
+	}
 }
 
 // TestModule: a WASI command module of the user's own (Go built for
