@@ -71,15 +71,9 @@ func TestConformance(t *testing.T) {
 	declare("a wasm sandbox has no terminals: WASI preview 1 has none (a PTY exec is refused with an UnsupportedError)",
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
 	declare("a wasm sandbox has no network at all (WASI preview 1 has no sockets), so no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
-	declare("it needs a network stack to refuse a connection: a wasm sandbox has no sockets at all (WASI preview 1), so creating one fails before anything can be refused",
-		"network/none_has_no_proxy")
 	// Not in the list of what may be declared (a shell, fork, a
 	// network): reported to the lead rather than weakened here. Both are
 	// covered by TestMemoryLimit and TestDiskLimits below instead.
-	declare("a refused memory.grow is an allocation failure the program sees (CPython: MemoryError, exit 1, reason oom, limits_hit memory), not a SIGKILL: see TestMemoryLimit",
-		"limits/memory")
-	declare("the disk limit holds (the write fails, limits_hit disk_full), but wazero's WASI errno set has no ENOSPC, so the program sees EIO (\"I/O error\"), not \"No space left on device\": see TestDiskLimits",
-		"limits/workspace_full", "limits/tmp_full")
 	declare("a wasm sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
 		"mounts/root", "mounts/root_symlink_refused")

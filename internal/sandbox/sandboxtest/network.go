@@ -108,7 +108,10 @@ func testNetworkNone(t *testing.T, e *env) {
 // variables and no egress summary.
 func testNoProxy(t *testing.T, e *env) {
 	proxy := []string{"127.0.0.1:3128"}
-	if class := connectLines(t, e.run(t, e.w.Connect(proxy...)), proxy); class[0] != "refused" {
+	// connectLines fails the case if the connection succeeded. Where the
+	// sandbox has a network stack (a Linux userland), nothing listening
+	// means refused; a sandbox without sockets (Wasm) fails earlier.
+	if class := connectLines(t, e.run(t, e.w.Connect(proxy...)), proxy); e.caps.Shell && class[0] != "refused" {
 		t.Errorf("network none: connecting to 127.0.0.1:3128 failed with %q, want refused: no proxy listens", class[0])
 	}
 	for _, kv := range envLines(t, e, nil) {
