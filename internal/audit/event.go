@@ -74,9 +74,11 @@ type Event struct {
 	Language string   `json:"language,omitempty"`
 	Path     string   `json:"path,omitempty"`
 	Host     string   `json:"host,omitempty"`
+	Port     int      `json:"port,omitempty"`
 	IP       string   `json:"ip,omitempty"`
-	// Decision is allow, deny or ask (policy, egress) or approve or deny
-	// (approval).
+	// Decision is allow, deny or ask (policy), allow, deny or would_deny
+	// (egress: would_deny is a request report mode let through), or
+	// approve or deny (approval).
 	Decision string `json:"decision,omitempty"`
 	Rule     string `json:"rule,omitempty"`
 	// Reason is why: the exec's end reason, a decision's reason.
@@ -90,6 +92,10 @@ type Event struct {
 	// SHA256 and Size describe a written file's content.
 	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
+	// BytesSent and BytesReceived count an egress request's bytes to and
+	// from its destination.
+	BytesSent     int64 `json:"bytes_sent,omitempty"`
+	BytesReceived int64 `json:"bytes_received,omitempty"`
 	// Error says why an action failed.
 	Error string `json:"error,omitempty"`
 	// PubKey (hex) and Sig (hex) are set on checkpoints.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,11 @@ type Log struct {
 	reqs chan request
 	quit chan struct{}
 	done chan struct{}
+
+	// committed is the file's length after the last write that was
+	// fsync'ed: readers (Query, Verify) stop there, so that they never
+	// see a batch half written.
+	committed atomic.Int64
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -114,11 +120,13 @@ func Open(path string, opts Options) (*Log, error) {
 			Reason: fmt.Sprintf("torn final line of %d bytes (after seq %d) cut off: the previous writer crashed mid-write", len(torn), seq)})
 		opts.Logger.Warn("audit log had a torn final line; cut it off and recorded it", "bytes", len(torn))
 	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("open audit log %s: %w", path, err)
 	}
 	l := &Log{opts: opts, path: path, f: f, reqs: make(chan request, 256), quit: make(chan struct{}), done: make(chan struct{})}
+	l.committed.Store(end)
 	w := &writer{l: l, seq: seq, prev: prev}
 	if err := w.write(pending, "open"); err != nil {
 		f.Close()
@@ -413,6 +421,7 @@ func (w *writer) write(evs []Event, why string) error {
 	if err := w.l.f.Sync(); err != nil {
 		return err
 	}
+	w.l.committed.Add(int64(len(w.buf)))
 	w.seq, w.prev, w.sinceCk = seq, prev, since
 	if ckLine != nil {
 		w.lastCk = now
