@@ -130,6 +130,29 @@ func (c *Client) SetTimeout(ctx context.Context, id string, ttl time.Duration) (
 	return &sb, c.call(ctx, request{method: "POST", path: sandboxPath(id, "timeout"), json: body}, &sb)
 }
 
+// SandboxUsage is what a whole sandbox uses now, as the host counts it.
+type SandboxUsage struct {
+	// MemoryBytes is the memory in use now; MemoryLimitBytes its limit.
+	MemoryBytes      int64 `json:"memory_bytes"`
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// CPUMS is the CPU time used since it started; CPUs its limit in cores.
+	CPUMS int64   `json:"cpu_ms"`
+	CPUs  float64 `json:"cpus"`
+	// CPUUsedCores is the CPU time it used per second over CPUWindowMS
+	// (1.0: one core busy).
+	CPUUsedCores float64 `json:"cpu_used_cores"`
+	CPUWindowMS  int64   `json:"cpu_window_ms"`
+	// At is when the counters were read.
+	At time.Time `json:"at"`
+}
+
+// SandboxUsage reads what sandbox id uses now. A daemon whose driver
+// cannot read it answers 501 (an *Error with Code "unsupported").
+func (c *Client) SandboxUsage(ctx context.Context, id string) (*SandboxUsage, error) {
+	var u SandboxUsage
+	return &u, c.call(ctx, request{method: "GET", path: sandboxPath(id, "usage")}, &u)
+}
+
 // Key is an API key; Secret is set only when it was just created.
 type Key struct {
 	ID    string     `json:"id"`

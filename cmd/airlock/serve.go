@@ -90,17 +90,11 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	defer alog.Close()
 	// The egress proxy runs in the daemon; secrets stay here.
 	popts := cfg.Egress.ProxyOptions(log)
-	popts.Decided = func(sandboxID, host, ip, rule, reason string, allow bool) {
-		// The audit log fsyncs; the request does not wait for it.
-		go func() {
-			if err := alog.Egress(context.Background(), "", sandboxID, host, ip, rule, reason, allow); err != nil {
-				log.Error("audit an egress decision", "err", err)
-			}
-		}()
-	}
-	// The policy decides each egress request too; the supervisor, made
-	// below, knows whose sandbox asks.
+	// The supervisor, made below, records each decision in the audit log
+	// (with the sandbox's owner), and the policy decides each egress
+	// request too.
 	var sup *supervisor.Supervisor
+	popts.Decided = func(d egress.Decision) { sup.RecordEgress(d) }
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}

@@ -77,8 +77,10 @@ type Server struct {
 	anyIP   bool
 	origins map[string]bool
 
-	mcph mcpHandler // /mcp, made on first use (mcp.go)
-	ui   uiState    // the approvals page's sessions (ui.go)
+	mcph     mcpHandler    // /mcp, made on first use (mcp.go)
+	ui       uiState       // the console's sessions (ui.go)
+	uimux    *http.ServeMux // the console's JSON routes (console.go)
+	verifier auditVerifier // GET /v1/audit/verify (audit.go)
 }
 
 // route is one entry of the routes table.
@@ -116,6 +118,7 @@ var routes = []route{
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
 	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
+	{method: "GET", path: "/v1/sandboxes/{id}/usage", h: (*Server).sandboxUsage},
 
 	{method: "POST", path: "/v1/sandboxes/{id}/exec", op: opExec, h: (*Server).exec},
 
@@ -144,6 +147,7 @@ var routes = []route{
 	{method: "GET", path: "/v1/approvals", operator: true, h: (*Server).listApprovals},
 	{method: "POST", path: "/v1/approvals/{id}", operator: true, h: (*Server).decideApproval},
 	{method: "GET", path: "/v1/audit", operator: true, h: (*Server).recentAudit},
+	{method: "GET", path: "/v1/audit/verify", operator: true, h: (*Server).verifyAudit},
 
 	{method: "POST", path: "/mcp", op: opRequest, h: (*Server).mcp}, {method: "GET", path: "/mcp", h: (*Server).mcp}, {method: "DELETE", path: "/mcp", h: (*Server).mcp},
 }
@@ -188,6 +192,7 @@ func New(opts Options) (*Server, error) {
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
+	s.uimux = s.consoleMux()
 	return s, nil
 }
 

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -55,43 +53,4 @@ func (s *Server) decideApprovalAs(r *http.Request, c *caller, id string, b Decid
 		return supervisor.Approval{}, badRequest("reason: at most 1000 bytes")
 	}
 	return s.sup.DecideApproval(r.Context(), c.sup, truncate(id, 100), b.Decision == "approve", b.Reason)
-}
-
-// AuditEvents is the answer of GET /v1/audit: the last events of the
-// audit log, oldest first, each as written.
-type AuditEvents struct {
-	Events []json.RawMessage `json:"events"`
-}
-
-func (s *Server) recentAudit(w http.ResponseWriter, r *http.Request, c *caller) error {
-	ev, err := s.auditEvents(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, ev)
-	return nil
-}
-
-func (s *Server) auditEvents(r *http.Request) (AuditEvents, error) {
-	n := 100
-	if q := r.URL.Query().Get("n"); q != "" {
-		v, err := strconv.Atoi(q)
-		if err != nil || v < 1 || v > 1000 {
-			return AuditEvents{}, badRequest("n: give a number from 1 to 1000")
-		}
-		n = v
-	}
-	out := AuditEvents{Events: []json.RawMessage{}}
-	l := s.sup.AuditLog()
-	if l == nil {
-		return out, nil
-	}
-	ev, err := l.Recent(n)
-	if err != nil {
-		return out, err
-	}
-	if ev != nil {
-		out.Events = ev
-	}
-	return out, nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -214,5 +215,47 @@ func (s *Server) extendTimeout(w http.ResponseWriter, r *http.Request, c *caller
 		return err
 	}
 	writeJSON(w, http.StatusOK, wireSandbox(info))
+	return nil
+}
+
+// SandboxUsage is the body of GET /v1/sandboxes/{id}/usage: what the whole
+// sandbox uses now, as the host counts it.
+type SandboxUsage struct {
+	// MemoryBytes is the memory in use now (its tmpfs files included where
+	// the host counts them); MemoryLimitBytes its limit.
+	MemoryBytes      int64 `json:"memory_bytes"`
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// CPUMS is the CPU time used since it started; CPUs its CPU limit in
+	// cores.
+	CPUMS int64   `json:"cpu_ms"`
+	CPUs  float64 `json:"cpus"`
+	// CPUUsedCores is the CPU it used per second over the last
+	// CPUWindowMS milliseconds (1.0: one core busy): since the previous
+	// reading at least a second earlier, or since it started.
+	CPUUsedCores float64 `json:"cpu_used_cores"`
+	CPUWindowMS  int64   `json:"cpu_window_ms"`
+	// At is when the counters were read.
+	At time.Time `json:"at"`
+}
+
+func wireUsage(u supervisor.Usage) SandboxUsage {
+	return SandboxUsage{
+		MemoryBytes: u.MemoryBytes, MemoryLimitBytes: u.MemoryLimitBytes, CPUMS: u.CPUMS, CPUs: u.CPUs,
+		CPUUsedCores: math.Round(u.CPUCores*1000) / 1000, CPUWindowMS: u.Window.Milliseconds(), At: u.At.UTC(),
+	}
+}
+
+// sandboxUsage answers GET /v1/sandboxes/{id}/usage; 501 where the
+// sandbox's driver cannot read its counters.
+func (s *Server) sandboxUsage(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	u, err := s.sup.Usage(r.Context(), c.sup, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireUsage(u))
 	return nil
 }

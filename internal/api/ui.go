@@ -1,12 +1,15 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -15,19 +18,23 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// The approvals web page, served under /ui: an operator logs in with an
-// operator key, sees pending approvals (with the code, the sandbox and the
-// rule that asked) and recent audit events, and approves or denies with
-// one click.
+// The operator console, served under /ui: an operator logs in with an
+// operator key and sees every sandbox (with what it uses now), one
+// sandbox's exec history, egress decisions and files, the approvals, the
+// audit log with its verification status, and the keys; and can kill and
+// extend sandboxes, decide approvals, and make and revoke keys. The page is
+// static files (ui/: HTML, one stylesheet, a few ES modules without a
+// framework) that call the JSON routes of console.go.
 //
 // Defences: the page's script renders everything with textContent (code is
-// shown, never run); a strict Content-Security-Policy allows only the
+// shown, never run) and shows every control, bidi and zero-width character
+// as a visible escape; a strict Content-Security-Policy allows only the
 // page's own script and style; the session cookie is HttpOnly and
 // SameSite=Strict; every POST needs an Origin of the page itself and
 // (after login) the session's CSRF token in X-CSRF-Token; the Host check
 // of the API applies. The key is kept by the daemon, never by the page.
 
-//go:embed ui/index.html ui/app.js ui/app.css
+//go:embed ui
 var uiFiles embed.FS
 
 const (
@@ -106,15 +113,16 @@ func (s *Server) checkUIOrigin(r *http.Request) error {
 	return nil
 }
 
+// uiAssets maps the page's files to their content types.
+var uiAssets = map[string]string{".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
 func (s *Server) routeUI(w http.ResponseWriter, r *http.Request) error {
 	p, m := r.URL.Path, r.Method
 	switch {
 	case m == "GET" && (p == "/ui" || p == "/ui/"):
-		return serveAsset(w, "ui/index.html", "text/html; charset=utf-8")
-	case m == "GET" && p == "/ui/app.js":
-		return serveAsset(w, "ui/app.js", "text/javascript; charset=utf-8")
-	case m == "GET" && p == "/ui/app.css":
-		return serveAsset(w, "ui/app.css", "text/css; charset=utf-8")
+		return serveAsset(w, "index.html")
+	case m == "GET" && uiAssets[path.Ext(p)] != "" && strings.Count(p, "/") == 2:
+		return serveAsset(w, strings.TrimPrefix(p, "/ui/"))
 	case m == "POST" && p == "/ui/login":
 		return s.uiLogin(w, r)
 	}
@@ -144,29 +152,20 @@ func (s *Server) routeUI(w http.ResponseWriter, r *http.Request) error {
 		http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		w.WriteHeader(http.StatusNoContent)
 		return nil
-	case m == "GET" && p == "/ui/api/approvals":
-		return s.listApprovals(w, r, c)
-	case m == "GET" && p == "/ui/api/audit":
-		return s.recentAudit(w, r, c)
-	case m == "POST" && strings.HasPrefix(p, "/ui/api/approvals/"):
-		var b DecideApprovalRequest
-		if err := decodeJSON(w, r, &b); err != nil {
-			return err
-		}
-		a, err := s.decideApprovalAs(r, c, strings.TrimPrefix(p, "/ui/api/approvals/"), b)
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, a)
-		return nil
 	}
-	return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such page: " + truncate(p, 100)}
+	if _, pattern := s.uimux.Handler(r); pattern == "" {
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such page: " + m + " " + truncate(p, 100)}
+	}
+	s.uimux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), uiCallerKey{}, c)))
+	return nil
 }
 
-func serveAsset(w http.ResponseWriter, name, ctype string) error {
-	b, err := uiFiles.ReadFile(name)
-	if err != nil {
-		return err
+// serveAsset serves one of the page's files; names not in ui/ are 404.
+func serveAsset(w http.ResponseWriter, name string) error {
+	ctype, ok := uiAssets[path.Ext(name)]
+	b, err := uiFiles.ReadFile("ui/" + name)
+	if !ok || err != nil || !fs.ValidPath(name) {
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such file: " + truncate(name, 100)}
 	}
 	w.Header().Set("Content-Type", ctype)
 	_, _ = w.Write(b)

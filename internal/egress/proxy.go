@@ -114,7 +114,7 @@ type Options struct {
 	DialTimeout time.Duration
 	// Decided, when set, is told every logged decision (the daemon writes
 	// them to its audit log). It must not block for long.
-	Decided func(sandboxID, host, ip, rule, reason string, allow bool)
+	Decided func(Decision)
 	// Policy, when set, decides every request the sandbox's own rules let
 	// through, before anything is resolved: the daemon's policy (its
 	// [network] section and its rules on action "egress"). A refusal is a
@@ -298,6 +298,28 @@ func (c *connReader) Read(p []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
+}
+
+// Decision is one request's outcome, as Options.Decided is told it once
+// the request has ended.
+type Decision struct {
+	SandboxID string
+	// Method is the request's method (CONNECT for a tunnel); Host and Port
+	// are what it asked for, IP where it was sent ("" if nowhere).
+	Method string
+	Host   string
+	Port   int
+	IP     string
+	// Rule is the rule that decided; Reason says why it was refused.
+	Rule   string
+	Reason string
+	// Outcome is "allow", "deny" or "would_deny" (report mode let it
+	// through).
+	Outcome string
+	// Status is the HTTP status the sandbox got.
+	Status int
+	// BytesSent and BytesReceived count bytes to and from the destination.
+	BytesSent, BytesReceived int64
 }
 
 // decision is one request's outcome, logged once.
@@ -662,7 +684,8 @@ func (s *Sandbox) finish(d *decision, c net.Conn) {
 			"bytes_sent", d.sent, "bytes_received", d.recv, "reason", d.reason,
 			"suppressed", suppressed)
 		if f := s.p.opts.Decided; f != nil {
-			f(s.id, d.host, d.ip, d.v.Rule, d.reason, outcome != "deny")
+			f(Decision{SandboxID: s.id, Method: d.method, Host: d.host, Port: d.port, IP: d.ip, Rule: d.v.Rule, Reason: d.reason,
+				Outcome: outcome, Status: d.status, BytesSent: d.sent, BytesReceived: d.recv})
 		}
 	}
 	s.record(d, outcome)

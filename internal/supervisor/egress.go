@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -208,4 +209,23 @@ func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port i
 		return false, d.Rule, d.Reason + " (an egress request cannot wait for a person's approval, so asking denies it)"
 	}
 	return false, d.Rule, d.Reason
+}
+
+// RecordEgress records one decision of the egress proxy in the audit log,
+// with the sandbox's owner as the key: the proxy's egress.Options.Decided.
+// It returns at once; the audit log's write happens meanwhile.
+func (s *Supervisor) RecordEgress(d egress.Decision) {
+	if s.opts.Audit == nil {
+		return
+	}
+	s.mu.Lock()
+	var owner string
+	if l := s.live[d.SandboxID]; l != nil {
+		owner = l.owner
+	}
+	s.mu.Unlock()
+	ev := audit.Event{Kind: audit.KindEgress, Key: owner, Sandbox: d.SandboxID, Host: d.Host, Port: d.Port, IP: d.IP,
+		Rule: d.Rule, Reason: d.Reason, Decision: d.Outcome, BytesSent: d.BytesSent, BytesReceived: d.BytesReceived}
+	// The audit log fsyncs; the request does not wait for it.
+	go s.recordAfter(context.Background(), ev)
 }

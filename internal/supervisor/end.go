@@ -25,7 +25,14 @@ func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	if err != nil {
 		return err
 	}
-	s.end(l, "deleted", "deleted by its owner")
+	s.mu.Lock()
+	owner := l.owner
+	s.mu.Unlock()
+	why := "deleted by its owner"
+	if c.KeyID != owner {
+		why = "deleted by operator key " + c.KeyID
+	}
+	s.end(l, "deleted", why)
 	return nil
 }
 

@@ -70,15 +70,21 @@ func (s *Supervisor) decide(ctx context.Context, c Caller, r policy.Request) err
 	}
 	switch d.Verdict {
 	case policy.Allow:
-		return nil
 	case policy.Ask:
 		if s.opts.NoApprover {
 			d.Verdict, d.Reason = policy.Deny, d.Reason+" (needs a person's approval, and nobody can approve here: run it through `airlock serve`)"
 			return &policy.Denied{Decision: d}
 		}
-		return s.ask(ctx, c, r, d)
+		if err := s.ask(ctx, c, r, d); err != nil {
+			return err
+		}
+	default:
+		return &policy.Denied{Decision: d}
 	}
-	return &policy.Denied{Decision: d}
+	if r.Action == policy.ActionExec {
+		s.countExec(r.Sandbox)
+	}
+	return nil
 }
 
 // sandboxRequest fills the sandbox's identity into r.

@@ -34,6 +34,9 @@ type Info struct {
 	// DriverRule says what chose the driver: "tier:NAME", "request" or
 	// "template" (empty for a pooled sandbox); DriverReason says why.
 	DriverRule, DriverReason string
+	// Execs counts the execs and processes the policy let run in it while
+	// this daemon ran it; zero unless live.
+	Execs int64
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -110,13 +113,17 @@ func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error)
 type Filter struct {
 	State    store.State
 	Template string
+	// Owner is the owning key's id; Driver the driver's name.
+	Owner  string
+	Driver string
 }
 
 // List describes the sandboxes c may see that match f, live and ended, in
 // id order.
 func (s *Supervisor) List(ctx context.Context, c Caller, f Filter) ([]Info, error) {
 	recs, err := s.store.Sandboxes(func(r *store.Sandbox) bool {
-		return allowed(c, *r) == nil && (f.Template == "" || r.Template == f.Template)
+		return allowed(c, *r) == nil && (f.Template == "" || r.Template == f.Template) &&
+			(f.Owner == "" || r.Owner == f.Owner) && (f.Driver == "" || r.Driver == f.Driver)
 	})
 	if err != nil {
 		return nil, err
@@ -153,6 +160,7 @@ func (s *Supervisor) info(l *live) Info {
 	defer l.mu.Unlock()
 	in := recInfo(l.rec)
 	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
+	in.Execs = l.execs.Load()
 	if l.inst != nil {
 		in.Layers = l.inst.Layers()
 	}

@@ -131,6 +131,8 @@ type live struct {
 
 	lastActive atomic.Int64 // unix nanoseconds
 	busy       atomic.Int32 // foreground execs and file transfers in flight
+	execs      atomic.Int64 // execs and processes the policy let run
+	cpuRef     cpuSample    // the reference of the next CPU rate (usage.go)
 
 	procs    map[string]*proc
 	finished []string // ids of ended processes, oldest first

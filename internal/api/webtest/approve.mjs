@@ -18,7 +18,7 @@ try {
   // A 401 while not logged in is expected; a CSP violation is not.
   page.on("console", m => { if (m.type() === "error" && m.text().includes("Content Security Policy")) problems.push("console: " + m.text()); });
   page.on("dialog", d => { problems.push("a dialog opened: script from the code ran"); d.dismiss(); });
-  await page.goto(url + "/ui/");
+  await page.goto(url + "/ui/#/approvals");
   await page.fill("#key", key);
   await page.click("#login-button");
   const item = page.locator('li.approval[data-state="pending"]').first();

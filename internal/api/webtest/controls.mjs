@@ -14,7 +14,7 @@ const browser = await chromium.launch({
 let failed = false;
 try {
   const page = await browser.newPage();
-  await page.goto(url + "/ui/");
+  await page.goto(url + "/ui/#/approvals");
   await page.fill("#key", key);
   await page.click("#login-button");
   const item = page.locator('li.approval[data-state="pending"]').first();
