@@ -77,10 +77,10 @@ type Server struct {
 	anyIP   bool
 	origins map[string]bool
 
-	mcph     mcpHandler    // /mcp, made on first use (mcp.go)
-	ui       uiState       // the console's sessions (ui.go)
+	mcph     mcpHandler     // /mcp, made on first use (mcp.go)
+	ui       uiState        // the console's sessions (ui.go)
 	uimux    *http.ServeMux // the console's JSON routes (console.go)
-	verifier auditVerifier // GET /v1/audit/verify (audit.go)
+	verifier auditVerifier  // GET /v1/audit/verify (audit.go)
 }
 
 // route is one entry of the routes table.
