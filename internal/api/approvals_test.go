@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/api/webtest"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
-	"github.com/airlock-sandbox/airlock/internal/testcap"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -303,24 +303,6 @@ func TestApprovalPageInChromium(t *testing.T) {
 	}
 }
 
-// requireChromium needs a working headless Chromium and Node, then
-// installs playwright-core from webtest/package-lock.json (npm ci) unless it
-// is there. Without them the test skips, or fails when AIRLOCK_TEST_REQUIRE
-// names "chromium" or "node".
-func requireChromium(t *testing.T) {
-	t.Helper()
-	testcap.Require(t, "node", "chromium")
-	if !fileMissing("webtest/node_modules/playwright-core/package.json") {
-		return
-	}
-	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-	cmd.Dir = "webtest"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		testcap.SkipOrFail(t, "node", "npm ci in internal/api/webtest failed: %v\n%s", err, out)
-	}
-}
-
-func fileMissing(p string) bool {
-	_, err := os.Stat(p)
-	return err != nil
-}
+// requireChromium needs a working headless Chromium, Node and
+// playwright-core in webtest (see webtest.Require).
+func requireChromium(t *testing.T) { webtest.Require(t) }

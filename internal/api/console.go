@@ -28,6 +28,7 @@ var consoleRoutes = []struct {
 	{"GET", "/ui/api/sandboxes/{id}", (*Server).consoleSandbox},
 	{"POST", "/ui/api/sandboxes/{id}/kill", (*Server).deleteSandbox},
 	{"POST", "/ui/api/sandboxes/{id}/timeout", (*Server).extendTimeout},
+	{"GET", "/ui/api/sandboxes/{id}/processes", (*Server).listProcesses},
 	{"GET", "/ui/api/sandboxes/{id}/files/list", (*Server).listFiles},
 	{"GET", "/ui/api/sandboxes/{id}/files", (*Server).downloadFile},
 	{"GET", "/ui/api/approvals", (*Server).listApprovals},
@@ -72,8 +73,13 @@ type consoleSandboxList struct {
 	Now       time.Time        `json:"now"`
 	Sandboxes []ConsoleSandbox `json:"sandboxes"`
 	// Keys and Drivers are what the filters offer.
-	Keys    []string `json:"keys"`
-	Drivers []string `json:"drivers"`
+	Keys    []consoleKeyName `json:"keys"`
+	Drivers []string         `json:"drivers"`
+}
+
+type consoleKeyName struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
 }
 
 // consoleView adds what in uses now, when it runs.
@@ -114,7 +120,7 @@ func (s *Server) consoleSandboxes(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		return err
 	}
-	out := consoleSandboxList{Now: time.Now().UTC(), Sandboxes: []ConsoleSandbox{}, Drivers: s.sup.Drivers(), Keys: []string{}}
+	out := consoleSandboxList{Now: time.Now().UTC(), Sandboxes: []ConsoleSandbox{}, Drivers: s.sup.Drivers(), Keys: []consoleKeyName{}}
 	for _, in := range infos {
 		if state == "live" && !in.State.Live() {
 			continue
@@ -126,7 +132,7 @@ func (s *Server) consoleSandboxes(w http.ResponseWriter, r *http.Request, c *cal
 		return err
 	}
 	for _, k := range keys {
-		out.Keys = append(out.Keys, k.ID)
+		out.Keys = append(out.Keys, consoleKeyName{ID: k.ID, Name: k.Name})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -136,6 +142,8 @@ func (s *Server) consoleSandboxes(w http.ResponseWriter, r *http.Request, c *cal
 type consoleSandboxDetail struct {
 	Now     time.Time      `json:"now"`
 	Sandbox ConsoleSandbox `json:"sandbox"`
+	// KeyName is the name of the key that owns it.
+	KeyName string `json:"key_name,omitempty"`
 	// Egress is what it did through the egress proxy while live; absent
 	// without egress.
 	Egress *egress.Summary `json:"egress,omitempty"`
@@ -151,6 +159,9 @@ func (s *Server) consoleSandbox(w http.ResponseWriter, r *http.Request, c *calle
 		return err
 	}
 	out := consoleSandboxDetail{Now: time.Now().UTC(), Sandbox: s.consoleView(r, c, in)}
+	if k, err := s.store.GetKey(in.Owner); err == nil {
+		out.KeyName = k.Name
+	}
 	if in.State == store.StateRunning {
 		if sum, err := s.sup.Egress(r.Context(), c.sup, id); err == nil {
 			out.Egress = &sum

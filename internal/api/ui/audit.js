@@ -46,7 +46,7 @@ function row(raw) {
   const json = el("pre", { class: "json" }, JSON.stringify(ev, null, 1));
   const details = el("details", {}, el("summary", {}, "all fields"), json);
   return el("tr", { class: "event" + (broken.has(ev.seq) ? " broken" : ""), "data-seq": ev.seq, "data-kind": ev.kind },
-    el("td", { class: "num" }, ev.seq), el("td", {}, when(ev.time)), el("td", { class: "kind" }, ev.kind), el("td", { class: "mono" }, ev.key),
+    el("td", { class: "num" }, ev.seq), el("td", { class: "time" }, when(ev.time)), el("td", { class: "kind" }, ev.kind), el("td", { class: "mono" }, ev.key),
     el("td", { class: "mono" }, sandboxLink(ev.sandbox)), el("td", { class: "what" }, what(ev)), el("td", { class: "outcome" }, outcome(ev)),
     el("td", { class: "reason" }, ev.error || ev.reason || ev.rule || ""), el("td", {}, details));
 }

@@ -102,6 +102,14 @@ export function duration(ms) {
   return neg ? "-" + t : t;
 }
 
+// ms writes a short duration: "13 ms", "1.25 s", else as duration.
+export function ms(n) {
+  if (n === undefined || n === null || isNaN(n)) return "\u2014";
+  if (n < 1000) return n + " ms";
+  if (n < 60000) return (n / 1000).toFixed(2) + " s";
+  return duration(n);
+}
+
 // when writes a time as local "YYYY-MM-DD HH:MM:SS".
 export function when(t) {
   if (!t || t.startsWith("0001-")) return "\u2014";
@@ -156,12 +164,14 @@ export function sandboxLink(id) {
   return el("a", { href: "#/sandbox/" + encodeURIComponent(id), class: "sandbox-link" }, id);
 }
 
-// fill puts options into a select, keeping what is selected.
+// fillSelect puts options into a select, keeping what is selected;
+// values are strings or [value, label] pairs.
 export function fillSelect(sel, values, anyLabel) {
+  const pairs = values.map(v => Array.isArray(v) ? v : [v, v]);
   const cur = sel.value;
-  const want = ["", ...values];
+  const want = ["", ...pairs.map(p => p[0])];
   const have = [...sel.options].map(o => o.value);
   if (have.length === want.length && have.every((v, i) => v === want[i])) return;
-  sel.replaceChildren(el("option", { value: "" }, anyLabel), ...values.map(v => el("option", { value: v }, v)));
+  sel.replaceChildren(el("option", { value: "" }, anyLabel), ...pairs.map(([v, l]) => el("option", { value: v }, l)));
   sel.value = want.includes(cur) ? cur : "";
 }

@@ -2,8 +2,8 @@
 // kill, extend), and one sandbox's page (its state and usage, its exec
 // history and egress decisions from the audit log, its files).
 import {
-  $, bytes, call, command, confirmButton, duration, el, fillSelect, isZeroTime, query, sandboxLink,
-  setText, showError, ttlSelect, when,
+  $, bytes, call, command, confirmButton, duration, el, fillSelect, isZeroTime, ms, query, sandboxLink,
+  setText, showError, ttlSelect, visible, when,
 } from "./core.js";
 
 // remaining is the time left until t, by the daemon's clock now.
@@ -32,6 +32,7 @@ async function extend(id, seconds) {
 // ---- the list ----
 
 const rows = new Map(); // sandbox id -> { tr, cells, sb }
+let keyNames = {};    // key id -> name
 let sortKey = "age";
 let sortDesc = false;
 let lastNow = "";
@@ -71,7 +72,11 @@ function makeRow(sb) {
 function fillRow(r, now) {
   const sb = r.sb, c = r.cells;
   const live = sb.state === "running" || sb.state === "pooled" || sb.state === "creating";
-  setText(c.owner, sb.owner || "(pool)");
+  if (c.owner.dataset.key !== (sb.owner || "") || c.owner.dataset.name !== (keyNames[sb.owner] || "")) {
+    c.owner.dataset.key = sb.owner || "";
+    c.owner.dataset.name = keyNames[sb.owner] || "";
+    c.owner.replaceChildren(visible(sb.owner || "(pool)"), keyNames[sb.owner] ? el("span", { class: "keyname" }, keyNames[sb.owner]) : "");
+  }
   setText(c.driver, sb.driver);
   setText(c.template, sb.template);
   setText(c.state, sb.state + (sb.end_reason ? " (" + sb.end_reason + ")" : ""));
@@ -112,7 +117,8 @@ export const list = {
     if (n !== undefined && n % 2) return; // every two seconds
     const data = await call("GET", "/ui/api/sandboxes" + query({ key: $("f-key").value, driver: $("f-driver").value, state: $("f-state").value }));
     lastNow = data.now;
-    fillSelect($("f-key"), data.keys, "any");
+    keyNames = Object.fromEntries(data.keys.map(k => [k.id, k.name || ""]));
+    fillSelect($("f-key"), data.keys.map(k => [k.id, k.id + (k.name ? " (" + k.name + ")" : "")]), "any");
     fillSelect($("f-driver"), data.drivers, "any");
     const seen = new Set();
     for (const sb of data.sandboxes) {
@@ -146,7 +152,7 @@ function renderInfo(d) {
   setText($("sd-state"), sb.state);
   $("sd-state").dataset.state = sb.state;
   const dl = el("dl", { id: "sd-info", class: "info" });
-  dlRow(dl, "Key", sb.owner || "(pool)");
+  dlRow(dl, "Key", (sb.owner || "(pool)") + (d.key_name ? " (" + d.key_name + ")" : ""));
   dlRow(dl, "Driver", sb.driver);
   dlRow(dl, "Template", sb.template);
   dlRow(dl, "Created", when(sb.created_at) + " (" + duration(new Date(now) - new Date(sb.created_at)) + " ago)");
@@ -155,7 +161,7 @@ function renderInfo(d) {
     dlRow(dl, "Last active", when(sb.last_active_at));
     if (sb.idle_timeout_seconds) dlRow(dl, "Idle timeout", duration(sb.idle_timeout_seconds * 1000));
     dlRow(dl, "Memory now", sb.usage ? memText(sb.usage) : (sb.usage_error || "\u2014"));
-    dlRow(dl, "CPU now", sb.usage ? cpuText(sb.usage) + " (over " + duration(sb.usage.cpu_window_ms) + "); " + duration(sb.usage.cpu_ms) + " in all" : "\u2014");
+    dlRow(dl, "CPU now", sb.usage ? cpuText(sb.usage) + " (over " + ms(sb.usage.cpu_window_ms) + "); " + ms(sb.usage.cpu_ms) + " of CPU time in all" : "\u2014");
     dlRow(dl, "Execs", String(sb.exec_count));
   } else {
     dlRow(dl, "Ended", when(sb.ended_at) + (sb.end_reason ? " (" + sb.end_reason + ")" : ""));
@@ -200,22 +206,31 @@ function renderEgressSummary(e) {
 
 async function refreshInfo() {
   const d = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(cur));
-  if (d.sandbox.id === cur) renderInfo(d);
+  if (d.sandbox.id !== cur) return;
+  renderInfo(d);
+  let procs = [];
+  if (d.sandbox.state === "running") {
+    procs = (await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(cur) + "/processes")).processes;
+  }
+  $("sd-procs").querySelector("tbody").replaceChildren(...procs.map(p => el("tr", { class: "process", "data-id": p.id },
+    el("td", { class: "mono" }, p.id), el("td", { class: "what" }, JSON.stringify(p.argv.map(visible))), el("td", { class: "time" }, when(p.started_at)),
+    el("td", {}, p.running ? "running" : p.result ? "exit " + p.result.exit_code + " (" + p.result.reason + ")" : "ended"))));
+  $("sd-procs-none").hidden = procs.length > 0;
 }
 
 function execRow(ev) {
   const u = ev.usage || {};
   return el("tr", { class: "exec", "data-seq": ev.seq },
-    el("td", {}, when(ev.time)), el("td", { class: "mono" }, ev.key),
+    el("td", { class: "time" }, when(ev.time)), el("td", { class: "mono" }, ev.key),
     el("td", { class: "what" }, command(ev)),
     el("td", { class: "num" }, ev.exit !== undefined ? ev.exit : ""), el("td", {}, ev.error ? "error: " + ev.error : ev.reason),
-    el("td", { class: "num" }, u.wall_ms !== undefined ? duration(u.wall_ms) : ""), el("td", { class: "num" }, u.cpu_ms !== undefined ? duration(u.cpu_ms) : ""),
+    el("td", { class: "num" }, u.wall_ms !== undefined ? ms(u.wall_ms) : ""), el("td", { class: "num" }, u.cpu_ms !== undefined ? ms(u.cpu_ms) : ""),
     el("td", { class: "num" }, u.memory_peak_bytes !== undefined ? bytes(u.memory_peak_bytes) : ""));
 }
 
 function egressRow(ev) {
   return el("tr", { class: "egress", "data-decision": ev.decision },
-    el("td", {}, when(ev.time)), el("td", { class: "host mono" }, ev.host + (ev.port ? ":" + ev.port : "")), el("td", { class: "mono" }, ev.ip),
+    el("td", { class: "time" }, when(ev.time)), el("td", { class: "host mono" }, ev.host + (ev.port ? ":" + ev.port : "")), el("td", { class: "mono" }, ev.ip),
     el("td", {}, ev.rule), el("td", { class: "decision" }, ev.decision),
     el("td", { class: "num" }, bytes(ev.bytes_sent || 0)), el("td", { class: "num" }, bytes(ev.bytes_received || 0)), el("td", {}, ev.reason));
 }
@@ -249,7 +264,7 @@ async function listFiles(dir) {
     return el("tr", { class: "file-entry" }, el("td", { class: "name mono" }, name), el("td", {}, f.type), el("td", { class: "num" }, f.type === "file" ? bytes(f.size) : ""),
       el("td", { class: "mono" }, (f.mode & 0o777).toString(8).padStart(3, "0")), el("td", {}, when(f.mod_time)), el("td", { class: "mono" }, f.target || ""));
   }));
-  setText($("sd-files-note"), ents.length === 0 ? "The directory is empty." : ents.length > shown.length ? "Showing 1000 of " + ents.length + " entries." : ents.length + " entries. Files download as they are; nothing here runs or opens them.");
+  setText($("sd-files-note"), ents.length === 0 ? "The directory is empty." : ents.length > shown.length ? "Showing 1000 of " + ents.length + " entries." : ents.length + (ents.length === 1 ? " entry" : " entries") + ". Files download as they are; nothing here runs or opens them.");
 }
 
 export const detail = {
@@ -257,7 +272,7 @@ export const detail = {
     cur = id;
     setText($("sd-id"), id);
     $("sd-actions").dataset.id = "";
-    for (const t of ["sd-execs", "sd-egress", "sd-files"]) $(t).querySelector("tbody").replaceChildren();
+    for (const t of ["sd-execs", "sd-egress", "sd-files", "sd-procs"]) $(t).querySelector("tbody").replaceChildren();
     setText($("sd-files-note"), "");
     $("sd-path").value = "/workspace";
     await refreshInfo();
