@@ -212,8 +212,10 @@ async function refreshInfo() {
   if (d.sandbox.state === "running") {
     procs = (await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(cur) + "/processes")).processes;
   }
-  $("sd-procs").querySelector("tbody").replaceChildren(...procs.map(p => el("tr", { class: "process", "data-id": p.id },
-    el("td", { class: "mono" }, p.id), el("td", { class: "what" }, JSON.stringify(p.argv.map(visible))), el("td", { class: "time" }, when(p.started_at)),
+  procs.sort((a, b) => (b.running - a.running) || (new Date(b.started_at) - new Date(a.started_at)));
+  $("sd-procs").querySelector("tbody").replaceChildren(...procs.map(p => el("tr", { class: "process", "data-id": p.id, "data-running": String(p.running) },
+    el("td", { class: "mono" }, p.id), el("td", {}, (p.background ? "background" : "exec") + (p.pty ? ", terminal" : "")),
+    el("td", { class: "what" }, JSON.stringify(p.argv.map(visible))), el("td", { class: "time" }, when(p.started_at)),
     el("td", {}, p.running ? "running" : p.result ? "exit " + p.result.exit_code + " (" + p.result.reason + ")" : "ended"))));
   $("sd-procs-none").hidden = procs.length > 0;
 }

@@ -165,7 +165,7 @@ try {
     check(received !== "0 B", "the allowed request's bytes are not shown: " + received);
     await page.locator("#sd-procs tbody tr.process").first().waitFor();
     const proc = await page.locator("#sd-procs tbody tr.process").first().textContent();
-    check(proc.includes("bytearray(96 << 20)") && proc.includes("running"), "the background process is not listed as running: " + proc);
+    check(proc.includes("bytearray(96 << 20)") && proc.includes("background") && proc.endsWith("running"), "the background process is not listed first, as running: " + proc);
     const mem = await page.locator("#sd-info").textContent();
     check(mem.includes("MiB of"), "the sandbox's memory is not shown: " + mem);
     check(await page.locator("#sd-snapshots.pending-feature").count() === 1, "no marked place for snapshots");
