@@ -7,7 +7,11 @@ cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 export AIRLOCK_AGENT=${AIRLOCK_AGENT:-$PWD/internal/agentbin/bin/airlock-agent}
-go test -count=1 -p 1 -timeout 20m -v ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+# What tests keep (t.ArtifactDir: the console test's screenshots) goes to
+# bin/test-output/_artifacts, or under $AIRLOCK_TEST_OUTPUT.
+out=${AIRLOCK_TEST_OUTPUT:-$PWD/bin/test-output}
+mkdir -p "$out"
+go test -count=1 -p 1 -timeout 20m -v -artifacts -outputdir "$out" ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
 # A skipped test's reason is the log line printed just before its

@@ -42,6 +42,12 @@ const (
 	DefaultQueryLimit = 100
 	MaxQueryLimit     = 1000
 	DefaultQueryScan  = 64 << 20
+	// maxPageBytes bounds the events of one page together: a page that
+	// reached it has Next set.
+	maxPageBytes = 8 << 20
+	// maxLineBytes is the longest line a query reads; a longer one is not
+	// an audit log's (an event's code is at most 128 KiB).
+	maxLineBytes = 16 << 20
 )
 
 // Page is the answer to a Query.
@@ -89,6 +95,7 @@ func QueryReader(ctx context.Context, r io.ReaderAt, size int64, q Query) (Page,
 	}
 	m := newMatcher(q)
 	page := Page{Events: []json.RawMessage{}}
+	found := 0 // bytes of the events found
 	sc := backScanner{r: r, pos: end}
 	for {
 		line, start, err := sc.prev()
@@ -105,8 +112,9 @@ func QueryReader(ctx context.Context, r io.ReaderAt, size int64, q Query) (Page,
 		}
 		if ok {
 			page.Events = append(page.Events, json.RawMessage(slices.Clone(line)))
+			found += len(line)
 		}
-		if start > 0 && (len(page.Events) >= q.Limit || page.Scanned >= q.MaxScan || ctx.Err() != nil) {
+		if start > 0 && (len(page.Events) >= q.Limit || page.Scanned >= q.MaxScan || found >= maxPageBytes || ctx.Err() != nil) {
 			page.Next = strconv.FormatInt(start, 10)
 			return page, ctx.Err()
 		}
@@ -211,6 +219,9 @@ func (s *backScanner) prev() ([]byte, int64, error) {
 			}
 			s.buf = s.buf[:0]
 			return body, 0, nil
+		}
+		if len(s.buf) > maxLineBytes {
+			return nil, 0, fmt.Errorf("a line of more than %d bytes ends at offset %d: not an audit log's (run airlock audit verify on it)", maxLineBytes, s.pos+int64(len(s.buf)))
 		}
 		n := min(int64(backChunk), s.pos)
 		chunk := make([]byte, n, n+int64(len(s.buf)))

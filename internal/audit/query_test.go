@@ -187,6 +187,20 @@ func TestQueryReaderEdges(t *testing.T) {
 	if err != nil || len(p.Events) != 0 || p.Next != "" {
 		t.Fatalf("empty: %q %v", p.Events, err)
 	}
+	// A line longer than any event's is refused, not read whole.
+	huge := strings.NewReader(`{"seq":1}` + "\n" + strings.Repeat("x", maxLineBytes+backChunk) + "\n")
+	if _, err := QueryReader(context.Background(), huge, huge.Size(), Query{}); err == nil || !strings.Contains(err.Error(), "not an audit log") {
+		t.Fatalf("a huge line: %v", err)
+	}
+	// Pages are bounded in bytes as well as in events.
+	var big strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&big, `{"seq":%d,"kind":"exec","code":"%s"}`+"\n", i+1, strings.Repeat("y", 1<<20))
+	}
+	p, err = QueryReader(context.Background(), strings.NewReader(big.String()), int64(big.Len()), Query{Limit: 1000})
+	if err != nil || len(p.Events) >= 40 || len(p.Events) < 4 || p.Next == "" {
+		t.Fatalf("a page of 40 MiB of events: %d events, next %q, %v", len(p.Events), p.Next, err)
+	}
 }
 
 // TestVerifyLive finds an edit of a line while the log is open, and

@@ -84,7 +84,7 @@ function fillRow(r, now) {
   setText(c.age, duration(new Date(now) - new Date(sb.created_at)));
   setText(c.ttl, live ? duration(remaining(sb.expires_at, now)) : "\u2014");
   setText(c.memText, sb.usage ? memText(sb.usage) : (sb.usage_error ? "unknown" : "\u2014"));
-  c.memText.title = sb.usage_error || "";
+  c.memText.title = visible(sb.usage_error || "");
   c.meter.hidden = !sb.usage;
   if (sb.usage && sb.usage.memory_limit_bytes) c.meter.value = sb.usage.memory_bytes / sb.usage.memory_limit_bytes;
   setText(c.cpu, cpuText(sb.usage));
