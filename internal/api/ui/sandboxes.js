@@ -207,6 +207,7 @@ function renderEgressSummary(e) {
 async function refreshInfo() {
   const d = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(cur));
   if (d.sandbox.id !== cur) return;
+  since = new Date(new Date(d.sandbox.created_at) - 60000).toISOString();
   renderInfo(d);
   let procs = [];
   if (d.sandbox.state === "running") {
@@ -237,9 +238,11 @@ function egressRow(ev) {
     el("td", { class: "num" }, bytes(ev.bytes_sent || 0)), el("td", { class: "num" }, bytes(ev.bytes_received || 0)), el("td", {}, ev.reason));
 }
 
+let since = ""; // a minute before the sandbox was made: no event of it is older
+
 // loadEvents fills a table with a page of the sandbox's events of kind.
 async function loadEvents(kind, table, none, more, row, before) {
-  const p = await call("GET", "/ui/api/audit" + query({ sandbox: cur, kind, n: 50, before }));
+  const p = await call("GET", "/ui/api/audit" + query({ sandbox: cur, kind, n: 50, before, since }));
   const tbody = $(table).querySelector("tbody");
   const trs = p.events.slice().reverse().map(row);
   if (before) tbody.append(...trs); else tbody.replaceChildren(...trs);
@@ -272,6 +275,7 @@ async function listFiles(dir) {
 export const detail = {
   async open(id) {
     cur = id;
+    since = "";
     setText($("sd-id"), id);
     $("sd-actions").dataset.id = "";
     for (const t of ["sd-execs", "sd-egress", "sd-files", "sd-procs"]) $(t).querySelector("tbody").replaceChildren();
