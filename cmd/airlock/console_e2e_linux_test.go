@@ -118,6 +118,9 @@ print(s.recv(4096)[:60])`})
 	run(agent, files, client.ExecRequest{Language: "python", Code: `print("<script>alert('audit')</script>")`})
 	otherSandbox := create(other, "")
 	run(other, otherSandbox, client.ExecRequest{Argv: []string{"true"}})
+	for i := range 6 { // more than two pages of 25 lines in the log
+		run(other, otherSandbox, client.ExecRequest{Argv: []string{"echo", fmt.Sprint(i)}})
+	}
 	destroyed := create(agent, "")
 	if err := agent.DeleteSandbox(ctx, destroyed); err != nil {
 		t.Fatal(err)
