@@ -14,7 +14,7 @@ async function refresh() {
       await refresh();
     });
     return el("tr", { class: "key", "data-id": k.id },
-      el("td", { class: "mono" }, k.id), el("td", { class: "name" }, k.name), el("td", {}, k.role), el("td", {}, when(k.created_at)),
+      el("td", { class: "mono" }, k.id), el("td", { class: "name" }, k.name, k.labels ? el("span", { class: "keyname" }, Object.entries(k.labels).map(([n, v]) => n + "=" + v).join(", ")) : ""), el("td", {}, k.role), el("td", {}, when(k.created_at)),
       el("td", { class: "mono" }, k.created_by || "(CLI)"),
       el("td", { class: "num" }, k.live_sandboxes + " of " + k.quota.max_sandboxes),
       el("td", { class: "num" }, bytes(k.memory_bytes) + " of " + bytes(k.quota.max_memory_bytes)),

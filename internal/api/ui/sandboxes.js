@@ -153,7 +153,7 @@ function renderInfo(d) {
   $("sd-state").dataset.state = sb.state;
   const dl = el("dl", { id: "sd-info", class: "info" });
   dlRow(dl, "Key", (sb.owner || "(pool)") + (d.key_name ? " (" + d.key_name + ")" : ""));
-  dlRow(dl, "Driver", sb.driver);
+  dlRow(dl, "Driver", sb.driver + (sb.driver_rule ? " (chosen by " + sb.driver_rule + (sb.driver_reason ? ": " + sb.driver_reason : "") + ")" : ""));
   dlRow(dl, "Template", sb.template);
   dlRow(dl, "Created", when(sb.created_at) + " (" + duration(new Date(now) - new Date(sb.created_at)) + " ago)");
   if (live) {
