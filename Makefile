@@ -2,7 +2,7 @@
 #
 #   make hello   build airlock and run one command in a sandbox
 #   make test    run every test this host can run; name the skipped ones
-#   make check   formatting, vet, a macOS build, go.mod tidiness
+#   make check   formatting, vet, lint, a macOS build, go.mod tidiness
 #   make deb     the Debian package, bin/airlock_VERSION_ARCH.deb
 #   make fuzz    fuzz the API's request bodies and tar archives, 60 s each
 #
@@ -37,7 +37,12 @@ RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)
 # where the driver looks first (AIRLOCK_WASM_PYTHON overrides it).
 WASM_PYTHON := /opt/airlock/wasm/python-3.12.0/python.wasm
 
-.PHONY: all build agent deps hello test check clean runsc deb kube-rig fuzz wasm-python
+# golangci-lint (.golangci.yml) at a pinned version, built from its module
+# once into the cache (about 1.5 minutes).
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI         := $(or $(AIRLOCK_CACHE),/var/cache/airlock)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
+
+.PHONY: all build agent deps hello test check lint clean runsc deb kube-rig fuzz wasm-python
 
 all: build
 
@@ -113,8 +118,17 @@ check:
 	# stdmethods is off: wazero's file interface has a Seek that returns its
 	# own error type, which vet reports in every package that links it.
 	$(GO) vet -stdmethods=false ./...
+	$(MAKE) --no-print-directory lint
 	GOOS=darwin $(GO) build ./...
 	$(GO) mod tidy -diff
+
+lint: $(GOLANGCI)
+	$(GOLANGCI) run ./...
+
+$(GOLANGCI):
+	@mkdir -p $(dir $@)
+	@echo "building golangci-lint $(GOLANGCI_VERSION) into $@ (takes a minute or two)"
+	@GOBIN=$(dir $@) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 
 clean:
 	rm -rf bin $(AGENT) $(AGENT).sha256

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -527,7 +529,7 @@ func TestE2EKilledAirlock(t *testing.T) {
 		reapOrphans()
 		left := processesIn(id)
 		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-		if len(left) == 0 && os.IsNotExist(err) {
+		if len(left) == 0 && errors.Is(err, fs.ErrNotExist) {
 			t.Logf("sandbox gone %v after the kill", time.Since(killed))
 			break
 		}

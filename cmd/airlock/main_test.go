@@ -49,7 +49,7 @@ func buildBinaries(dir string) error {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+			return fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
 		}
 	}
 	return nil

@@ -162,7 +162,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	defer guard.close(context.WithoutCancel(ctx))
+	defer func() { _ = guard.close(context.WithoutCancel(ctx)) }()
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}

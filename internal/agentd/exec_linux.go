@@ -3,7 +3,6 @@ package agentd
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -480,11 +479,3 @@ func (e *engine) killAll() {
 		e.kill(p, sandbox.ReasonKilled)
 	}
 }
-
-// pipe returns a pipe whose write end goes to the command.
-func pipe() (r, w *os.File, err error) { return os.Pipe() }
-
-// devNull opens /dev/null for a command's stdin.
-func devNull() (*os.File, error) { return os.Open(os.DevNull) }
-
-var _ io.Reader = (*os.File)(nil)

@@ -180,7 +180,7 @@ func TestChunkReader(t *testing.T) {
 		if n != 2 || err != nil || string(buf[:n]) != "ef" {
 			t.Fatalf("Read = %d %q %v", n, buf[:n], err)
 		}
-		if n, err = r.Read(buf); n != 0 || err != io.EOF {
+		if n, err = r.Read(buf); n != 0 || !errors.Is(err, io.EOF) {
 			t.Fatalf("Read at the end = %d %v", n, err)
 		}
 	})

@@ -140,7 +140,7 @@ func FuzzArchive(f *testing.F) {
 		for {
 			h, err := tr.Next()
 			if err != nil {
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					return
 				}
 				return // malformed archives are refused by the reader

@@ -338,7 +338,7 @@ func (e *testEnv) follow(ctx context.Context, f *follower, key, sb, pid string, 
 			time.Sleep(d)
 		}
 	}
-	f.err = fmt.Errorf("%s: the stream ended without a result: %v", f.name, sc.Err())
+	f.err = fmt.Errorf("%s: the stream ended without a result: %w", f.name, sc.Err())
 }
 
 // numbered is what the followed process prints: lines of their numbers.

@@ -149,7 +149,7 @@ func (s *Server) routeUI(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 		st.mu.Unlock()
-		http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode}) //nolint:gosec // Secure only over TLS; the daemon's page is often plain HTTP on loopback
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
@@ -209,7 +209,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) error {
 	}
 	st.sessions[id] = sess
 	st.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: id, Path: "/ui", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: id, Path: "/ui", HttpOnly: true, Secure: r.TLS != nil, //nolint:gosec // Secure over TLS; plain HTTP on loopback has no TLS
 		SameSite: http.SameSiteStrictMode, MaxAge: int(uiSessionTTL / time.Second)})
 	writeJSON(w, http.StatusOK, map[string]string{"key": k.ID, "csrf": sess.csrf})
 	return nil

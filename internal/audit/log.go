@@ -282,13 +282,12 @@ func (l *Log) Close() error {
 
 // writer is the state of the one goroutine that writes.
 type writer struct {
-	l         *Log
-	seq       uint64
-	prev      string
-	sinceCk   int
-	lastCk    time.Time
-	buf       []byte
-	lastLineC []byte // the last checkpoint line written
+	l       *Log
+	seq     uint64
+	prev    string
+	sinceCk int
+	lastCk  time.Time
+	buf     []byte
 }
 
 func (w *writer) run() {
@@ -470,7 +469,7 @@ func (w *writer) storeHead(line []byte) error {
 		return err
 	}
 	if d, err := os.Open(filepath.Dir(w.l.opts.HeadPath)); err == nil {
-		d.Sync()
+		_ = d.Sync()
 		d.Close()
 	}
 	return nil

@@ -57,7 +57,7 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	if err != nil {
 		return fail(err)
 	}
-	go srv.Serve(srvLn)
+	go func() { _ = srv.Serve(srvLn) }()
 	defer srv.Close()
 
 	proxy := egress.New(egress.Options{Limits: egress.Limits{RequestsPerSecond: 1e9, Burst: 1 << 30, MaxBytes: 1 << 50, MaxConns: 1 << 20}})

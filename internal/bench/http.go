@@ -54,7 +54,7 @@ func httpExecRow(ctx context.Context, o Options, drv sandbox.Driver, progress fu
 		return fail(err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
+	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	_, secret, err := st.NewKey("bench", store.RoleAgent, store.Quota{MaxSandboxes: 4},
 		store.RateLimits{CreatesPerSecond: 100, CreateBurst: 100, ExecsPerSecond: 1e6, ExecBurst: 1e6}, time.Now())
@@ -70,7 +70,7 @@ func httpExecRow(ctx context.Context, o Options, drv sandbox.Driver, progress fu
 	if err != nil {
 		return fail(fmt.Errorf("create a sandbox over the API: %w", err))
 	}
-	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+	defer func() { _ = c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID) }()
 	s, err := timeRuns(ctx, o.TrueRuns, max(5, warmups(o.TrueRuns)), o.RowTime, func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
 		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: trueArgv})

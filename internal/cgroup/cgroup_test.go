@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -416,7 +418,7 @@ func TestSetV1(t *testing.T) {
 				for _, f := range files {
 					p := filepath.Join(g.Path(c), f)
 					b, err := os.ReadFile(p)
-					if os.IsNotExist(err) && slices.Contains(skip, f) {
+					if errors.Is(err, fs.ErrNotExist) && slices.Contains(skip, f) {
 						continue
 					}
 					if err != nil {

@@ -367,11 +367,11 @@ func Supported() error {
 		return fmt.Errorf("seccomp: no syscall table for this architecture: %w", sandbox.ErrUnsupported)
 	}
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("seccomp: kernel has no seccomp support (CONFIG_SECCOMP): %v: %w", err, sandbox.ErrUnsupported)
+		return fmt.Errorf("seccomp: kernel has no seccomp support (CONFIG_SECCOMP): %w: %w", err, sandbox.ErrUnsupported)
 	}
 	for _, a := range []action{actAllow, actEPERM, actKillProcess} {
 		if err := seccompActionAvail(uint32(a) & unix.SECCOMP_RET_ACTION_FULL); err != nil {
-			return fmt.Errorf("seccomp: kernel lacks filter action %#x (needs Linux 4.14+ with CONFIG_SECCOMP_FILTER): %v: %w", uint32(a), err, sandbox.ErrUnsupported)
+			return fmt.Errorf("seccomp: kernel lacks filter action %#x (needs Linux 4.14+ with CONFIG_SECCOMP_FILTER): %w: %w", uint32(a), err, sandbox.ErrUnsupported)
 		}
 	}
 	return nil

@@ -549,7 +549,7 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	}
 	defer up.Close()
 	cu := s.counted(up, d)
-	clientClose := req.Close || req.ProtoAtLeast(1, 1) == false
+	clientClose := req.Close || !req.ProtoAtLeast(1, 1)
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}

@@ -363,7 +363,7 @@ func createTemp(dfd int, name string, perm uint32) (int, string, error) {
 	for range 8 {
 		tmp := tempPrefix + rand.Text()
 		fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err == unix.EEXIST {
+		if errors.Is(err, unix.EEXIST) {
 			continue
 		}
 		if err != nil {
@@ -372,7 +372,7 @@ func createTemp(dfd int, name string, perm uint32) (int, string, error) {
 		// Set the exact mode: the process umask must not change it.
 		if err := unix.Fchmod(fd, perm); err != nil {
 			unix.Close(fd)
-			unix.Unlinkat(dfd, tmp, 0)
+			_ = unix.Unlinkat(dfd, tmp, 0)
 			return -1, "", err
 		}
 		return fd, tmp, nil
@@ -402,7 +402,7 @@ func (r *Root) ReadDir(name string) ([]sandbox.FileInfo, error) {
 			names, err := f.Readdirnames(1024)
 			for _, n := range names {
 				info, err := statAt(fd, n, path.Join(p, n))
-				if err == unix.ENOENT {
+				if errors.Is(err, unix.ENOENT) {
 					continue // removed since it was listed
 				}
 				if err != nil {
@@ -548,7 +548,7 @@ func (r *Root) mkdirAll(root int, p string, perm uint32) error {
 		unix.Close(fd)
 		return nil
 	}
-	if err != unix.ENOENT || p == "/" {
+	if !errors.Is(err, unix.ENOENT) || p == "/" {
 		return err
 	}
 	dir := path.Dir(p)
@@ -561,7 +561,7 @@ func (r *Root) mkdirAll(root int, p string, perm uint32) error {
 	}
 	defer unix.Close(dfd)
 	err = unix.Mkdirat(dfd, path.Base(p), perm)
-	if err == unix.EEXIST {
+	if errors.Is(err, unix.EEXIST) {
 		// Made meanwhile, or a dangling symlink: only a directory will do.
 		if fd, err = r.openHow(root, p, unix.O_PATH|unix.O_DIRECTORY, r.writeResolve); err == nil {
 			unix.Close(fd)
@@ -597,21 +597,21 @@ func (r *Root) Remove(name string) error {
 func removeAt(dfd int, name string, depth int) error {
 	for range 8 {
 		err := unix.Unlinkat(dfd, name, 0)
-		if err != unix.EISDIR {
+		if !errors.Is(err, unix.EISDIR) {
 			return err // nil, or a real failure
 		}
 		if depth >= maxRemoveDepth {
 			return fmt.Errorf("the tree is more than %d directories deep; remove it with a command: %w", maxRemoveDepth, sandbox.ErrLimit)
 		}
 		err = removeChildren(dfd, name, depth)
-		if err == unix.ELOOP || err == unix.ENOTDIR {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			continue // replaced by a non-directory meanwhile: unlink that
 		}
 		if err != nil {
 			return err
 		}
 		err = unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
-		if err != unix.ENOTEMPTY && err != unix.EEXIST {
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 		// Something was added meanwhile: go round again.
@@ -631,7 +631,7 @@ func removeChildren(dfd int, name string, depth int) error {
 	for {
 		names, err := f.Readdirnames(1024)
 		for _, n := range names {
-			if err := removeAt(fd, n, depth+1); err != nil && err != unix.ENOENT {
+			if err := removeAt(fd, n, depth+1); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err
 			}
 		}
@@ -732,7 +732,7 @@ func (r *Root) Resolve(name string) (string, error) {
 				out = path.Join(append([]string{real}, tail...)...)
 				return nil
 			}
-			if err != unix.ENOENT || dir == "/" {
+			if !errors.Is(err, unix.ENOENT) || dir == "/" {
 				return err
 			}
 			tail = append([]string{path.Base(dir)}, tail...)

@@ -56,7 +56,7 @@ func kvmRunGuest(ctx context.Context, kvm, vm int, code []byte) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("map guest memory: %w", err)
 	}
-	defer unix.Munmap(mem)
+	defer func() { _ = unix.Munmap(mem) }()
 	copy(mem, code)
 	region := kvmUserspaceMemoryRegion{
 		MemorySize:    uint64(len(mem)),
@@ -74,7 +74,7 @@ func kvmRunGuest(ctx context.Context, kvm, vm int, code []byte) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("map vcpu run area: %w", err)
 	}
-	defer unix.Munmap(run)
+	defer func() { _ = unix.Munmap(run) }()
 
 	// Real mode, code segment at 0: cs is the first kvm_segment in
 	// kvm_sregs, with base at offset 0 and selector at offset 12.

@@ -82,7 +82,7 @@ func parseConfig(file, src string) (Config, error) {
 	}
 	if errs := checkValue(raw, reflect.TypeFor[Config](), ""); len(errs) > 0 {
 		for _, e := range errs {
-			locate(e)
+			_ = locate(e) // a ConfigError gets its file and line in place
 		}
 		slices.SortStableFunc(errs, func(a, b error) int {
 			var x, y *ConfigError

@@ -42,7 +42,7 @@ func (s *Supervisor) record(ctx context.Context, ev audit.Event) error {
 	}
 	if err := s.opts.Audit.Append(context.WithoutCancel(ctx), ev); err != nil {
 		s.log.Error("audit append failed", "kind", ev.Kind, "err", err)
-		return fmt.Errorf("%w: %v", ErrAudit, err)
+		return fmt.Errorf("%w: %w", ErrAudit, err)
 	}
 	return nil
 }

@@ -166,7 +166,7 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 	l.mu.Lock()
 	l.procs[p.id] = p
 	l.mu.Unlock()
-	go func() {
+	go func() { //nolint:gosec // the process outlives the request that started it
 		res, err := sp.Wait(context.Background())
 		_ = rout.Flush()
 		if rerr != nil {

@@ -191,11 +191,7 @@ func (s *Supervisor) Config() Config { return s.cfg }
 
 // Templates lists the templates by name.
 func (s *Supervisor) Templates() []Template {
-	out := make([]Template, 0, len(s.templates))
-	for _, t := range s.cfg.Templates {
-		out = append(out, t)
-	}
-	return out
+	return append(make([]Template, 0, len(s.cfg.Templates)), s.cfg.Templates...)
 }
 
 func newID() string {

@@ -39,9 +39,9 @@ func run(m M) (int, error) {
 		cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("build the agent: %v\n%s", err, out)
+			return 0, fmt.Errorf("build the agent: %w\n%s", err, out)
 		}
-		os.Setenv(agentbin.Env, bin)
+		_ = os.Setenv(agentbin.Env, bin)
 	}
 	return m.Run(), nil
 }

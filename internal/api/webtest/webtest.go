@@ -38,7 +38,7 @@ func Require(t testing.TB) string {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	if _, err := os.Stat(filepath.Join(dir, "node_modules/playwright-core/package.json")); err == nil {
 		return dir
 	}

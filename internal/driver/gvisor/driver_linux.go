@@ -294,7 +294,6 @@ func (d *Driver) runscCmd(timeout time.Duration, args ...string) (string, error)
 	return string(out), nil
 }
 
-func (d *Driver) locksDir() string   { return filepath.Join(d.opts.StateDir, "sandboxes") }
 func (d *Driver) bundlesDir() string { return filepath.Join(d.opts.StateDir, "gvisor", "bundles") }
 func (d *Driver) stateDir() string   { return filepath.Join(d.opts.StateDir, "gvisor", "state") }
 

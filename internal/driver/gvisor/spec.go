@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -204,11 +203,3 @@ func agentConfig(spec sandbox.Spec) *agent.Config {
 
 // cgroupsPath is where a sandbox's host cgroup lives below each hierarchy.
 func cgroupsPath(parent, id string) string { return "/" + path.Join(parent, id) }
-
-// checkID refuses ids that cannot name a sandbox (they become paths).
-func checkID(id string) error {
-	if !sandbox.ValidID(id) {
-		return fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalid)
-	}
-	return nil
-}

@@ -267,7 +267,7 @@ func (m *module) compile(ctx context.Context, rt wazero.Runtime) {
 	}
 	cm, err := rt.CompileModule(context.WithoutCancel(ctx), b)
 	if err != nil {
-		m.err = fmt.Errorf("%w: compile wasm module %s: %v", sandbox.ErrInvalid, filepath.Base(m.path), err)
+		m.err = fmt.Errorf("%w: compile wasm module %s: %w", sandbox.ErrInvalid, filepath.Base(m.path), err)
 		return
 	}
 	if _, ok := cm.ExportedFunctions()["_start"]; !ok {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 	wazerosys "github.com/tetratelabs/wazero/sys"
@@ -591,6 +590,3 @@ func (f *file) Close() experimentalsys.Errno {
 	m.mu.Unlock()
 	return experimentalsys.UnwrapOSError(f.f.Close())
 }
-
-// modTime is a stat's modification time.
-func modTime(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Unix()) }

@@ -39,7 +39,7 @@ func Install(t testing.TB) string {
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
 	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -142,7 +142,7 @@ func testCPUTime(t *testing.T, e *env) {
 }
 
 func testSetsidSurvivor(t *testing.T, e *env) {
-	secs := fmt.Sprint(100000 + rand.IntN(800000))
+	secs := fmt.Sprint(100000 + rand.IntN(800000)) //nolint:gosec // a name to look for, not a secret
 	script := `setsid sh -c "sleep ` + secs + ` & ` + heartbeat("/tmp/hb-survivor") + ` &" ; sleep 100`
 	o := e.run(t, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: time.Second})
 	expectLimits(t, "double fork + setsid past the timeout", o, sandbox.ReasonTimeout, sandbox.LimitTimeout)

@@ -43,15 +43,16 @@ func connectLines(t *testing.T, o output, addrs []string) []string {
 		t.Fatalf("connecting to %d addresses printed %d lines: %s", len(addrs), len(lines), o)
 	}
 	classes := make([]string, len(lines))
-	for i, line := range lines {
+	for i, addr := range addrs {
+		line := lines[i]
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 2 && f[0] == "connected":
-			t.Errorf("a sandbox without network connected to %s: %s", addrs[i], line)
-		case len(f) >= 3 && f[0] == "failed" && f[1] == addrs[i]:
+			t.Errorf("a sandbox without network connected to %s: %s", addr, line)
+		case len(f) >= 3 && f[0] == "failed" && f[1] == addr:
 			classes[i] = f[2]
 		default:
-			t.Errorf("connecting to %s printed %q, which is neither connected nor failed", addrs[i], line)
+			t.Errorf("connecting to %s printed %q, which is neither connected nor failed", addr, line)
 		}
 	}
 	return classes
@@ -61,7 +62,7 @@ func testNetworkNone(t *testing.T, e *env) {
 	t.Run("host_listener", func(t *testing.T) {
 		// A listener on every host address, loopback included: the
 		// sandbox's 127.0.0.1 is its own, and no other address is reachable.
-		ln, err := net.Listen("tcp4", "0.0.0.0:0")
+		ln, err := net.Listen("tcp4", "0.0.0.0:0") //nolint:gosec // every host address, on purpose: none may be reachable
 		if err != nil {
 			t.Fatalf("listen on the host: %v", err)
 		}

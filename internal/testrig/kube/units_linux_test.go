@@ -27,7 +27,7 @@ func readArchive(t *testing.T, r io.Reader) map[string][]byte {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files
 		}
 		if err != nil {
