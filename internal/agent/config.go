@@ -69,8 +69,33 @@ type ContainedConfig struct {
 	// for this.)
 	Pids int `json:"pids"`
 	// AgentMount is the mount point of the agent's binary (a file), which
-	// the agent removes once it runs, so that no command sees it.
+	// the agent removes once it runs, so that no command sees it. Empty:
+	// the binary stays where the runtime put it (the runtime hides it).
 	AgentMount string `json:"agent_mount"`
+	// ChrootDir is an empty directory for the commands' chroot (see
+	// chrootTarget in agentd), which the agent makes. Empty means the
+	// directory of AgentMount, or no chroot.
+	ChrootDir string `json:"chroot_dir,omitempty"`
+	// Listen, when set, is a unix socket the agent listens on for later
+	// host sessions, reached with RelayArg: a host that reattaches after
+	// its first session ended. The sandbox then outlives its sessions: it
+	// ends when its runtime stops it, never because a session ended; a
+	// new session closes the one before; and an exec whose session ended
+	// runs on to its own end (or its timeout), its output dropped. Only
+	// uid 0 inside may connect. Empty: the first session is the only one,
+	// and its end ends the sandbox.
+	Listen string `json:"listen,omitempty"`
+	// CgroupV1 lets the agent use the runtime's cgroup v1 hierarchies, in
+	// a cgroup namespace of the container's own, when there is no cgroup
+	// v2 inside: the workload's group and one per exec below the
+	// container's own group, as the native driver has them on the host.
+	CgroupV1 bool `json:"cgroup_v1,omitempty"`
+	// SharedUIDs says the workload's uid is the same host uid in every
+	// sandbox of this runtime (a container engine without user
+	// namespaces): without cgroups inside, the agent does not fall back to
+	// RLIMIT_NPROC, which would count every sandbox's processes together;
+	// the runtime's own pids limit holds instead.
+	SharedUIDs bool `json:"shared_uids,omitempty"`
 }
 
 // MountConfig attaches one detached mount.

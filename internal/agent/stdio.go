@@ -22,6 +22,14 @@ import (
 // follows on the same stream.
 const StdioArg = "--stdio"
 
+// RelayArg, as the agent binary's first argument followed by a socket path,
+// makes it a relay instead of an agent: it connects to the agent listening
+// on that unix socket (ContainedConfig.Listen) and copies its standard input
+// to the socket and the socket to its standard output, until either ends.
+// A host reaches a running agent again this way, through a command it runs
+// in the sandbox (`docker exec`), after its first session ended.
+const RelayArg = "--relay"
+
 // WriteConfig writes cfg to w as the first message of a stdio stream: its
 // length as 4 bytes, big-endian, then its JSON.
 func WriteConfig(w io.Writer, cfg *Config) error {

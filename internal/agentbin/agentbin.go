@@ -43,6 +43,20 @@ func Path() (string, error) {
 	return path, perr
 }
 
+// Sum returns the installed agent's SHA-256 (hex) as its file name carries
+// it: the first 16 hex digits.
+func Sum() (string, error) {
+	p, err := Path()
+	if err != nil {
+		return "", err
+	}
+	sum := strings.TrimPrefix(filepath.Base(p), "airlock-agent-")
+	if len(sum) != 16 {
+		return "", fmt.Errorf("agent %s: no checksum in its name", p)
+	}
+	return sum, nil
+}
+
 func install() (string, error) {
 	if p := os.Getenv(Env); p != "" {
 		b, err := os.ReadFile(p)

@@ -28,6 +28,9 @@ import (
 // Main is the agent's entry point: read the agent.Config, build the sandbox,
 // serve the host until the connection ends, then kill everything.
 func Main() int {
+	if len(os.Args) == 3 && os.Args[1] == agent.RelayArg {
+		return relay(os.Args[2])
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
 		return 1
@@ -87,6 +90,14 @@ func run() error {
 	if s.egress, err = startEgress(cfg.Egress); err != nil {
 		return err
 	}
+	s.mux = s.handler()
+	var sessions *net.UnixListener
+	if cfg.Contained != nil && cfg.Contained.Listen != "" {
+		s.persistent = true
+		if sessions, err = listenSessions(cfg.Contained.Listen); err != nil {
+			return err
+		}
+	}
 	if cfg.Contained != nil {
 		// gVisor has no setfsuid: file operations run on threads that are
 		// the workload's uid and gid altogether (see idThreads).
@@ -122,8 +133,14 @@ func run() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		agent.ServeConn(context.Background(), conn, s.handler())
+		s.serveSession(conn)
 	}()
+	if sessions != nil {
+		// The sandbox outlives its sessions: it ends when its runtime
+		// stops it.
+		go s.acceptSessions(sessions)
+		select {}
+	}
 	<-done
 	eng.killAll()
 	return nil
@@ -182,6 +199,13 @@ type server struct {
 	rootErr error
 	// egress serves the tunnels of network mode egress; nil otherwise.
 	egress *egressServer
+	// mux serves every session.
+	mux http.Handler
+	// persistent says the sandbox outlives its sessions (see
+	// agent.ContainedConfig.Listen).
+	persistent bool
+	sessMu     sync.Mutex
+	current    *session
 }
 
 // files runs the file operation f with the workload's identity.
@@ -275,7 +299,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 		}
 		return agent.WireError(err)
 	}
-	if err := send(&agent.ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil {
+	if err := send(&agent.ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil && !s.detached(ctx) {
 		s.eng.kill(p, sandbox.ReasonKilled)
 	}
 	if eio.input != nil {
@@ -310,7 +334,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 						if i == 1 {
 							ev = &agent.ExecEvent{Stderr: data}
 						}
-						if send(ev) != nil {
+						if send(ev) != nil && !s.detached(ctx) {
 							go s.eng.kill(p, sandbox.ReasonKilled)
 						}
 					}
@@ -405,7 +429,9 @@ func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.W
 			}
 		case <-done:
 			done = nil
-			go s.eng.kill(p, sandbox.ReasonKilled)
+			if !s.detached(ctx) {
+				go s.eng.kill(p, sandbox.ReasonKilled)
+			}
 		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -20,7 +22,8 @@ import (
 const cgroupStaging = "/tmp/.cgroup"
 
 // setupContained finishes a sandbox whose root, mounts, namespaces, hostname
-// and loopback runsc built from the OCI bundle. What is left is inside
+// and loopback a runtime built (runsc from the OCI bundle, a container
+// engine). What is left is inside
 // gVisor's own kernel:
 //
 //   - the agent's binary and /sys (which runsc always mounts) are unmounted
@@ -57,13 +60,29 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 		return 0, err
 	}
 	dir, err := innerCgroups(g.Pids)
+	if err != nil && g.CgroupV1 {
+		cg, tasks, err1 := innerCgroupsV1(g.Pids)
+		if err1 == nil {
+			cfg.Cgroup, cfg.AgentTasks = cg, tasks
+			if g.AgentMount != "" {
+				_ = removeMountPoints([]string{path.Dir(g.AgentMount)})
+			}
+			return 0, nil
+		}
+		err = errors.Join(err, err1)
+	}
 	if err != nil {
-		// No cgroups inside: the process limit per uid stands in for them.
-		// Without them the agent forks with clone, and the seccomp filter
-		// refuses clone3 and so every new user namespace; no chroot is
-		// needed.
-		fmt.Fprintf(os.Stderr, "airlock-agent: no cgroups inside gVisor, falling back to RLIMIT_NPROC: %v\n", err)
-		cfg.Pids = g.Pids
+		// No cgroups inside: the process limit per uid stands in for them,
+		// unless the uid is shared with other sandboxes (then the
+		// runtime's own pids limit holds). Without them the agent forks
+		// with clone, and the seccomp filter refuses clone3 and so every
+		// new user namespace; no chroot is needed.
+		if g.SharedUIDs {
+			fmt.Fprintf(os.Stderr, "airlock-agent: no cgroups inside, the runtime's pids limit holds: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "airlock-agent: no cgroups inside, falling back to RLIMIT_NPROC: %v\n", err)
+			cfg.Pids = g.Pids
+		}
 		cfg.Skip = append(cfg.Skip, sandbox.LayerCgroups)
 		if g.AgentMount != "" {
 			_ = removeMountPoints([]string{path.Dir(g.AgentMount)})
@@ -71,7 +90,13 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 		return 0, nil
 	}
 	cfg.Cgroup = agent.CgroupConfig{V2: true, FDs: []int{dir}, Controllers: [][]string{cgroup.V2Controllers}}
-	if g.AgentMount != "" {
+	switch {
+	case g.ChrootDir != "":
+		if err := os.Mkdir(g.ChrootDir, 0o700); err != nil {
+			return 0, fmt.Errorf("make the commands' root: %w", err)
+		}
+		return chrootTarget(g.ChrootDir)
+	case g.AgentMount != "":
 		return chrootTarget(path.Dir(g.AgentMount))
 	}
 	return 0, nil
@@ -176,6 +201,18 @@ func innerCgroups(pids int) (int, error) {
 	}
 	defer unix.Unmount(cgroupStaging, unix.MNT_DETACH)
 	root := cgroupStaging
+	// Nothing is made unless every controller is there: the file system
+	// of a hybrid host's unified hierarchy holds none, and its root may be
+	// the host's own (a container in the host's cgroup namespace).
+	b, err := os.ReadFile(root + "/cgroup.controllers")
+	if err != nil {
+		return -1, fmt.Errorf("read the cgroup controllers: %w", err)
+	}
+	for _, c := range cgroup.V2Controllers {
+		if !slices.Contains(strings.Fields(string(b)), c) {
+			return -1, fmt.Errorf("the cgroup file system inside has no %s controller (it has %q)", c, strings.TrimSpace(string(b)))
+		}
+	}
 	agent, workload := root+"/agent", root+"/workload"
 	for _, d := range []string{agent, workload} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -203,4 +240,106 @@ func innerCgroups(pids int) (int, error) {
 		return -1, fmt.Errorf("open the workload's cgroup: %w", err)
 	}
 	return fd, nil
+}
+
+// innerCgroupsV1 mounts the runtime's cgroup v1 hierarchies for a moment
+// and makes the workload's group with the pids limit in each, below the
+// agent's own group (v1 lets a group hold processes and children alike).
+// In a cgroup namespace of the container's own, each hierarchy shows the
+// container's group as its root, so nothing above it is within reach; the
+// agent refuses to go on when its groups are not the namespace's roots.
+// It returns the workload's group (a directory descriptor per hierarchy,
+// which outlives the mounts) and descriptors of the "tasks" files of the
+// agent's group, through which a spawner thread comes back after a fork.
+func innerCgroupsV1(pids int) (agent.CgroupConfig, []int, error) {
+	var cg agent.CgroupConfig
+	hiers, err := ownV1Hierarchies()
+	if err != nil {
+		return cg, nil, err
+	}
+	if err := os.Mkdir(cgroupStaging, 0o700); err != nil {
+		return cg, nil, fmt.Errorf("make the cgroup mount point: %w", err)
+	}
+	var mounted []string
+	defer func() {
+		for _, m := range mounted {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+			_ = os.Remove(m)
+		}
+		_ = os.Remove(cgroupStaging)
+	}()
+	var fds, tasks []int
+	fail := func(err error) (agent.CgroupConfig, []int, error) {
+		for _, fd := range append(fds, tasks...) {
+			_ = unix.Close(fd)
+		}
+		return agent.CgroupConfig{}, nil, err
+	}
+	for i, ctrls := range hiers {
+		dir := cgroupStaging + "/" + strconv.Itoa(i)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fail(fmt.Errorf("make the cgroup mount point: %w", err))
+		}
+		if err := unix.Mount("cgroup", dir, "cgroup", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(ctrls, ",")); err != nil {
+			_ = os.Remove(dir)
+			return fail(fmt.Errorf("mount the %s cgroup hierarchy: %w", strings.Join(ctrls, ","), err))
+		}
+		mounted = append(mounted, dir)
+		workload := dir + "/workload"
+		if err := os.Mkdir(workload, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fail(fmt.Errorf("make cgroup %s: %w", workload, err))
+		}
+		if pids > 0 && slices.Contains(ctrls, "pids") {
+			if err := os.WriteFile(workload+"/pids.max", []byte(strconv.Itoa(pids)), 0); err != nil {
+				return fail(fmt.Errorf("set the workload's pids limit: %w", err))
+			}
+		}
+		fd, err := unix.Open(workload, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("open the workload's cgroup: %w", err))
+		}
+		fds = append(fds, fd)
+		t, err := unix.Open(dir+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("open the agent's cgroup: %w", err))
+		}
+		tasks = append(tasks, t)
+	}
+	return agent.CgroupConfig{FDs: fds, Controllers: hiers}, tasks, nil
+}
+
+// ownV1Hierarchies lists the cgroup v1 hierarchies that hold the controllers
+// a sandbox needs, each as the controllers mounted together there, from
+// /proc/self/cgroup. Every one must show the agent at its root: the
+// container has a cgroup namespace of its own.
+func ownV1Hierarchies() ([][]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read the agent's cgroups: %w", err)
+	}
+	var out [][]string
+	for _, want := range cgroup.V1Controllers {
+		found := false
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 || f[1] == "" {
+				continue
+			}
+			ctrls := strings.Split(f[1], ",")
+			if !slices.Contains(ctrls, want) {
+				continue
+			}
+			if f[2] != "/" {
+				return nil, fmt.Errorf("the %s cgroup is %s, not the root of a cgroup namespace of the container's own", want, f[2])
+			}
+			if !slices.ContainsFunc(out, func(c []string) bool { return slices.Equal(c, ctrls) }) {
+				out = append(out, ctrls)
+			}
+			found = true
+		}
+		if !found {
+			return nil, fmt.Errorf("no cgroup v1 %s controller", want)
+		}
+	}
+	return out, nil
 }

@@ -26,7 +26,7 @@ var probes = map[string]probe{
 	"runsc":    {run: probeRunsc, timeout: 50 * time.Second},
 	"kvm":      {run: probeKVM},
 	"qemu":     {run: probeQEMU},
-	"docker":   {run: probeDocker},
+	"docker":   {run: probeDocker, timeout: 30 * time.Second},
 	"bwrap":    {run: probeBwrap, timeout: 15 * time.Second},
 	"node":     {run: probeNode, timeout: 15 * time.Second},
 	"chromium": {run: probeChromium, timeout: 30 * time.Second},

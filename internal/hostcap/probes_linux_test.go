@@ -3,6 +3,7 @@ package hostcap
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -10,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testrig/dockerd"
 	"golang.org/x/sys/unix"
 )
 
@@ -331,7 +334,15 @@ func TestTools(t *testing.T) {
 }
 
 func TestDockerHost(t *testing.T) {
-	r := probeTimed(t, "docker", 5*time.Second)
+	// The engine of the environment, else the test rig's (which starts
+	// one where dockerd is installed).
+	if eng, err := dockerd.Ensure(context.Background(), io.Discard); err == nil {
+		t.Cleanup(eng.Release)
+		t.Setenv("DOCKER_HOST", eng.Host)
+	} else {
+		t.Logf("no Docker engine for the test: %v", err)
+	}
+	r := probeTimed(t, "docker", 30*time.Second)
 	if os.Getenv("DOCKER_HOST") == "" && !exists("/var/run/docker.sock") {
 		if r.OK || !strings.Contains(r.Why, "does not exist") {
 			t.Fatalf("docker = %+v without /var/run/docker.sock, want not OK saying it does not exist", r)
@@ -343,7 +354,8 @@ func TestDockerHost(t *testing.T) {
 	}
 }
 
-// fakeEngine serves /_ping on a unix socket the way a Docker engine does.
+// fakeEngine serves /_ping on a unix socket the way a Docker engine does,
+// and refuses everything else: an engine that answers but runs nothing.
 func fakeEngine(t *testing.T, status int) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "docker.sock")
@@ -353,7 +365,7 @@ func fakeEngine(t *testing.T, status int) string {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/_ping" {
-			http.NotFound(w, r)
+			http.Error(w, `{"message":"this engine runs nothing"}`, http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Server", "Docker/99.0.0 (linux)")
@@ -375,7 +387,7 @@ func TestDockerProbe(t *testing.T) {
 		wantDetail string
 		wantWhy    string
 	}{
-		{name: "engine answers", host: fakeEngine(t, http.StatusOK), wantOK: true, wantDetail: "Docker/99.0.0 (linux), API 1.99, at unix://"},
+		{name: "engine answers but runs nothing", host: fakeEngine(t, http.StatusOK), wantWhy: "answers but cannot run a container: import an image"},
 		{name: "engine errors", host: fakeEngine(t, http.StatusInternalServerError), wantWhy: "500"},
 		{name: "no socket", host: noSock, wantWhy: "does not exist"},
 		{name: "unsupported scheme", host: "ssh://me@example.com", wantWhy: "only unix:// and tcp://"},
@@ -578,5 +590,20 @@ func TestKVMGuestHalts(t *testing.T) {
 	}
 	if what == "" {
 		t.Fatal("kvmRunGuest(hlt) said nothing about what ran")
+	}
+}
+
+// TestTrueELF: the docker probe's one-file program runs and exits 0 here.
+func TestTrueELF(t *testing.T) {
+	elf := trueELF(runtime.GOARCH)
+	if elf == nil {
+		t.Skipf("no probe program for %s", runtime.GOARCH)
+	}
+	p := filepath.Join(t.TempDir(), "true")
+	if err := os.WriteFile(p, elf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(p).CombinedOutput(); err != nil {
+		t.Fatalf("the probe's program: %v: %s", err, out)
 	}
 }

@@ -4,16 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"net"
-	"net/http"
-	"net/url"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -161,74 +154,4 @@ func probeBwrap(ctx context.Context) Result {
 		return fail(why, "see the userns capability")
 	}
 	return ok(version)
-}
-
-// dockerDefaultHost is where a Docker engine listens when DOCKER_HOST is
-// unset.
-const dockerDefaultHost = "unix:///var/run/docker.sock"
-
-// probeDocker pings the Docker engine at $DOCKER_HOST, or at the default
-// socket.
-func probeDocker(ctx context.Context) Result {
-	fix := "apt-get install docker.io && dockerd &"
-	if _, err := exec.LookPath("dockerd"); err == nil {
-		fix = "start the engine: dockerd &"
-	}
-	host := os.Getenv("DOCKER_HOST")
-	if host == "" {
-		host = dockerDefaultHost
-	}
-	u, err := url.Parse(host)
-	if err != nil {
-		return fail(fmt.Sprintf("parse DOCKER_HOST %q: %v", host, err), "set DOCKER_HOST to unix:///path or tcp://host:port")
-	}
-	base := "http://docker"
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	switch u.Scheme {
-	case "unix":
-		sock := u.Path
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}
-	case "tcp", "http":
-		base = "http://" + u.Host
-	default:
-		return fail(fmt.Sprintf("DOCKER_HOST %q: this probe speaks only unix:// and tcp://", host),
-			"set DOCKER_HOST to unix:///path or tcp://host:port")
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/_ping", nil)
-	if err != nil {
-		return fail(fmt.Sprintf("build docker ping request: %v", err), fix)
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return fail(fmt.Sprintf("no Docker engine: %s does not exist", host), fix)
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return fail(fmt.Sprintf("no Docker engine listens on %s", host), fix)
-		case errors.Is(err, fs.ErrPermission):
-			return fail(fmt.Sprintf("cannot connect to %s: permission denied%s", host, notRoot()),
-				rootFix+", or add the user to the docker group: usermod -aG docker $USER")
-		}
-		return fail(fmt.Sprintf("ping Docker engine at %s: %v", host, err), fix)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK {
-		return fail(fmt.Sprintf("Docker engine at %s answered %s: %s", host, resp.Status, strings.TrimSpace(string(body))),
-			"check the engine's log")
-	}
-	// The engine names itself ("Docker/28.2.2 (linux)") and its API version.
-	var parts []string
-	if v := strings.TrimSpace(resp.Header.Get("Server")); v != "" {
-		parts = append(parts, v)
-	}
-	if v := strings.TrimSpace(resp.Header.Get("Api-Version")); v != "" {
-		parts = append(parts, "API "+v)
-	}
-	parts = append(parts, "at "+host)
-	return ok(strings.Join(parts, ", "))
 }

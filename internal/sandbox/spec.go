@@ -53,6 +53,15 @@ type Spec struct {
 	// the sandbox runs as a command named after the file (without .wasm).
 	// Only the wasm driver runs one. Empty: none.
 	Module string `json:"module,omitempty"`
+	// Image is the container image the sandbox's root comes from, for a
+	// driver that runs images (docker): one its engine already has
+	// ("python:3.12-slim", "registry.example/tools@sha256:…"). Empty means
+	// the driver's default. Drivers that compose their root ignore it.
+	Image string `json:"image,omitempty"`
+	// Runtime is the container runtime a driver that runs images starts the
+	// sandbox with, as its engine names it ("runc", "runsc", "kata").
+	// Empty means the driver's default.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Limits bound a sandbox. A zero field means its default.
@@ -219,6 +228,13 @@ const (
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// imagePattern is what an image reference may look like: the characters of
+// registry hosts, paths, tags and digests, no spaces, at most 512 bytes.
+var imagePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,511}$`)
+
+// runtimePattern is what a runtime's name may look like.
+var runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
 // ValidID reports whether id can name a sandbox or an exec: lower-case
 // letters, digits, '-' and '_', at most 63 characters. IDs become parts of
 // host paths, so nothing else is allowed.
@@ -291,6 +307,12 @@ func (s Spec) Validate() error {
 	}
 	if err := s.Network.Validate(); err != nil {
 		return err
+	}
+	if s.Image != "" && !imagePattern.MatchString(s.Image) {
+		return invalid("image %q: give an image name as the engine knows it (name[:tag] or name@sha256:digest)", s.Image)
+	}
+	if s.Runtime != "" && !runtimePattern.MatchString(s.Runtime) {
+		return invalid("runtime %q: give a runtime name as the engine knows it (runc, runsc, kata)", s.Runtime)
 	}
 	for _, d := range s.AllowDegraded {
 		if !slices.Contains(DegradableLayers, d) {

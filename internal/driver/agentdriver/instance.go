@@ -31,6 +31,10 @@ type Config struct {
 	Egress *egress.Sandbox
 	// Logger receives the instance's logs. Nil discards them.
 	Logger *slog.Logger
+	// ExecPrefix begins every exec id ("e1", "e2"…). Empty means "e". A
+	// sandbox reattached after a restart needs one that its earlier
+	// sessions did not use: their execs may still run.
+	ExecPrefix string
 }
 
 // Instance is a sandbox whose agent airlock talks to: exec, files, egress
@@ -45,6 +49,7 @@ type Instance struct {
 
 	egressStop context.CancelFunc
 	lifetime   *time.Timer
+	execPrefix string
 
 	execSeq   atomic.Int64
 	mu        sync.Mutex
@@ -68,7 +73,10 @@ func New(cfg Config) *Instance {
 	}
 	in := &Instance{
 		spec: cfg.Spec, client: cfg.Client, layers: cfg.Layers, host: cfg.Host, egress: cfg.Egress,
-		log: cfg.Logger.With("sandbox_id", cfg.Spec.ID), procs: map[string]*process{},
+		log: cfg.Logger.With("sandbox_id", cfg.Spec.ID), procs: map[string]*process{}, execPrefix: cfg.ExecPrefix,
+	}
+	if in.execPrefix == "" {
+		in.execPrefix = "e"
 	}
 	in.startEgress()
 	if l := cfg.Spec.Limits.Lifetime; l > 0 {
@@ -117,7 +125,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if in.isDone() {
 		return nil, in.endedError()
 	}
-	id := "e" + strconv.FormatInt(in.execSeq.Add(1), 10)
+	id := in.execPrefix + strconv.FormatInt(in.execSeq.Add(1), 10)
 	l := in.spec.Limits
 	timeout := req.Timeout
 	if timeout == 0 && !req.Background && req.PTY == nil {

@@ -1,0 +1,314 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/airlock-sandbox/airlock/internal/agentbin"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Driver runs sandboxes as containers of a Docker Engine.
+type Driver struct {
+	opts Options
+
+	cliOnce sync.Once
+	cli     *client.Client
+	cliErr  error
+
+	mu       sync.Mutex
+	info     *engineInfo // what the engine said about itself, once it answered
+	agentVol string      // the agent's volume, once it is filled
+
+	hierOnce sync.Once
+	hier     *cgroup.Hierarchy // this host's cgroups; nil without
+
+	sweep sync.Once
+}
+
+var (
+	_ sandbox.Driver    = (*Driver)(nil)
+	_ sandbox.Sweeper   = (*Driver)(nil)
+	_ sandbox.Describer = (*Driver)(nil)
+)
+
+// New returns a Docker driver. It does no I/O: the engine is first asked
+// by Probe or Create.
+func New(opts Options) (*Driver, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/airlock"
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = DefaultRuntime
+	}
+	if opts.Instance == "" {
+		name, _ := os.Hostname()
+		opts.Instance = RunInstance(name)
+	}
+	if opts.Egress == nil {
+		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
+	}
+	return &Driver{opts: opts}, nil
+}
+
+// Name is "docker".
+func (d *Driver) Name() string { return "docker" }
+
+// Instance is the label airlock.daemon of the containers this driver makes.
+func (d *Driver) Instance() string { return d.opts.Instance }
+
+// client returns the engine's client, made on first use.
+func (d *Driver) client() (*client.Client, error) {
+	d.cliOnce.Do(func() {
+		var opt client.Opt = client.FromEnv
+		if d.opts.Host != "" {
+			opt = client.WithHost(d.opts.Host)
+		}
+		d.cli, d.cliErr = client.New(opt, client.WithAPIVersionNegotiation())
+		if d.cliErr != nil {
+			d.cliErr = unsupported(fmt.Sprintf("the engine's address: %v", d.cliErr), "set DOCKER_HOST to unix:///path/docker.sock or tcp://host:port")
+		}
+	})
+	return d.cli, d.cliErr
+}
+
+// Client is the driver's engine client, for tests and tools that look at
+// what the driver made.
+func (d *Driver) Client() (*client.Client, error) { return d.client() }
+
+// engineInfo is what the engine says about itself.
+type engineInfo struct {
+	Host           string
+	Version        string
+	API            string
+	OS, Arch       string
+	Runtimes       []string
+	DefaultRuntime string
+	CgroupVersion  string
+}
+
+// engine asks the engine about itself, once it answers.
+func (d *Driver) engine(ctx context.Context) (*engineInfo, error) {
+	d.mu.Lock()
+	info := d.info
+	d.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	cli, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	r, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		fix := "start the engine (dockerd), or point DOCKER_HOST at one"
+		if errors.Is(err, os.ErrPermission) {
+			fix = "run airlock as root, or as a member of the docker group"
+		}
+		return nil, unsupported(fmt.Sprintf("cannot reach the Docker engine at %s: %v", cli.DaemonHost(), err), fix)
+	}
+	in := r.Info
+	info = &engineInfo{
+		Host: cli.DaemonHost(), Version: in.ServerVersion, API: cli.ClientVersion(),
+		OS: in.OSType, Arch: in.Architecture, DefaultRuntime: in.DefaultRuntime, CgroupVersion: in.CgroupVersion,
+	}
+	for name := range in.Runtimes {
+		info.Runtimes = append(info.Runtimes, name)
+	}
+	sort.Strings(info.Runtimes)
+	d.mu.Lock()
+	d.info = info
+	d.mu.Unlock()
+	return info, nil
+}
+
+// goArch is the engine's architecture as Go names it.
+func goArch(uname string) string {
+	switch uname {
+	case "x86_64":
+		return "amd64"
+	case "aarch64":
+		return "arm64"
+	}
+	return uname
+}
+
+// probeTimeout bounds Probe's questions to the engine.
+var probeTimeout = 10 * time.Second
+
+// Probe checks that the engine answers, runs Linux containers of this
+// machine's architecture (the agent's), and has the default runtime.
+func (d *Driver) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	info, err := d.engine(ctx)
+	if err != nil {
+		return err
+	}
+	if info.OS != "linux" || goArch(info.Arch) != goruntime.GOARCH {
+		return unsupported(fmt.Sprintf("the engine at %s runs %s/%s containers; airlock's agent is linux/%s", info.Host, info.OS, goArch(info.Arch), goruntime.GOARCH),
+			"use an engine on a Linux host of the same architecture")
+	}
+	return d.checkRuntime(info, d.opts.Runtime)
+}
+
+// checkRuntime says whether the engine has runtime.
+func (d *Driver) checkRuntime(info *engineInfo, runtime string) error {
+	if slices.Contains(info.Runtimes, runtime) {
+		return nil
+	}
+	return &sandbox.UnsupportedError{
+		What: "docker runtime " + runtime,
+		Why:  fmt.Sprintf("the engine at %s has the runtimes %s", info.Host, strings.Join(info.Runtimes, ", ")),
+		Fix:  fmt.Sprintf("register it with the engine (dockerd --add-runtime %s=/path/to/binary, or \"runtimes\" in daemon.json) and restart the engine, or pick one of those", runtime),
+	}
+}
+
+// Describe says which engine the driver uses, as Probe found it.
+func (d *Driver) Describe() string {
+	d.mu.Lock()
+	info := d.info
+	d.mu.Unlock()
+	if info == nil {
+		if cli, err := d.client(); err == nil {
+			return "Docker engine at " + cli.DaemonHost() + " (not reached)"
+		}
+		return "no Docker engine"
+	}
+	return fmt.Sprintf("Docker Engine %s (API %s, cgroup v%s) at %s; runtimes %s, default for sandboxes %s",
+		info.Version, info.API, info.CgroupVersion, info.Host, strings.Join(info.Runtimes, ", "), d.opts.Runtime)
+}
+
+// Capabilities says what Docker sandboxes can do. The languages are those
+// of the image; the suite's image has sh, bash and python3.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
+		Egress: true, HostMounts: true, SurvivesRestart: true,
+	}
+}
+
+// hierarchy returns this host's cgroups, where the host has them.
+func (d *Driver) hierarchy() *cgroup.Hierarchy {
+	d.hierOnce.Do(func() { d.hier, _ = cgroup.Detect() })
+	return d.hier
+}
+
+// Create starts a sandbox: its container, the agent over the attach
+// stream, and the handshake. Anything made before an error is removed
+// again.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Root != "" {
+		return nil, fmt.Errorf("%w: the docker driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if spec.Image == "" {
+		spec.Image = d.opts.Image
+	}
+	if spec.Image == "" {
+		return nil, fmt.Errorf("%w: the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them", sandbox.ErrInvalid)
+	}
+	if spec.Runtime == "" {
+		spec.Runtime = d.opts.Runtime
+	}
+	if spec.ID == "" {
+		spec.ID = sandbox.NewID()
+	}
+	cli, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	info, err := d.engine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkRuntime(info, spec.Runtime); err != nil {
+		return nil, err
+	}
+	// Leftovers of airlock processes that died uncleanly are swept once per
+	// driver, before its first sandbox.
+	d.sweep.Do(func() { _ = d.Sweep(ctx) })
+
+	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	h := newHost(d, spec, lock)
+	var eg *egress.Sandbox
+	defer func() {
+		if err != nil {
+			if eg != nil {
+				eg.Close()
+			}
+			_ = h.Teardown(context.WithoutCancel(ctx))
+		}
+	}()
+	img, err := cli.ImageInspect(ctx, spec.Image)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("image %q: %w: the engine at %s does not have it; build or load it first (docker build, docker load, docker import) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, info.Host)
+		}
+		return nil, fmt.Errorf("look at image %q: %w", spec.Image, err)
+	}
+	if img.Os != "" && img.Os != "linux" {
+		return nil, fmt.Errorf("%w: image %q is for %s; the sandbox needs a Linux image", sandbox.ErrInvalid, spec.Image, img.Os)
+	}
+	vol, err := d.agentVolume(ctx, spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	var imageEnv []string
+	if img.Config != nil {
+		imageEnv = img.Config.Env
+	}
+	cfg := agentConfig(spec, spec.Runtime, imageEnv)
+	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
+		return nil, err
+	}
+	cs := containerSpec{Spec: spec, Image: spec.Image, Runtime: spec.Runtime, Instance: d.opts.Instance, AgentVolume: vol}
+	cl, agentLayers, err := h.start(ctx, cs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return agentdriver.New(agentdriver.Config{
+		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
+		Host: h, Egress: eg, Logger: d.opts.Logger,
+	}), nil
+}
+
+// unsupported says why this host cannot run Docker sandboxes, and how to
+// make it.
+func unsupported(why, fix string) error {
+	return &sandbox.UnsupportedError{What: "docker", Why: why, Fix: fix}
+}
+
+// agentSum is the agent's checksum, and the path of its binary.
+func agentSum() (path, sum string, err error) {
+	if path, err = agentbin.Path(); err != nil {
+		return "", "", err
+	}
+	sum, err = agentbin.Sum()
+	return path, sum, err
+}

@@ -1,0 +1,75 @@
+// Package docker runs sandboxes as hardened containers of a Docker Engine,
+// with the runtime each sandbox names (runc by default, runsc for gVisor,
+// kata where installed), from images the engine already has.
+//
+// Each sandbox is one container whose only process is airlock's agent, as
+// in the gVisor driver: the engine builds the root (the image, read-only),
+// the namespaces and the cgroup with the limits; the agent, root of the
+// container with a short list of capabilities, runs every command as uid
+// 1000 with none, no_new_privs and its own seccomp filter, inside the
+// engine's default seccomp profile. The host speaks the agent's protocol
+// over the container's attach stream. The agent's binary comes from a
+// volume the driver fills once per agent version through the API, so the
+// image is never changed and the engine may be remote (DOCKER_HOST).
+//
+// Containers outlive the process that made them: Close removes a
+// sandbox's container; a daemon that restarts reattaches to its live ones
+// (Recover) and Sweep removes the rest (labels airlock.sandbox and
+// airlock.daemon, and the sandbox-id lock of the process that owns one).
+// See docs/decisions.md.
+package docker
+
+import (
+	"log/slog"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+)
+
+// Options configure the driver. The zero value is ready to use once a
+// sandbox names its image.
+type Options struct {
+	// Host is the engine's address ("unix:///var/run/docker.sock",
+	// "tcp://10.0.0.5:2376"). Empty means the environment, as the docker
+	// CLI reads it (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), else
+	// the local socket.
+	Host string
+	// Image is the image of a sandbox whose Spec names none. Empty: every
+	// Spec must name one.
+	Image string
+	// Runtime is the runtime of a sandbox whose Spec names none. Empty
+	// means "runc".
+	Runtime string
+	// Instance names the airlock process that makes the containers: it is
+	// their label airlock.daemon, and Sweep removes only containers of its
+	// own instance (and of the one-shot runs of this host). Empty means
+	// "run@<host name>", the one-shot CLI's.
+	Instance string
+	// StateDir holds the sandbox-id locks shared with the other drivers.
+	// Empty means /run/airlock.
+	StateDir string
+	// Logger receives the driver's logs. Nil discards them.
+	Logger *slog.Logger
+	// Egress is the proxy that sandboxes in network mode egress reach. Nil
+	// means one of the driver's own, with the default limits and no
+	// secrets.
+	Egress *egress.Proxy
+}
+
+// Labels on everything the driver makes.
+const (
+	// LabelSandbox holds the sandbox's id.
+	LabelSandbox = "airlock.sandbox"
+	// LabelDaemon holds the Instance of the airlock that made it.
+	LabelDaemon = "airlock.daemon"
+	// LabelAgent marks a volume that holds the agent's binary, with the
+	// binary's sha256.
+	LabelAgent = "airlock.agent"
+)
+
+// DefaultRuntime is the runtime of a sandbox when neither its Spec nor the
+// Options name one.
+const DefaultRuntime = "runc"
+
+// RunInstance is the Instance of one-shot runs on the host called
+// hostname.
+func RunInstance(hostname string) string { return "run@" + hostname }
