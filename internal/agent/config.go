@@ -85,6 +85,11 @@ type ContainedConfig struct {
 	// uid 0 inside may connect. Empty: the first session is the only one,
 	// and its end ends the sandbox.
 	Listen string `json:"listen,omitempty"`
+	// ReadOnlyRoot makes the agent remount the root read-only once it has
+	// removed its mount points: for a runtime that gives it a writable
+	// root, because its own read-only root keeps the image's names (gVisor
+	// under a container engine).
+	ReadOnlyRoot bool `json:"read_only_root,omitempty"`
 	// CgroupV1 lets the agent use the runtime's cgroup v1 hierarchies, in
 	// a cgroup namespace of the container's own, when there is no cgroup
 	// v2 inside: the workload's group and one per exec below the

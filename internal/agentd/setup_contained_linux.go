@@ -59,6 +59,14 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := pruneDev(); err != nil {
 		return 0, err
 	}
+	if g.ReadOnlyRoot {
+		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return 0, fmt.Errorf("make the root read-only: %w", err)
+		}
+	}
+	if err := nosuidAll(); err != nil {
+		return 0, err
+	}
 	dir, err := innerCgroups(g.Pids)
 	if err != nil && g.CgroupV1 {
 		cg, tasks, err1 := innerCgroupsV1(g.Pids)
@@ -171,6 +179,10 @@ var extraDevices = []string{"/dev/fuse", "/dev/net/tun", "/dev/net", "/dev/char"
 // sandbox's own (a tmpfs in gVisor).
 func pruneDev() error {
 	for _, name := range extraDevices {
+		// A container engine mounts some (its /dev/mqueue).
+		if err := unix.Unmount(name, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", name, err)
+		}
 		if err := os.RemoveAll(name); err != nil {
 			return fmt.Errorf("remove %s from /dev: %w", name, err)
 		}
@@ -342,4 +354,67 @@ func ownV1Hierarchies() ([][]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// nosuidAll makes every mount nosuid that is not: a runtime leaves some as
+// they come (a container engine's /etc/hosts and volumes). Other flags
+// stay as they are.
+func nosuidAll() error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || slices.Contains(strings.Split(f[5], ","), "nosuid") {
+			continue
+		}
+		target := unescapeOctal(f[4])
+		err := unix.MountSetattr(unix.AT_FDCWD, target, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID})
+		if errors.Is(err, unix.ENOSYS) {
+			err = remountNosuid(target)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("make %s nosuid: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// remountNosuid is nosuidAll before Linux 5.12: a bind remount that keeps
+// the flags the mount has.
+func remountNosuid(target string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID)
+	for _, f := range [][2]uintptr{
+		{unix.ST_RDONLY, unix.MS_RDONLY}, {unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(st.Flags)&f[0] != 0 {
+			flags |= f[1]
+		}
+	}
+	return unix.Mount("", target, "", flags, "")
+}
+
+// unescapeOctal undoes mountinfo's octal escapes (\040 for a space).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

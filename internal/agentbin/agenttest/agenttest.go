@@ -19,13 +19,17 @@ type M interface{ Run() int }
 // points agentbin at it, and runs the tests. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { agenttest.Main(m) }
-func Main(m M) {
+func Main(m M) { os.Exit(Run(m)) }
+
+// Run is Main that returns the exit code instead of exiting, for a TestMain
+// that tears something down afterwards.
+func Run(m M) int {
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agenttest: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
-	os.Exit(code)
+	return code
 }
 
 func run(m M) (int, error) {

@@ -76,7 +76,10 @@ type containerSpec struct {
 
 // create returns the container's configuration: the agent as its only
 // process, root of the container with agentCaps and no_new_privs, under
-// the engine's default seccomp profile; a read-only root from the image,
+// the engine's default seccomp profile; a read-only root from the image
+// (with a kernel of the runtime's own, gVisor or Kata, the agent makes it
+// read-only in that kernel once it has removed /sys: a read-only root
+// there keeps the image's names),
 // sized tmpfs /workspace, /tmp and /dev/shm; no network; memory without
 // swap, CPU and pids limits; private namespaces, cgroup namespace
 // included; the caller's mounts, read-only unless writable; nothing logged
@@ -119,7 +122,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 	hc := &container.HostConfig{
 		Runtime:        c.Runtime,
 		NetworkMode:    "none",
-		ReadonlyRootfs: true,
+		ReadonlyRootfs: !vmRuntime(c.Runtime),
 		CapDrop:        []string{"ALL"},
 		CapAdd:         slices.Clone(agentCaps),
 		SecurityOpt:    []string{"no-new-privileges"},
@@ -169,7 +172,7 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string) *agent.Co
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: chrootDir, Listen: sessionSocket,
-			CgroupV1: true, SharedUIDs: !vmRuntime(runtime),
+			CgroupV1: true, SharedUIDs: !vmRuntime(runtime), ReadOnlyRoot: vmRuntime(runtime),
 		},
 	}
 }
