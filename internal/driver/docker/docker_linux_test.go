@@ -1,14 +1,24 @@
 package docker
 
 import (
+	"bufio"
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
@@ -181,9 +191,337 @@ func checkLeaks(t *testing.T, id string) {
 	}
 }
 
-// holdSandboxes is the helper of the restart tests: it makes the
-// sandboxes the environment asks for, prints each one's id and state, and
-// holds them until it is killed.
+// holdSandboxes is the helper of the restart tests, a daemon in
+// miniature: it makes as many sandboxes as the environment says, writes a
+// file in each and starts a background command that beats (appends to
+// /tmp/hb every 100 ms), prints each one's state, and holds them until it
+// is killed.
 func holdSandboxes() int {
+	n, _ := strconv.Atoi(os.Getenv(holderEnv))
+	d, err := New(Options{Image: os.Getenv("AIRLOCK_DOCKER_TEST_IMAGE"), Instance: testInstance()})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	ctx := context.Background()
+	for range n {
+		sb, err := d.Create(ctx, sandbox.Spec{Limits: smallLimits})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		if err := sb.Files().WriteFile(ctx, "/workspace/before", strings.NewReader("made before the kill\n"), 0o644); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		if _, err := sb.Start(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", heartbeat}, Background: true}); err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		st, err := State(sb)
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("state", sb.ID(), base64.StdEncoding.EncodeToString(st))
+	}
+	fmt.Println("ready")
+	time.Sleep(10 * time.Minute)
 	return 0
+}
+
+// heartbeat appends a line to /tmp/hb every 100 ms.
+const heartbeat = "while :; do echo beat >> /tmp/hb; sleep 0.1; done"
+
+// holder is a running holdSandboxes: the sandboxes it made, by id, with
+// their states.
+type holder struct {
+	cmd    *exec.Cmd
+	states map[string][]byte
+	ids    []string
+}
+
+// startHolder starts a holder of n sandboxes and waits until they run.
+func startHolder(t *testing.T, n int) *holder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderEnv+"="+strconv.Itoa(n), "AIRLOCK_DOCKER_TEST_IMAGE="+testImage)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	h := &holder{cmd: cmd, states: map[string][]byte{}}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 3 && f[0] == "state":
+			b, err := base64.StdEncoding.DecodeString(f[2])
+			if err != nil {
+				t.Fatalf("holder state: %v", err)
+			}
+			h.states[f[1]] = b
+			h.ids = append(h.ids, f[1])
+		case len(f) == 1 && f[0] == "ready":
+			return h
+		default:
+			t.Fatalf("holder: %s", sc.Text())
+		}
+	}
+	t.Fatalf("the holder ended before its sandboxes were ready: %v", sc.Err())
+	return nil
+}
+
+// kill9 kills the holder as a crash would, and waits for it to be gone.
+func (h *holder) kill9(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+}
+
+// running says whether the container of sandbox id runs.
+func running(t *testing.T, cli *client.Client, id string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := cli.ContainerInspect(ctx, containerName(id), client.ContainerInspectOptions{})
+	return err == nil && r.Container.State != nil && r.Container.State.Running
+}
+
+// TestRestart is a daemon's restart after `kill -9`, at the driver's
+// level: the process that made three sandboxes is killed; their containers
+// live on. The next one reattaches to the sandbox whose record is live
+// (its file is there, its background command still beats, new commands
+// and files work), leaves alone the one whose record is gone and the one
+// whose time ran out while nobody watched, and one sweep removes those two
+// and nothing else.
+func TestRestart(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	cli := engineClient(t)
+	h := startHolder(t, 3)
+	live, gone, expired := h.ids[0], h.ids[1], h.ids[2]
+	t.Cleanup(func() {
+		for _, id := range h.ids {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, _ = cli.ContainerRemove(ctx, containerName(id), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+		}
+	})
+	h.kill9(t)
+	for _, id := range h.ids {
+		if !running(t, cli, id) {
+			t.Fatalf("sandbox %s's container stopped when the process that made it was killed", id)
+		}
+	}
+	// The registry of the next daemon: the record of gone was removed, and
+	// expired's lifetime ran out while the daemon was down.
+	records := map[string]struct {
+		state   []byte
+		expires time.Time
+	}{
+		live:    {h.states[live], time.Now().Add(time.Hour)},
+		expired: {h.states[expired], time.Now().Add(-time.Second)},
+	}
+	d := newDriver(t, DefaultRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var sb sandbox.Instance
+	for id, r := range records {
+		if time.Now().After(r.expires) {
+			continue
+		}
+		var err error
+		if sb, err = d.Recover(ctx, id, r.state); err != nil {
+			t.Fatalf("recover sandbox %s: %v", id, err)
+		}
+		t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	}
+	if err := d.Sweep(ctx); err != nil {
+		t.Errorf("sweep: %v", err)
+	}
+	for _, id := range []string{gone, expired} {
+		if left := containersOf(t, cli, id); len(left) > 0 {
+			t.Errorf("sandbox %s has no live record, but its container is still there after a sweep: %v", id, left)
+		}
+		if _, err := os.Stat("/run/airlock/sandboxes/" + id + ".lock"); err == nil {
+			t.Errorf("sandbox %s's lock is still there after a sweep", id)
+		}
+	}
+	if !running(t, cli, live) {
+		t.Fatalf("the sweep stopped sandbox %s, whose record is live", live)
+	}
+
+	var out strings.Builder
+	if err := sb.Files().ReadFile(ctx, "/workspace/before", 0, 0, &out); err != nil || out.String() != "made before the kill\n" {
+		t.Errorf("the file made before the kill: %q, %v", out.String(), err)
+	}
+	beats := func() int {
+		var b strings.Builder
+		if err := sb.Files().ReadFile(ctx, "/tmp/hb", 0, 0, &b); err != nil {
+			t.Fatalf("read the heartbeat: %v", err)
+		}
+		return strings.Count(b.String(), "beat")
+	}
+	n := beats()
+	time.Sleep(time.Second)
+	if m := beats(); m <= n {
+		t.Errorf("the background command started before the kill stopped beating (%d beats, then %d)", n, m)
+	}
+	var echo strings.Builder
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /workspace/before; ps -eo args | grep -c '^sh -c while'"}, Stdout: &echo})
+	if err != nil || res.ExitCode != 0 || echo.String() != "made before the kill\n1\n" {
+		t.Errorf("a command after the reattach: %+v, %v, stdout %q", res, err, echo.String())
+	}
+	if err := sb.Files().WriteFile(ctx, "/workspace/after", strings.NewReader("x"), 0o644); err != nil {
+		t.Errorf("write a file after the reattach: %v", err)
+	}
+	// A reattached sandbox cannot be recovered twice at once.
+	if _, err := d.Recover(ctx, live, h.states[live]); !errors.Is(err, sandbox.ErrExists) {
+		t.Errorf("a second Recover of a sandbox in use: %v, want ErrExists", err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Errorf("close the reattached sandbox: %v", err)
+	}
+	checkLeaks(t, live)
+	// What is gone cannot be recovered.
+	if _, err := d.Recover(ctx, gone, h.states[gone]); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Recover of a swept sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestHardening: the engine made the container as the driver asked: read-
+// only root, no capabilities but the agent's, no_new_privs, no network,
+// memory without swap, CPU and pids limits, no privilege, no host paths, a
+// cgroup namespace of its own, the labels.
+func TestHardening(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	d := newDriver(t, DefaultRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Limits: smallLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	r, err := engineClient(t).ContainerInspect(ctx, containerName(sb.ID()), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, cfg := r.Container.HostConfig, r.Container.Config
+	mem := smallLimits.MemoryBytes + agentMemory
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"read-only root", hc.ReadonlyRootfs},
+		{"CapDrop ALL", slices.Equal(hc.CapDrop, []string{"ALL"})},
+		{"CapAdd is the agent's list", len(hc.CapAdd) == len(agentCaps)},
+		{"no-new-privileges", slices.Contains(hc.SecurityOpt, "no-new-privileges")},
+		{"no seccomp=unconfined", !slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.HasPrefix(s, "seccomp") })},
+		{"network none", string(hc.NetworkMode) == "none"},
+		{"not privileged", !hc.Privileged},
+		{"no binds", len(hc.Binds) == 0 && !slices.ContainsFunc(hc.Mounts, func(m mount.Mount) bool { return m.Type == mount.TypeBind })},
+		{"memory limit", hc.Memory == mem},
+		{"no swap", hc.MemorySwap == mem},
+		{"CPU limit", hc.NanoCPUs == int64(smallLimits.CPUs*1e9)},
+		{"pids limit", hc.PidsLimit != nil && *hc.PidsLimit == int64(smallLimits.Pids+agentPids)},
+		{"private cgroup namespace", hc.CgroupnsMode == container.CgroupnsModePrivate},
+		{"runtime runc", hc.Runtime == "runc"},
+		{"tmpfs /workspace and /tmp", hc.Tmpfs[sandbox.Workspace] != "" && hc.Tmpfs["/tmp"] != ""},
+		{"label airlock.sandbox", cfg.Labels[LabelSandbox] == sb.ID()},
+		{"label airlock.daemon", cfg.Labels[LabelDaemon] == testInstance()},
+		{"user root (the agent)", cfg.User == "0:0"},
+		{"image", cfg.Image == testImage},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("the container lacks %s: %+v", c.what, hc)
+		}
+	}
+}
+
+// TestMounts: a host directory is read-only inside unless the spec says
+// writable.
+func TestMounts(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	ro, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "data"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(rw, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, DefaultRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{Limits: smallLimits, Mounts: []sandbox.Mount{
+		{Source: ro, Target: "/mnt/ro"}, {Source: rw, Target: "/mnt/rw", Writable: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	var out strings.Builder
+	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c",
+		"cat /mnt/ro/data; touch /mnt/ro/x 2>/dev/null && echo wrote-ro; echo hi > /mnt/rw/y && echo wrote-rw"}, Stdout: &out})
+	if err != nil || out.String() != "from the host\nwrote-rw\n" {
+		t.Errorf("mounts: %+v, %v, stdout %q; want the file read, the read-only mount refused, the writable one written", res, err, out.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "y")); err != nil || string(b) != "hi\n" {
+		t.Errorf("the writable mount's file on the host: %q, %v", b, err)
+	}
+}
+
+// TestCreateErrors: what cannot be made says why, and leaves nothing.
+func TestCreateErrors(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tests := []struct {
+		name string
+		opts Options
+		spec sandbox.Spec
+		is   error
+		say  string
+	}{
+		{"no image", Options{}, sandbox.Spec{}, sandbox.ErrInvalid, "needs an image"},
+		{"image missing", Options{}, sandbox.Spec{Image: "airlock-test/no-such-image:1"}, sandbox.ErrNotFound, "does not have it"},
+		{"runtime missing", Options{Image: testImage}, sandbox.Spec{Runtime: "no-such-runtime"}, sandbox.ErrUnsupported, "register it with the engine"},
+		{"root directory", Options{Image: testImage}, sandbox.Spec{Root: "/"}, sandbox.ErrInvalid, "runs images"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Instance = testInstance()
+			d, err := New(tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.spec.ID = sandbox.NewID()
+			_, err = d.Create(ctx, tt.spec)
+			if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.say) {
+				t.Errorf("Create: %v; want %v saying %q", err, tt.is, tt.say)
+			}
+			checkLeaks(t, tt.spec.ID)
+		})
+	}
+}
+
+// TestProbeNoEngine: Probe says, within its bound, that no engine answers.
+func TestProbeNoEngine(t *testing.T) {
+	d, err := New(Options{Host: "unix://" + filepath.Join(t.TempDir(), "none.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Probe(context.Background())
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "cannot reach the Docker engine") {
+		t.Errorf("Probe with no engine: %v; want ErrUnsupported saying it cannot reach the engine", err)
+	}
 }

@@ -166,7 +166,16 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 // to treat commands.
 func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string) *agent.Config {
 	l := spec.Limits
+	// The engine mounts them; the agent needs the writable ones for its
+	// Landlock rules.
+	var mounts []agent.MountConfig
+	for _, m := range spec.Mounts {
+		if m.Writable {
+			mounts = append(mounts, agent.MountConfig{Target: m.Target, Writable: true})
+		}
+	}
 	return &agent.Config{
+		Mounts:   mounts,
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
