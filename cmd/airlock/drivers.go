@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
@@ -25,6 +27,20 @@ type driverOptions struct {
 	// egress is the proxy sandboxes in network mode egress reach; nil
 	// means the driver's own (the one-shot CLI).
 	egress *egress.Proxy
+	// instance names the airlock process that owns what a driver makes
+	// where it outlives the process (docker's label airlock.daemon); empty
+	// means the one-shot CLI's.
+	instance string
+}
+
+// daemonInstance is the instance of the daemon whose registry is in
+// stateDir on this host.
+func daemonInstance(stateDir string) string {
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	return "serve@" + host + ":" + stateDir
 }
 
 // driverEntry is one driver of the table.

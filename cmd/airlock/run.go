@@ -27,6 +27,7 @@ import (
 type runFlags struct {
 	driver, memory, disk, tmp, outputLimit, workdir, root string
 	module                                                string
+	image, runtime                                        string
 	cpus                                                  float64
 	pids                                                  int
 	timeout, cpuTime                                      time.Duration
@@ -74,8 +75,10 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel) or "wasm" (WebAssembly in-process: python3 and WASI modules, no network)`)
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network) or "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket)`)
 	fl.StringVar(&f.module, "module", "", "run this WASI command module (a .wasm file) with ARGS as its arguments; implies --driver wasm")
+	fl.StringVar(&f.image, "image", "", "--driver docker: the image of the sandbox, one the engine has (docker images)")
+	fl.StringVar(&f.runtime, "runtime", "", `--driver docker: the engine's runtime, "runc" (default), "runsc" (gVisor) or "kata", as registered with the engine`)
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -282,6 +285,10 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 			return s, fmt.Errorf("--module %q: %w", f.module, err)
 		}
 	}
+	if (f.image != "" || f.runtime != "") && f.driver != "docker" {
+		return s, fmt.Errorf("--image and --runtime are for --driver docker")
+	}
+	s.Image, s.Runtime = f.image, f.runtime
 	for _, m := range f.mounts {
 		mt, err := parseMount(m)
 		if err != nil {

@@ -98,7 +98,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}
-	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
+	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts), instance: daemonInstance(f.stateDir)})
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ daemon is running on the state directory (it reaps by itself).`,
 				return err
 			}
 			defer alog.Close()
-			drivers, err := availableDrivers(cmd.Context(), driverOptions{})
+			drivers, err := availableDrivers(cmd.Context(), driverOptions{instance: daemonInstance(stateDir)})
 			if err != nil {
 				return err
 			}

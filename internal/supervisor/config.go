@@ -27,7 +27,9 @@ import (
 //
 //	[[template]]
 //	name = "python"
-//	driver = "native"
+//	driver = "native"        # or "gvisor", or "docker" with:
+//	image = "python:3.12-slim"   # an image the Docker engine has
+//	runtime = "runsc"        # the engine's runtime (default runc)
 //	memory = "256M"
 //	cpus = 0.5
 //	pids = 64
@@ -75,7 +77,12 @@ type Template struct {
 	// Module is a WASI command module (a .wasm file) the sandboxes run as
 	// a command named after the file; only the wasm driver runs one.
 	// Empty: none.
-	Module        string   `toml:"module"`
+	Module string `toml:"module"`
+	// Image and Runtime are the container image and the engine's runtime
+	// of a driver that runs images (docker): an image the engine has, and
+	// "runc" (empty), "runsc" or "kata" as registered with the engine.
+	Image         string   `toml:"image"`
+	Runtime       string   `toml:"runtime"`
 	Env           []string `toml:"env"`
 	AllowDegraded []string `toml:"allow_degraded"`
 
@@ -180,6 +187,12 @@ func (c Config) withDefaults() (Config, error) {
 		if t.Driver == "" {
 			t.Driver = "native"
 		}
+		if (t.Image != "" || t.Runtime != "") && t.Driver != "docker" {
+			return c, fmt.Errorf("template %q: image and runtime are for driver \"docker\"", t.Name)
+		}
+		if t.Driver == "docker" && t.Image == "" {
+			return c, fmt.Errorf("template %q: driver docker needs an image the engine has (image = \"python:3.12-slim\")", t.Name)
+		}
 		if t.TTL == 0 {
 			t.TTL = Duration(sandbox.DefaultLifetime)
 		}
@@ -213,6 +226,8 @@ func (t Template) spec() sandbox.Spec {
 	s := sandbox.Spec{
 		Root:    t.Root,
 		Module:  t.Module,
+		Image:   t.Image,
+		Runtime: t.Runtime,
 		Env:     append([]string(nil), t.Env...),
 		Network: t.Network.defaultNetwork(),
 		Limits: sandbox.Limits{

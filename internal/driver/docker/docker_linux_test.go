@@ -87,9 +87,12 @@ func testInstance() string {
 	return "test@" + name
 }
 
+// newDriver is a driver of the tests' image and runtime, whose sandboxes
+// outlive their process, as a daemon's (see TestOneShot for the other
+// kind).
 func newDriver(t *testing.T, runtime string) *Driver {
 	t.Helper()
-	d, err := New(Options{Image: testImage, Runtime: runtime, Instance: testInstance()})
+	d, err := New(Options{Image: testImage, Runtime: runtime, Instance: testInstance(), Persistent: true})
 	if err != nil {
 		t.Fatalf("docker.New: %v", err)
 	}
@@ -112,7 +115,7 @@ func TestConformance(t *testing.T) {
 				Unsupported: unsupportedCases(rt),
 				Leaks:       checkLeaks,
 				Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
-					d, err := New(Options{Image: testImage, Runtime: rt, Instance: testInstance(), Egress: proxy})
+					d, err := New(Options{Image: testImage, Runtime: rt, Instance: testInstance(), Egress: proxy, Persistent: true})
 					if err != nil {
 						t.Fatalf("docker.New: %v", err)
 					}
@@ -197,8 +200,9 @@ func checkLeaks(t *testing.T, id string) {
 // /tmp/hb every 100 ms), prints each one's state, and holds them until it
 // is killed.
 func holdSandboxes() int {
-	n, _ := strconv.Atoi(os.Getenv(holderEnv))
-	d, err := New(Options{Image: os.Getenv("AIRLOCK_DOCKER_TEST_IMAGE"), Instance: testInstance()})
+	n, _ := strconv.Atoi(strings.TrimSuffix(os.Getenv(holderEnv), "-oneshot"))
+	persistent := !strings.HasSuffix(os.Getenv(holderEnv), "-oneshot")
+	d, err := New(Options{Image: os.Getenv("AIRLOCK_DOCKER_TEST_IMAGE"), Instance: testInstance(), Persistent: persistent})
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -242,10 +246,15 @@ type holder struct {
 }
 
 // startHolder starts a holder of n sandboxes and waits until they run.
-func startHolder(t *testing.T, n int) *holder {
+// Their driver is persistent unless oneShot.
+func startHolder(t *testing.T, n int, oneShot bool) *holder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderEnv+"="+strconv.Itoa(n), "AIRLOCK_DOCKER_TEST_IMAGE="+testImage)
+	arg := strconv.Itoa(n)
+	if oneShot {
+		arg += "-oneshot"
+	}
+	cmd.Env = append(os.Environ(), holderEnv+"="+arg, "AIRLOCK_DOCKER_TEST_IMAGE="+testImage)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -306,7 +315,7 @@ func running(t *testing.T, cli *client.Client, id string) bool {
 func TestRestart(t *testing.T) {
 	requireRuntime(t, DefaultRuntime)
 	cli := engineClient(t)
-	h := startHolder(t, 3)
+	h := startHolder(t, 3, false)
 	live, gone, expired := h.ids[0], h.ids[1], h.ids[2]
 	t.Cleanup(func() {
 		for _, id := range h.ids {
@@ -523,5 +532,33 @@ func TestProbeNoEngine(t *testing.T) {
 	err = d.Probe(context.Background())
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "cannot reach the Docker engine") {
 		t.Errorf("Probe with no engine: %v; want ErrUnsupported saying it cannot reach the engine", err)
+	}
+}
+
+// TestOneShot: the container of a driver that is not persistent (a one-shot
+// run's) dies with the process that made it, killed or not, and is gone
+// without a sweep; it cannot be reattached.
+func TestOneShot(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	cli := engineClient(t)
+	h := startHolder(t, 1, true)
+	id := h.ids[0]
+	if !running(t, cli, id) {
+		t.Fatalf("sandbox %s does not run", id)
+	}
+	h.kill9(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for len(containersOf(t, cli, id)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after its process was killed, sandbox %s's container is still there: %v", id, containersOf(t, cli, id))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d, err := New(Options{Image: testImage, Instance: testInstance()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Recover(context.Background(), id, h.states[id]); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("Recover with a one-shot driver: %v, want ErrInvalid", err)
 	}
 }

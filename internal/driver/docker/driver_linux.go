@@ -203,7 +203,7 @@ func (d *Driver) Describe() string {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, SurvivesRestart: true,
+		Egress: true, HostMounts: true, SurvivesRestart: d.opts.Persistent,
 	}
 }
 
@@ -283,11 +283,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if img.Config != nil {
 		imageEnv = img.Config.Env
 	}
-	cfg := agentConfig(spec, spec.Runtime, imageEnv)
+	cfg := agentConfig(spec, spec.Runtime, imageEnv, d.opts.Persistent)
 	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
 		return nil, err
 	}
-	cs := containerSpec{Spec: spec, Image: spec.Image, Runtime: spec.Runtime, Instance: d.opts.Instance, AgentVolume: vol}
+	cs := containerSpec{Spec: spec, Image: spec.Image, Runtime: spec.Runtime, Instance: d.opts.Instance, AgentVolume: vol, Persistent: d.opts.Persistent}
 	cl, agentLayers, err := h.start(ctx, cs, cfg)
 	if err != nil {
 		return nil, err

@@ -332,7 +332,9 @@ func (h *host) Teardown(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			_, err := h.d.cli.ContainerRemove(rctx, h.cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 			cancel()
-			if err != nil && !cerrdefs.IsNotFound(err) {
+			// The engine may be removing it already (a container that
+			// is not persistent goes when its agent ends).
+			if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 				h.teardownErr = fmt.Errorf("remove the container of sandbox %s: %w", h.spec.ID, err)
 			}
 		}
@@ -346,13 +348,25 @@ func (h *host) Teardown(ctx context.Context) error {
 		}
 		h.lock.Release()
 		h.doneOnce.Do(func() { close(h.done) })
-		if h.teardownErr == nil && h.cid != "" {
-			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if _, err := h.d.cli.ContainerInspect(ictx, h.cid, client.ContainerInspectOptions{}); err == nil {
-				h.teardownErr = fmt.Errorf("sandbox %s: its container %s is still there after close", h.spec.ID, h.cid)
-			}
-			cancel()
+		if h.teardownErr == nil && h.cid != "" && !h.gone(ctx) {
+			h.teardownErr = fmt.Errorf("sandbox %s: its container %s is still there after close", h.spec.ID, h.cid)
 		}
 	})
 	return h.teardownErr
+}
+
+// gone waits up to 10 s for the engine to have removed the container.
+func (h *host) gone(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := h.d.cli.ContainerInspect(ctx, h.cid, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -12,10 +12,11 @@
 // volume the driver fills once per agent version through the API, so the
 // image is never changed and the engine may be remote (DOCKER_HOST).
 //
-// Containers outlive the process that made them: Close removes a
+// A daemon's containers outlive it (Options.Persistent): Close removes a
 // sandbox's container; a daemon that restarts reattaches to its live ones
 // (Recover) and Sweep removes the rest (labels airlock.sandbox and
-// airlock.daemon, and the sandbox-id lock of the process that owns one).
+// airlock.daemon, and the sandbox-id lock of the process that owns one). A
+// one-shot run's container dies with the run.
 // See docs/decisions.md.
 package docker
 
@@ -44,6 +45,12 @@ type Options struct {
 	// own instance (and of the one-shot runs of this host). Empty means
 	// "run@<host name>", the one-shot CLI's.
 	Instance string
+	// Persistent makes sandboxes outlive the process that made them, as a
+	// daemon's must (it reattaches after a restart: Recover). False: a
+	// sandbox dies with its process, as a one-shot run's must: the engine
+	// closes the agent's input when the process goes, the agent then
+	// ends, and the engine removes the container.
+	Persistent bool
 	// StateDir holds the sandbox-id locks shared with the other drivers.
 	// Empty means /run/airlock.
 	StateDir string

@@ -72,6 +72,8 @@ type containerSpec struct {
 	Instance string
 	// AgentVolume is the named volume that holds the agent's binary.
 	AgentVolume string
+	// Persistent: the container outlives the process that made it.
+	Persistent bool
 }
 
 // create returns the container's configuration: the agent as its only
@@ -94,9 +96,10 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		AttachStdout: true,
 		AttachStderr: true,
 		OpenStdin:    true,
-		// The container's stdin stays open when a host detaches, so that
-		// the agent outlives its sessions.
-		StdinOnce: false,
+		// A persistent container's stdin stays open when its host goes, so
+		// that the agent outlives its sessions; otherwise it closes, and
+		// the agent ends.
+		StdinOnce: !c.Persistent,
 		// Only what finds the agent: commands get their environment from
 		// the agent, never from here.
 		Env:        []string{"PATH=" + agentBinDir},
@@ -136,6 +139,8 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 			"/tmp":            tmpfs(l.TmpBytes, "exec", "mode=1777"),
 		},
 		LogConfig: container.LogConfig{Type: "none"},
+		// What is not persistent is removed when it stops.
+		AutoRemove: !c.Persistent,
 		Resources: container.Resources{
 			Memory:           memory,
 			MemorySwap:       memory, // memory plus swap: no swap
@@ -164,7 +169,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 // defaults), whose image sets imageEnv: the engine built the root and
 // mounted everything; the agent gets the limits it enforces inside and how
 // to treat commands.
-func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string) *agent.Config {
+func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persistent bool) *agent.Config {
 	l := spec.Limits
 	// The engine mounts them; the agent needs the writable ones for its
 	// Landlock rules.
@@ -174,13 +179,17 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string) *agent.Co
 			mounts = append(mounts, agent.MountConfig{Target: m.Target, Writable: true})
 		}
 	}
+	listen := ""
+	if persistent {
+		listen = sessionSocket
+	}
 	return &agent.Config{
 		Mounts:   mounts,
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
-			Pids: l.Pids, ChrootDir: chrootDir, Listen: sessionSocket,
+			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
 			CgroupV1: true, SharedUIDs: !vmRuntime(runtime), ReadOnlyRoot: vmRuntime(runtime),
 		},
 	}

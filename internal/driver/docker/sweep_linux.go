@@ -135,6 +135,9 @@ func State(inst sandbox.Instance) ([]byte, error) {
 // the old one. Commands that ran on meanwhile go on; the sandbox's files
 // and background processes are as they were.
 func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.Instance, err error) {
+	if !d.opts.Persistent {
+		return nil, fmt.Errorf("sandbox %s: %w: only a persistent driver reattaches (Options.Persistent)", id, sandbox.ErrInvalid)
+	}
 	var st state
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w: its driver state does not parse: %v", id, sandbox.ErrInvalid, err)
