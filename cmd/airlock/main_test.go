@@ -38,8 +38,16 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	buildErr = buildBinaries(dir)
-	return m.Run()
+	code := m.Run()
+	for _, f := range afterTests {
+		f()
+	}
+	return code
 }
+
+// afterTests run once every test has: they stop what tests started for
+// the whole binary (a Docker engine).
+var afterTests []func()
 
 func buildBinaries(dir string) error {
 	for _, b := range []struct{ out, pkg string }{
