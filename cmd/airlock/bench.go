@@ -15,6 +15,8 @@ type benchFlags struct {
 	quick           bool
 	jsonFile, chart string
 	runs, density   int
+	dockerImage     string
+	dockerRuntime   string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -42,6 +44,8 @@ root: the native driver needs it.`,
 	fl.StringVar(&f.chart, "chart", "", "also write an SVG bar chart to `FILE`")
 	fl.IntVarP(&f.runs, "runs", "n", 0, "time `N` runs of /bin/true per row, and N/4 of python3 (default 200, --quick 30)")
 	fl.IntVar(&f.density, "density", 0, "grow to `N` idle sandboxes at once (default 200, --quick 20)")
+	fl.StringVar(&f.dockerImage, "docker-image", "", "time the docker driver beside `docker run` on `IMAGE`, one the engine has (without it those rows are missing)")
+	fl.StringVar(&f.dockerRuntime, "docker-runtime", "", `the engine's runtime of the docker rows (default "runc")`)
 	return cmd
 }
 
@@ -61,6 +65,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		return fmt.Errorf("find the airlock binary to time: %w", err)
 	}
 	o.Airlock = exe
+	o.DockerImage, o.DockerRuntime = f.dockerImage, f.dockerRuntime
 	o.Progress = cmd.ErrOrStderr()
 	r, err := bench.Run(cmd.Context(), o)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package bench measures airlock against its baselines on this machine, in
 // one run, and reports every figure beside its baseline as a ratio: start
 // latency of one-shot commands (plain fork/exec, unshare, bwrap, runsc,
-// airlock run), the exec round trip in a live sandbox, density (memory per
+// airlock run), the exec round trip in a live sandbox, the Docker driver
+// beside the bare engine, density (memory per
 // idle sandbox and exec latency as their number grows), egress, and
 // throughput with concurrent clients.
 //
@@ -48,6 +49,13 @@ type Options struct {
 	// Airlock is the airlock binary whose `airlock run` is timed; empty
 	// reports that row as failed.
 	Airlock string
+	// DockerImage is the image of the docker rows, one the engine
+	// (DOCKER_HOST, else the local socket) has; empty reports them as
+	// missing.
+	DockerImage string
+	// DockerRuntime is the engine's runtime of the docker rows; empty
+	// means runc.
+	DockerRuntime string
 	// Progress, when not nil, receives a line per step as the run goes.
 	Progress io.Writer
 }
@@ -148,6 +156,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Rows = append(r.Rows, startR...)
 	r.Rows = append(r.Rows, execR...)
+	r.Rows = append(r.Rows, dockerRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, densR...)
 	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, wasmR...)

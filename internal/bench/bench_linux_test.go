@@ -26,7 +26,7 @@ func wantRows(clients []int) []string {
 			ids = append(ids, w+"/"+l)
 		}
 	}
-	ids = append(ids, "exec/native", "exec/http",
+	ids = append(ids, "exec/native", "exec/http", idDockerRun, idAirlockDocker, idDockerExec, idDockerClaim,
 		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
 		"density/pss", "density/cgroup", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
@@ -61,8 +61,13 @@ func buildAirlock(t *testing.T) string {
 // that the table, JSON and chart show all of it.
 func TestQuickBenchIsComplete(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "wasm")
+	if dockerErr != nil {
+		t.Run("docker", func(t *testing.T) {
+			testcap.SkipOrFail(t, "docker", "no Docker engine or image for the docker rows (they are reported missing): %v", dockerErr)
+		})
+	}
 	o := Options{Quick: true, TrueRuns: 3, PythonRuns: 2, Density: 4, ThroughputTime: 200 * time.Millisecond,
-		Clients: []int{2}, RowTime: 10 * time.Second, Settle: 0, Airlock: buildAirlock(t)}
+		Clients: []int{2}, RowTime: 10 * time.Second, Settle: 0, Airlock: buildAirlock(t), DockerImage: dockerImage}
 	var progress bytes.Buffer
 	o.Progress = &progress
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -92,6 +97,8 @@ func TestQuickBenchIsComplete(t *testing.T) {
 		case strings.HasSuffix(row.ID, "/runsc-do"), strings.HasSuffix(row.ID, "gvisor"):
 			want = []Status{StatusOK, StatusMissing, StatusFailed} // Debian's runsc fails on some kernels
 		case strings.Contains(row.ID, "bwrap") && bwrapErr != nil:
+			want = []Status{StatusMissing}
+		case row.Section == "docker" && dockerImage == "":
 			want = []Status{StatusMissing}
 		default:
 			want = []Status{StatusOK}

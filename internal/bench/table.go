@@ -12,6 +12,7 @@ var sectionTitles = map[string]string{
 	"start/true":   "1. start: /bin/true, one-shot, fork to exit",
 	"start/python": "1. start: python3 -c 'print(1)', one-shot, fork to exit",
 	"exec":         "2. exec round trip in a live sandbox",
+	"docker":       "2b. docker: the same image and runtime, bare engine and airlock",
 	"density":      "3. density: idle sandboxes, memory per sandbox, exec under load",
 	"egress":       "4. egress",
 	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",
