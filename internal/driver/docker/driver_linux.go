@@ -240,12 +240,15 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if err != nil {
 		return nil, err
 	}
-	info, err := d.engine(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.checkRuntime(info, spec.Runtime); err != nil {
-		return nil, err
+	// The engine is asked about itself (its runtimes) only once something
+	// fails: a start asks it nothing it does not need.
+	d.mu.Lock()
+	info := d.info
+	d.mu.Unlock()
+	if info != nil {
+		if err := d.checkRuntime(info, spec.Runtime); err != nil {
+			return nil, err
+		}
 	}
 	// Leftovers of airlock processes that died uncleanly are swept once per
 	// driver, before its first sandbox.
@@ -268,7 +271,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	img, err := cli.ImageInspect(ctx, spec.Image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("image %q: %w: the engine at %s does not have it; build or load it first (docker build, docker load, docker import) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, info.Host)
+			return nil, fmt.Errorf("image %q: %w: the engine at %s does not have it; build or load it first (docker build, docker load, docker import) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost())
+		}
+		if _, ierr := d.engine(ctx); ierr != nil {
+			return nil, ierr // the engine does not answer: say so, and how to fix it
 		}
 		return nil, fmt.Errorf("look at image %q: %w", spec.Image, err)
 	}

@@ -148,6 +148,14 @@ func (h *host) start(ctx context.Context, cs containerSpec, cfg *agent.Config) (
 		resp, err = cli.ContainerCreate(ctx, opts)
 	}
 	if err != nil {
+		if strings.Contains(err.Error(), "runtime") {
+			// An unknown runtime: the engine's list says which it has.
+			if info, ierr := h.d.engine(ctx); ierr == nil {
+				if rerr := h.d.checkRuntime(info, cs.Runtime); rerr != nil {
+					return nil, nil, rerr
+				}
+			}
+		}
 		return nil, nil, fmt.Errorf("create the container of sandbox %s: %w", h.spec.ID, err)
 	}
 	h.cid = resp.ID
@@ -328,7 +336,7 @@ func (h *host) Teardown(ctx context.Context) error {
 			// A frozen container dies only once thawed.
 			h.group.Thaw()
 		}
-		if h.cid != "" {
+		if h.cid != "" && !h.removedByEngine(ctx) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			_, err := h.d.cli.ContainerRemove(rctx, h.cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 			cancel()
@@ -368,5 +376,25 @@ func (h *host) gone(ctx context.Context) bool {
 			return false
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// removedByEngine lets a container that is not persistent end by itself,
+// as `docker run --rm` does: its agent ends when its input closes (the
+// connection is closed by now), killing every command, and the engine
+// removes the container. It says whether that happened within 5 s;
+// otherwise the caller removes it by force.
+func (h *host) removedByEngine(ctx context.Context) bool {
+	if h.d.opts.Persistent || h.conn == nil {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	res := h.d.cli.ContainerWait(wctx, h.cid, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
+	select {
+	case <-res.Result:
+		return true
+	case err := <-res.Error:
+		return cerrdefs.IsNotFound(err)
 	}
 }
