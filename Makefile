@@ -20,6 +20,9 @@ DEBS  += python3-venv
 # The Debian package's install test: a fresh Debian root, and the checks of
 # the systemd unit (systemd need not run).
 DEBS  += debootstrap systemd
+# The Docker driver's tests: the engine (they start dockerd themselves;
+# their image is made with debootstrap).
+DEBS  += docker.io
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
 # The kube test rig's node: runc and the CNI plugins (and debootstrap,
 # above, for the image its Pods run).
