@@ -188,10 +188,10 @@ func (c Config) withDefaults() (Config, error) {
 			t.Driver = "native"
 		}
 		if (t.Image != "" || t.Runtime != "") && t.Driver != "docker" {
-			return c, fmt.Errorf("template %q: image and runtime are for driver \"docker\"", t.Name)
+			return c, keyErr(key("image"), fmt.Errorf("template %q: image and runtime are for driver \"docker\"", t.Name))
 		}
 		if t.Driver == "docker" && t.Image == "" {
-			return c, fmt.Errorf("template %q: driver docker needs an image the engine has (image = \"python:3.12-slim\")", t.Name)
+			return c, keyErr(key("image"), fmt.Errorf("template %q: driver docker needs an image the engine has (image = \"python:3.12-slim\")", t.Name))
 		}
 		if t.TTL == 0 {
 			t.TTL = Duration(sandbox.DefaultLifetime)
