@@ -72,6 +72,19 @@ type ContainedConfig struct {
 	// the agent removes once it runs, so that no command sees it. Empty:
 	// the binary stays where the runtime put it (the runtime hides it).
 	AgentMount string `json:"agent_mount"`
+	// AgentVolume is the mount point of a volume that holds the agent's
+	// binary (a container engine's), which the agent moves into Home and
+	// whose mount point it removes, so that no command sees it; relays are
+	// started from there (Home/bin). Empty: none.
+	AgentVolume string `json:"agent_volume,omitempty"`
+	// Home is a directory the agent makes, that only root may enter, for
+	// what it keeps: the moved AgentVolume, and where the driver says so,
+	// its session socket and the commands' chroot. Empty: none.
+	Home string `json:"home,omitempty"`
+	// MaskProc says the sandbox's /proc is the host kernel's (a container
+	// engine's runc): the agent masks what tells the host apart, as the
+	// native agent does, and gives the sandbox a boot id of its own.
+	MaskProc bool `json:"mask_proc,omitempty"`
 	// ChrootDir is an empty directory for the commands' chroot (see
 	// chrootTarget in agentd), which the agent makes. Empty means the
 	// directory of AgentMount, or no chroot.

@@ -80,11 +80,11 @@ func (s *server) detached(ctx context.Context) bool {
 // listenSessions listens on the unix socket path for later sessions; only
 // uid 0 (the relays the host starts) may use it.
 func listenSessions(path string) (*net.UnixListener, error) {
-	_ = os.Remove(path)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen for host sessions: %w", err)
 	}
+	ln.SetUnlinkOnClose(false)
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("listen for host sessions: %w", err)

@@ -59,6 +59,9 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := pruneDev(); err != nil {
 		return 0, err
 	}
+	if err := makeHome(g); err != nil {
+		return 0, err
+	}
 	if g.ReadOnlyRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return 0, fmt.Errorf("make the root read-only: %w", err)
@@ -66,6 +69,11 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	}
 	if err := nosuidAll(); err != nil {
 		return 0, err
+	}
+	if g.MaskProc {
+		if err := maskProc(g.Home); err != nil {
+			return 0, err
+		}
 	}
 	dir, err := innerCgroups(g.Pids)
 	if err != nil && g.CgroupV1 {
@@ -417,4 +425,54 @@ func unescapeOctal(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// makeHome makes the agent's own directory, only root may enter, and moves
+// the agent's volume into it (see agent.ContainedConfig.Home).
+func makeHome(g *agent.ContainedConfig) error {
+	if g.Home == "" {
+		return nil
+	}
+	if err := os.Mkdir(g.Home, 0o700); err != nil {
+		return fmt.Errorf("make the agent's directory: %w", err)
+	}
+	if g.AgentVolume == "" {
+		return nil
+	}
+	bin := g.Home + "/bin"
+	if err := os.Mkdir(bin, 0o700); err != nil {
+		return fmt.Errorf("make the agent's directory: %w", err)
+	}
+	if err := unix.Mount(g.AgentVolume, bin, "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move the agent's volume: %w", err)
+	}
+	if err := removeName(g.AgentVolume); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove the agent's volume's mount point: %w", err)
+	}
+	return nil
+}
+
+// maskProc masks what of the host kernel's /proc tells the host apart (see
+// maskedProc) and covers its boot id with one of the sandbox's own, made
+// in the agent's directory home for a moment.
+func maskProc(home string) error {
+	for _, name := range maskedProc {
+		p := "/proc/" + name
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", name, err)
+		}
+	}
+	if home == "" {
+		home = "/tmp"
+	}
+	return bindBootID(home+"/.boot", "/proc/sys/kernel/random/boot_id")
 }

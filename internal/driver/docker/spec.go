@@ -17,18 +17,24 @@ import (
 const (
 	// agentDir is where the agent's volume is mounted, read-only: in the
 	// container's own /dev (a tmpfs the engine makes), so that its mount
-	// point is not made in the image's root. The binary is in agentBinDir
-	// below it, a directory only root may enter.
+	// point is not made in the image's root; the agent moves it into its
+	// own directory once it runs. The binary is in agentBinDir below it, a
+	// directory only root may enter.
 	agentDir    = "/dev/.airlock"
 	agentBinDir = agentDir + "/agent"
 	// agentName is the binary's name, and the agent's argv[0].
 	agentName = "airlock-agent"
+	// agentHome is the agent's own directory, only root may enter (see
+	// agent.ContainedConfig.Home); the agent moves its volume there, so
+	// relays run agentRelayDir/airlock-agent.
+	agentHome     = "/tmp/.agent"
+	agentRelayDir = agentHome + "/bin/agent"
 	// sessionSocket is where the agent listens for later host sessions
 	// (agent.ContainedConfig.Listen), reached through a relay.
-	sessionSocket = "/dev/.agent.sock"
+	sessionSocket = agentHome + "/sock"
 	// chrootDir is the commands' chroot where the agent gives them cgroup
 	// v2 groups (see agent.ContainedConfig.ChrootDir).
-	chrootDir = "/dev/.chroot"
+	chrootDir = agentHome + "/root"
 	// hostname is every sandbox's host name.
 	hostname = "sandbox"
 	// Workload uid and gid; the agent is uid 0 of the container.
@@ -190,6 +196,7 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
+			AgentVolume: agentDir, Home: agentHome, MaskProc: !vmRuntime(runtime),
 			CgroupV1: true, SharedUIDs: !vmRuntime(runtime), ReadOnlyRoot: vmRuntime(runtime),
 		},
 	}

@@ -193,7 +193,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	}
 	ec, err := cli.ExecCreate(ctx, st.Container, client.ExecCreateOptions{
 		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env: []string{"PATH=" + agentBinDir}, Cmd: []string{agentName, agent.RelayArg, sessionSocket},
+		Env: []string{"PATH=" + agentRelayDir}, Cmd: []string{agentName, agent.RelayArg, sessionSocket},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: start a relay to its agent: %w", id, err)
