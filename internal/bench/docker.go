@@ -64,34 +64,69 @@ func dockerRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	if err != nil {
 		return fail(StatusMissing, err.Error())
 	}
-	argv := append([]string{o.DockerImage}, trueArgv...)
-	bare, status, detail := resolve(launcher{prefix: []string{"docker", "run", "--rm", "--network", "none", "--runtime", rt}, fix: "apt-get install docker.io"})
-	if status != StatusOK {
+	bare, status, detail := resolve(launcher{prefix: []string{"docker", "run", "--rm", "--network", "none", "--runtime", rt, o.DockerImage}, fix: "apt-get install docker.io"})
+	al, alStatus, alDetail := resolve(launcher{prefix: []string{o.Airlock, "run", "--driver", "docker", "--image", o.DockerImage, "--runtime", rt, "--"}})
+	switch {
+	case status != StatusOK:
 		rows[0].Status, rows[0].Detail = status, detail
-	} else {
-		progress("docker: docker run, %d runs", o.PythonRuns)
-		rows[0] = timeDocker(ctx, o, rows[0], append(bare, argv...))
-	}
-	al, status, detail := resolve(launcher{prefix: []string{o.Airlock, "run", "--driver", "docker", "--image", o.DockerImage, "--runtime", rt, "--"}})
-	if status != StatusOK {
-		rows[1].Status, rows[1].Detail = status, detail
-	} else {
-		progress("docker: airlock run --driver docker, %d runs", o.PythonRuns)
-		rows[1] = timeDocker(ctx, o, rows[1], append(al, trueArgv...))
+		rows[1].Status, rows[1].Detail = StatusFailed, "no baseline: "+detail
+	case alStatus != StatusOK:
+		rows[1].Status, rows[1].Detail = alStatus, alDetail
+	default:
+		progress("docker: docker run and airlock run --driver docker, %d runs each, alternately", o.PythonRuns)
+		sb, sa, err := timePair(ctx, o, o.PythonRuns, append(bare, trueArgv...), append(al, trueArgv...))
+		if err != nil {
+			return fail(StatusFailed, err.Error())
+		}
+		rows[0], rows[1] = latencyRow(rows[0], sb), latencyRow(rows[1], sa)
 	}
 	rows[2] = dockerExecRow(ctx, o, d, rows[2], progress)
 	rows[3] = dockerClaimRow(ctx, o, rows[3], progress)
 	return rows
 }
 
-// timeDocker times a one-shot docker command: o.PythonRuns runs, a start
-// through the engine costs about what python3 does.
-func timeDocker(ctx context.Context, o Options, row Row, argv []string) Row {
-	r, err := timeCommand(ctx, o, row, argv, o.PythonRuns)
+// timePair times the one-shot commands a and b n times each (o.PythonRuns:
+// a start through the engine costs about what python3 does), one after the
+// other and in turns, so that both see the same load: on a busy machine a
+// row timed after another is not comparable with it.
+func timePair(ctx context.Context, o Options, n int, a, b []string) (sa, sb series, err error) {
+	w, err := newCmdWorker(o.runTimeout())
 	if err != nil {
-		r.Status, r.Detail = StatusFailed, err.Error()
+		return sa, sb, err
 	}
-	return r
+	defer w.close()
+	record := func(s *series, d time.Duration, err error) {
+		if err != nil {
+			s.fails++
+			if s.firstErr == nil {
+				s.firstErr = err
+			}
+			return
+		}
+		s.samples = append(s.samples, d)
+	}
+	for range warmups(n) {
+		_, _ = w.run(ctx, a)
+		_, _ = w.run(ctx, b)
+	}
+	deadline := time.Now().Add(6 * o.RowTime)
+	for i := 0; i < n && time.Now().Before(deadline); i++ {
+		first, second, fs, ss := a, b, &sa, &sb
+		if i%2 == 1 {
+			first, second, fs, ss = b, a, &sb, &sa
+		}
+		d, err := w.run(ctx, first)
+		record(fs, d, err)
+		d, err = w.run(ctx, second)
+		record(ss, d, err)
+		if ctx.Err() != nil {
+			return sa, sb, ctx.Err()
+		}
+		if len(sa.samples)+len(sb.samples) == 0 && sa.fails >= maxFailsWithoutSuccess {
+			break
+		}
+	}
+	return sa, sb, nil
 }
 
 // dockerExecRow times exec of /bin/true in one live Docker sandbox.

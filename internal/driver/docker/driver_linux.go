@@ -251,8 +251,17 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		}
 	}
 	// Leftovers of airlock processes that died uncleanly are swept once per
-	// driver, before its first sandbox.
-	d.sweep.Do(func() { _ = d.Sweep(ctx) })
+	// driver, beside its first sandbox's start (the sandbox's own lock
+	// keeps it out of the sweep).
+	d.sweep.Do(func() {
+		go func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := d.Sweep(sctx); err != nil {
+				d.opts.Logger.Warn("sweep the containers of dead airlock processes", "err", err)
+			}
+		}()
+	})
 
 	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
 	if err != nil {
