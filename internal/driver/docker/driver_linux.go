@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -233,6 +235,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if spec.Runtime == "" {
 		spec.Runtime = d.opts.Runtime
 	}
+	if err := d.checkMounts(spec.Mounts); err != nil {
+		return nil, err
+	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()
 	}
@@ -326,4 +331,28 @@ func agentSum() (path, sum string, err error) {
 	}
 	sum, err = agentbin.Sum()
 	return path, sum, err
+}
+
+// checkMounts refuses a mount whose source is, or passes through, a
+// symlink, where the engine runs on this host and so sees the same paths.
+// (The engine resolves the source again when it mounts it: a source
+// swapped for a symlink after this check is followed; see decisions.)
+func (d *Driver) checkMounts(mounts []sandbox.Mount) error {
+	cli, err := d.client()
+	if err != nil || !strings.HasPrefix(cli.DaemonHost(), "unix://") {
+		return nil
+	}
+	for _, m := range mounts {
+		real, err := filepath.EvalSymlinks(m.Source)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("mount source %s: %w: it does not exist on this host", m.Source, sandbox.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("mount source %s: %w", m.Source, err)
+		}
+		if real != filepath.Clean(m.Source) {
+			return fmt.Errorf("%w: mount source %s leads through a symlink (to %s): give the real path", sandbox.ErrInvalid, m.Source, real)
+		}
+	}
+	return nil
 }
