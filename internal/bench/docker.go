@@ -138,7 +138,7 @@ func dockerExecRow(ctx context.Context, o Options, d *docker.Driver, row Row, pr
 		return row
 	}
 	sb := &guarded{sb: in}
-	defer sb.close(ctx)
+	defer func() { _ = sb.close(ctx) }()
 	s, err := timeRuns(ctx, o.TrueRuns, max(5, warmups(o.TrueRuns)), o.RowTime, sb.exec)
 	if err != nil {
 		row.Status, row.Detail = StatusFailed, err.Error()
@@ -190,7 +190,7 @@ func dockerClaimRow(ctx context.Context, o Options, row Row, progress func(strin
 		return fail(err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
+	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	_, secret, err := st.NewKey("bench", store.RoleAgent, store.Quota{MaxSandboxes: 4},
 		store.RateLimits{CreatesPerSecond: 100, CreateBurst: 100, ExecsPerSecond: 1e6, ExecBurst: 1e6}, time.Now())

@@ -85,7 +85,7 @@ type dockerAPI struct {
 func newDockerAPI(host string) (*dockerAPI, error) {
 	u, err := url.Parse(host)
 	if err != nil {
-		return nil, fmt.Errorf("parse DOCKER_HOST %q: %v", host, err)
+		return nil, fmt.Errorf("parse DOCKER_HOST %q: %w", host, err)
 	}
 	e := &dockerAPI{base: "http://docker", tr: &http.Transport{DisableKeepAlives: true}}
 	switch u.Scheme {

@@ -85,7 +85,7 @@ func (d *Driver) client() (*client.Client, error) {
 		if d.opts.Host != "" {
 			opt = client.WithHost(d.opts.Host)
 		}
-		d.cli, d.cliErr = client.New(opt, client.WithAPIVersionNegotiation())
+		d.cli, d.cliErr = client.New(opt) // it negotiates the API version down to the engine's
 		if d.cliErr != nil {
 			d.cliErr = unsupported(fmt.Sprintf("the engine's address: %v", d.cliErr), "set DOCKER_HOST to unix:///path/docker.sock or tcp://host:port")
 		}

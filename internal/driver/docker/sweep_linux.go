@@ -140,7 +140,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	}
 	var st state
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w: its driver state does not parse: %v", id, sandbox.ErrInvalid, err)
+		return nil, fmt.Errorf("sandbox %s: %w: its driver state does not parse: %w", id, sandbox.ErrInvalid, err)
 	}
 	if st.Spec.ID != id || st.Container == "" {
 		return nil, fmt.Errorf("sandbox %s: %w: its driver state names sandbox %q", id, sandbox.ErrInvalid, st.Spec.ID)

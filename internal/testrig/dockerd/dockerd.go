@@ -162,7 +162,7 @@ func start(ctx context.Context, log io.Writer) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("dockerd exited before it answered: %v\n%s", err, testrig.Tail(logPath, 15))
+			return fmt.Errorf("dockerd exited before it answered: %w\n%s", err, testrig.Tail(logPath, 15))
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
 			return ctx.Err()

@@ -30,7 +30,7 @@ func TestImage(ctx context.Context, host string, log io.Writer) (string, error) 
 	}
 	m := img.Manifest
 	ref := "airlock-test/" + m.Suite + "-" + strings.Join(m.Include, "-") + ":" + m.Release[:16]
-	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(host))
 	if err != nil {
 		return "", err
 	}
