@@ -15,9 +15,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
 )
 
-// ImageSpec is the tests' image: Debian minbase with python3, and procps
-// for the suite's ps.
-var ImageSpec = rootimage.Spec{Include: []string{"procps", "python3"}}
+// ImageSpec is the tests' image: rootimage's default (Debian minbase with
+// procps and python3), the same one the kube rig runs, built once.
+var ImageSpec = rootimage.Spec{}
 
 // TestImage returns the name of the tests' image in the engine at host,
 // importing it (`docker import` of the root image, which it builds when

@@ -1,5 +1,5 @@
 // Package rootimage builds the root file system the container-based test
-// rigs run: Debian's minbase (debootstrap --variant=minbase) plus python3,
+// rigs run: Debian's minbase (debootstrap --variant=minbase) plus procps and python3,
 // as an uncompressed tarball of the tree, cached by the Debian release it
 // was built from.
 //
@@ -41,13 +41,13 @@ import (
 )
 
 // Spec says which image to build. The zero Spec is Debian 12 (bookworm)
-// minbase plus python3 from deb.debian.org.
+// minbase plus procps and python3 from deb.debian.org.
 type Spec struct {
 	// Suite is the Debian suite; "" means "bookworm".
 	Suite string
 	// Mirror is the Debian mirror; "" means "http://deb.debian.org/debian".
 	Mirror string
-	// Include lists the packages added to minbase; nil means python3.
+	// Include lists the packages added to minbase; nil means DefaultInclude.
 	Include []string
 }
 
@@ -57,8 +57,10 @@ const (
 	DefaultMirror = "http://deb.debian.org/debian"
 )
 
-// DefaultInclude are the packages added to minbase when Spec.Include is nil.
-var DefaultInclude = []string{"python3"}
+// DefaultInclude are the packages added to minbase when Spec.Include is nil:
+// python3, and procps for the conformance suite's ps. The Docker tests and
+// the kube rig share this one image.
+var DefaultInclude = []string{"procps", "python3"}
 
 func (s Spec) withDefaults() Spec {
 	if s.Suite == "" {
