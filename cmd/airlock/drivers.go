@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -56,6 +58,16 @@ var driverTable []driverEntry
 // registerDriver adds a driver to the table; drivers_*.go call it from init.
 func registerDriver(name string, new func(driverOptions) (sandbox.Driver, error)) {
 	driverTable = append(driverTable, driverEntry{name: name, new: new})
+}
+
+// commandTable lists commands that a driver's file adds (a driver's own
+// setup), in the order they registered.
+var commandTable []func() *cobra.Command
+
+// registerCommand adds a command of a driver; drivers_*.go call it from
+// init.
+func registerCommand(newCmd func() *cobra.Command) {
+	commandTable = append(commandTable, newCmd)
 }
 
 // driverNames lists the drivers this build has.

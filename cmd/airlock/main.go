@@ -2,6 +2,7 @@
 //
 //	airlock run [flags] -- CMD [ARGS...]   one command in a fresh sandbox
 //	airlock doctor [--json]                what this host can run, and fixes
+//	airlock microvm prepare                what the microvm driver needs
 package main
 
 import (
@@ -56,6 +57,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		newAuditCmd(),
 		newManCmd(),
 	)
+	for _, c := range commandTable {
+		root.AddCommand(c())
+	}
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {

@@ -75,7 +75,7 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network) or "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket)`)
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network), "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket) or "microvm" (a QEMU virtual machine with its own kernel)`)
 	fl.StringVar(&f.module, "module", "", "run this WASI command module (a .wasm file) with ARGS as its arguments; implies --driver wasm")
 	fl.StringVar(&f.image, "image", "", "--driver docker: the image of the sandbox, one the engine has (docker images)")
 	fl.StringVar(&f.runtime, "runtime", "", `--driver docker: the engine's runtime, "runc" (default), "runsc" (gVisor) or "kata", as registered with the engine`)

@@ -58,6 +58,12 @@ type Config struct {
 	// and tunnel each connection to the host (see ServeEgress). Nil: no
 	// network beyond loopback.
 	Egress *EgressConfig `json:"egress,omitempty"`
+	// Guest is set by the host of a virtual machine, whose init (the agent
+	// started with GuestArg) consumes it: it sets up the guest for this
+	// sandbox, fills in Root, Mounts and Cgroup with what it made, and
+	// starts the agent proper with the rest (see GuestConfig). Nil
+	// everywhere else.
+	Guest *GuestConfig `json:"guest,omitempty"`
 }
 
 // ContainedConfig is what the agent sets up inside an environment that

@@ -31,6 +31,9 @@ func Main() int {
 	if len(os.Args) == 3 && os.Args[1] == agent.RelayArg {
 		return relay(os.Args[2])
 	}
+	if len(os.Args) > 1 && (os.Args[1] == agent.GuestArg || os.Args[1] == agent.GuestExitArg) {
+		return guestInit(os.Args[1] == agent.GuestExitArg)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
 		return 1
@@ -116,7 +119,7 @@ func run() error {
 		return fmt.Errorf("open the file API's root: %w", err)
 	}
 	if conn == nil {
-		if conn, err = net.FileConn(os.NewFile(agent.FDConn, "conn")); err != nil {
+		if conn, err = hostConn(agent.FDConn); err != nil {
 			return fmt.Errorf("open the host connection: %w", err)
 		}
 	}
@@ -169,6 +172,26 @@ func markCloexec() error {
 		}
 	}
 	return nil
+}
+
+// hostConn makes the connection to the host out of descriptor fd: a
+// socket (native), or a character device (a virtual machine's
+// virtio-serial port), which is read and written as a file. The
+// descriptor is made non-blocking before the runtime sees it, so that it
+// gets deadlines.
+func hostConn(fd int) (net.Conn, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		return net.FileConn(os.NewFile(uintptr(fd), "conn"))
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "conn")
+	return agent.PipeConn(f, f), nil
 }
 
 // openStdio reads the agent.Config from standard input and returns the host

@@ -355,7 +355,15 @@ func attachMount(m agent.MountConfig) error {
 	if m.Dir {
 		err = os.MkdirAll(dst, 0o755)
 	} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-		err = os.WriteFile(dst, nil, 0o644)
+		// A file that is there already is the mount point (the root may
+		// be read-only); anything else in its place is not.
+		fi, serr := os.Lstat(dst)
+		switch {
+		case serr != nil:
+			err = os.WriteFile(dst, nil, 0o644)
+		case !fi.Mode().IsRegular():
+			err = fmt.Errorf("%s is not a file in the root", m.Target)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("make mount point %s: %w", m.Target, err)

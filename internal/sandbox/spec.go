@@ -224,6 +224,8 @@ const (
 	// LayerWasm is WebAssembly's own isolation: a module reaches only its
 	// linear memory and the host functions it is given (WASI).
 	LayerWasm Layer = "wasm"
+	// LayerMicroVM is a virtual machine of its own, with its own kernel.
+	LayerMicroVM Layer = "microvm"
 )
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)

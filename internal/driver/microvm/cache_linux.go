@@ -1,0 +1,111 @@
+package microvm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// CacheEnv names the variable that moves airlock's cache of heavy build
+// products (kernels, initramfs images, root images, snapshots) away from
+// /var/cache/airlock.
+const CacheEnv = "AIRLOCK_CACHE"
+
+// defaultCache is the cache's root when neither Options.CacheDir nor
+// CacheEnv says otherwise.
+const defaultCache = "/var/cache/airlock"
+
+// cacheRoot returns the microvm part of the cache.
+func cacheRoot(dir string) string {
+	if dir == "" {
+		dir = os.Getenv(CacheEnv)
+	}
+	if dir == "" {
+		dir = defaultCache
+	}
+	return filepath.Join(dir, "microvm")
+}
+
+// contentKey names a build product by what it is made of: the first 16
+// hex digits of the SHA-256 of parts as JSON.
+func contentKey(parts ...any) string {
+	b, err := json.Marshal(parts)
+	if err != nil {
+		panic(err) // only plain values are keyed
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// cached returns dir/name, building it first when it is not there: build
+// fills a temporary directory next to it, which then takes its name, so
+// that nobody ever sees a half-built product. A lock file serializes the
+// builders of one name across processes; a second builder waits and finds
+// the first one's product. Everything in the cache is readable by all
+// (QEMU reads the kernel, initramfs and root image as an unprivileged
+// user) unless build makes it otherwise.
+func cached(ctx context.Context, dir, name string, build func(tmp string) error) (string, error) {
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("make the cache directory %s: %w", dir, err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, "."+name+".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
+	}
+	tmp, err := os.MkdirTemp(dir, "."+name+".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("make a build directory in %s: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := build(tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("publish %s in the cache: %w", name, err)
+	}
+	return final, nil
+}
+
+// lockFile takes an exclusive lock on path, waiting for it until ctx is
+// done, and returns what releases it.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for another airlock building %s: %w", filepath.Base(path), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

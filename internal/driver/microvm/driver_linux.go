@@ -1,0 +1,385 @@
+package microvm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/user"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/agentbin"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Sizes of a machine beyond its sandbox's limits.
+const (
+	// guestReserveMiB is the guest's RAM beyond the workload's memory
+	// limit: its kernel, the agent, the page cache of the root disk. The
+	// guest's RAM is rounded up to guestRAMStepMiB, so that sandboxes of
+	// nearby limits share one snapshot.
+	guestReserveMiB = 128
+	guestRAMStepMiB = 128
+	// qemuOverheadMiB is the host memory QEMU takes beyond the guest's
+	// RAM: its own heap and, emulating, its translation cache.
+	qemuOverheadMiB    = 128
+	qemuOverheadTCGMiB = qemuOverheadMiB + tcgCacheMiB
+	// qemuPids bounds QEMU's threads: one per vCPU, its I/O workers and
+	// helpers.
+	qemuPids = 256
+)
+
+// Driver runs sandboxes in QEMU microVMs.
+type Driver struct {
+	opts     Options
+	agent    string
+	vmm      vmm
+	vmmErr   error
+	accel    string
+	accelWhy string // why not KVM, when TCG
+	hier     *cgroup.Hierarchy
+	hierErr  error
+	cache    string
+	tscKHz   int64
+	sweep    sync.Once
+
+	mu    sync.Mutex
+	snaps map[string]*snapshot // by key, loaded
+}
+
+var (
+	_ sandbox.Driver    = (*Driver)(nil)
+	_ sandbox.Sweeper   = (*Driver)(nil)
+	_ sandbox.Describer = (*Driver)(nil)
+)
+
+// New returns a microvm driver. It fails only when the agent binary cannot
+// be found; what the host lacks (QEMU, the guest kernel, root, cgroups) is
+// reported by Probe and Create. Without Options.Accel it probes /dev/kvm
+// (a few milliseconds).
+func New(opts Options) (*Driver, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = "airlock"
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/airlock"
+	}
+	if opts.Egress == nil {
+		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
+	}
+	if opts.Packages == nil {
+		opts.Packages = DefaultPackages
+	}
+	if opts.BootAttempts <= 0 {
+		opts.BootAttempts = 3
+	}
+	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}}
+	var err error
+	if d.agent, err = agentbin.Path(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q, err := findQEMU(ctx, opts.QEMU)
+	if err != nil {
+		d.vmmErr = err
+	} else {
+		d.vmm = q
+	}
+	switch opts.Accel {
+	case "kvm", "tcg":
+		d.accel = opts.Accel
+	case "":
+		d.accel = "tcg"
+		if r := hostcap.Probe(ctx, "kvm"); r.OK {
+			d.accel = "kvm"
+		} else {
+			d.accelWhy = r.Why
+			if r.Fix != "" {
+				d.accelWhy += "; for KVM speed: " + r.Fix
+			}
+		}
+	default:
+		return nil, fmt.Errorf("microvm: accelerator %q: use kvm or tcg: %w", opts.Accel, sandbox.ErrInvalid)
+	}
+	if d.opts.BootTimeout <= 0 {
+		d.opts.BootTimeout = 60 * time.Second
+		if d.accel == "kvm" {
+			d.opts.BootTimeout = 10 * time.Second
+		}
+	}
+	if d.accel == "tcg" {
+		d.tscKHz = tscKHz()
+	}
+	d.hier, d.hierErr = cgroup.Detect()
+	return d, nil
+}
+
+// Name is "microvm".
+func (d *Driver) Name() string { return "microvm" }
+
+// Describe says which VMM, accelerator and kernel the driver uses, and
+// what the host needs for KVM speed when it emulates.
+func (d *Driver) Describe() string {
+	if d.vmm == nil {
+		return "no QEMU"
+	}
+	s := d.vmm.Name() + " -M microvm, accel " + d.accel
+	if k, err := currentKernel(d.cache); err == nil {
+		s += ", kernel " + k.Release
+	}
+	if d.accel == "tcg" {
+		s += " (software emulation, about 10x slower than KVM"
+		if d.accelWhy != "" {
+			s += ": " + d.accelWhy
+		}
+		s += ")"
+	}
+	return s
+}
+
+// Probe checks that this host can run microVM sandboxes: amd64, root,
+// cgroups, QEMU and the guest kernel in the cache.
+func (d *Driver) Probe(ctx context.Context) error {
+	_, err := d.layers()
+	return err
+}
+
+// layers checks what the host must have and returns the host's layers in
+// effect.
+func (d *Driver) layers() ([]sandbox.Layer, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, unsupported("the microvm driver runs x86-64 guests (-M microvm) only; this is "+runtime.GOARCH, "use an amd64 host")
+	}
+	if os.Geteuid() != 0 {
+		return nil, unsupported("the microvm driver needs root: it runs each QEMU as a uid of its own, in a cgroup it makes", "run airlock as root (sudo airlock …)")
+	}
+	if d.vmm == nil {
+		return nil, unsupported(d.vmmErr.Error(), "apt-get install qemu-system-x86")
+	}
+	if _, err := currentKernel(d.cache); err != nil {
+		return nil, err
+	}
+	on := []sandbox.Layer{sandbox.LayerMicroVM, sandbox.LayerUIDRange, sandbox.LayerPidNS, sandbox.LayerMountNS, sandbox.LayerUTSNS, sandbox.LayerIPCNS}
+	if d.hier == nil {
+		return nil, &sandbox.LayerError{Layer: sandbox.LayerCgroups, Why: d.hierErr.Error(), Fix: "mount the memory, pids, cpu, cpuacct and freezer cgroup v1 controllers, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
+	}
+	on = append(on, sandbox.LayerCgroups)
+	return on, nil
+}
+
+// Capabilities says what microVM sandboxes can do.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
+		Egress: true,
+		// Spec.Root becomes a disk image; no host directory is ever
+		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
+		HostMounts: false,
+		// A sandbox ends with the process that made it: see
+		// docs/decisions.md for what reattaching would take.
+		SurvivesRestart: false,
+	}
+}
+
+// guestMemoryMiB is the guest RAM for a workload memory limit.
+func guestMemoryMiB(limit int64) int {
+	mib := int((limit+(1<<20)-1)>>20) + guestReserveMiB
+	return (mib + guestRAMStepMiB - 1) / guestRAMStepMiB * guestRAMStepMiB
+}
+
+// vcpus is the number of virtual CPUs for a CPU quota: whole CPUs, at
+// least one, at most the host's.
+func vcpus(cpus float64) int {
+	return max(1, min(int(math.Ceil(cpus)), runtime.NumCPU()))
+}
+
+// cmdline is the guest kernel's command line: the console on the serial
+// port (quiet), a panic or restart ends the machine, no PCI (microvm has
+// none), the agent as init. An emulated guest is told the host's TSC
+// rate, since calibrating it against emulated timers can hang the boot.
+func (d *Driver) cmdline() string {
+	args := []string{"console=ttyS0", "quiet", "panic=-1", "reboot=t", "pci=off", "rdinit=/init"}
+	if d.accel == "tcg" && d.tscKHz > 0 {
+		args = append(args, "tsc_early_khz="+strconv.FormatInt(d.tscKHz, 10), "tsc=reliable")
+	}
+	args = append(args, d.opts.KernelArgs...)
+	return strings.Join(append(args, "--", agent.GuestArg), " ")
+}
+
+// vmGroups are the supplementary groups QEMU needs: kvm's, to open
+// /dev/kvm.
+func (d *Driver) vmGroups() []uint32 {
+	if d.accel != "kvm" {
+		return nil
+	}
+	g, err := user.LookupGroup("kvm")
+	if err != nil {
+		return nil
+	}
+	id, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return nil
+	}
+	return []uint32{uint32(id)}
+}
+
+// shapeFor finds (or builds) the kernel, initramfs and root of spec and
+// returns the shape of its machine.
+func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error) {
+	k, err := currentKernel(d.cache)
+	if err != nil {
+		return shape{}, err
+	}
+	ird, err := buildInitramfs(ctx, d.cache, k, d.agent)
+	if err != nil {
+		return shape{}, err
+	}
+	root, err := buildRootImage(ctx, d.cache, d.opts.Packages, spec.Root)
+	if err != nil {
+		return shape{}, err
+	}
+	return shape{
+		Accel: d.accel, VCPUs: vcpus(spec.Limits.CPUs), MemoryMiB: guestMemoryMiB(spec.Limits.MemoryBytes),
+		Kernel: k, Initramfs: ird, Root: root, Cmdline: d.cmdline(),
+	}, nil
+}
+
+// Create starts a sandbox: a machine restored from its shape's snapshot
+// (made first when there is none) or booted, in the sandbox's host cgroup,
+// then the sandbox's config and identity, then the agent's handshake.
+// Anything made before an error is removed again.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if len(spec.Mounts) > 0 {
+		return nil, &sandbox.UnsupportedError{What: "mounts in a microVM", Why: "the guest sees no host directory: its kernel has no 9p and Debian has no virtiofsd", Fix: "copy files in with the file API, or use --driver native or gvisor for host mounts"}
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	hostLayers, err := d.layers()
+	if err != nil {
+		return nil, err
+	}
+	if spec.ID == "" {
+		spec.ID = sandbox.NewID()
+	}
+	d.sweep.Do(func() { _ = d.Sweep(ctx) })
+
+	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	h := &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
+	var eg *egress.Sandbox
+	defer func() {
+		if err != nil {
+			if eg != nil {
+				eg.Close()
+			}
+			_ = h.Teardown(context.WithoutCancel(ctx))
+		}
+	}()
+	if h.uidLock, h.uid, err = hostlock.UIDRange(d.opts.StateDir); err != nil {
+		return nil, err
+	}
+	s, err := d.shapeFor(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.makeCgroup(s); err != nil {
+		return nil, err
+	}
+	cfg := d.agentConfig(spec)
+	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
+		return nil, err
+	}
+	if err := h.start(ctx, s); err != nil {
+		return nil, err
+	}
+	client, agentLayers, err := h.handshake(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.limitCPU(); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return agentdriver.New(agentdriver.Config{
+		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
+		Host: h, Egress: eg, Logger: d.opts.Logger,
+	}), nil
+}
+
+// agentConfig is the agent's config for spec, with the guest's part: a
+// fresh seed, machine id and host name, the clock, and the workload's
+// limits.
+func (d *Driver) agentConfig(spec sandbox.Spec) *agent.Config {
+	seed := make([]byte, 64)
+	_, _ = rand.Read(seed)
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	l := spec.Limits
+	return &agent.Config{
+		Hostname: spec.ID, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
+		FileSize: l.DiskBytes,
+		Guest: &agent.GuestConfig{
+			Seed: seed, MachineID: hex.EncodeToString(id),
+			MemoryBytes: l.MemoryBytes, Pids: l.Pids,
+		},
+	}
+}
+
+// Sweep removes what sandboxes of airlock processes that died without
+// cleaning up left behind: their QEMU processes (in their cgroups) and
+// cgroups. A sandbox is stale when no live process holds its lock.
+func (d *Driver) Sweep(context.Context) error {
+	if d.hier == nil {
+		return nil
+	}
+	parent := d.hier.Open(d.opts.CgroupParent)
+	names, err := parent.Children()
+	if err != nil {
+		return nil
+	}
+	for _, name := range names {
+		if !sandbox.ValidID(name) {
+			continue
+		}
+		lock, err := hostlock.Sandbox(d.opts.StateDir, name)
+		if err != nil {
+			continue // alive, or not ours to judge
+		}
+		g := parent.Child(name)
+		_ = g.Kill(5*time.Second, os.Getpid())
+		if err := g.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.opts.Logger.Warn("remove a stale sandbox's cgroup", "sandbox_id", name, "err", err)
+		}
+		lock.Release()
+	}
+	return nil
+}
+
+// unsupported says why this host cannot run microVM sandboxes, and how to
+// make it.
+func unsupported(why, fix string) error {
+	return &sandbox.UnsupportedError{What: "microvm", Why: why, Fix: fix}
+}
