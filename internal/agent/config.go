@@ -58,6 +58,17 @@ type Config struct {
 	// and tunnel each connection to the host (see ServeEgress). Nil: no
 	// network beyond loopback.
 	Egress *EgressConfig `json:"egress,omitempty"`
+	// Template says the sandbox is built ahead of its use (in a virtual
+	// machine that is then saved as a snapshot): the agent builds it with
+	// this config, writes one byte to ReadyFD and closes it, and waits on FDConfig for a second
+	// Config, the sandbox's own, whose host name, sizes of /workspace and
+	// /tmp, environment, file size limit and egress it takes on before it
+	// serves. What else differs is not taken on. False: this is the
+	// sandbox's config.
+	Template bool `json:"template,omitempty"`
+	// ReadyFD, with Template, is a descriptor (a pipe's writing end) the
+	// agent writes a byte to once it waits for the sandbox's config.
+	ReadyFD int `json:"ready_fd,omitempty"`
 	// Guest is set by the host of a virtual machine, whose init (the agent
 	// started with GuestArg) consumes it: it sets up the guest for this
 	// sandbox, fills in Root, Mounts and Cgroup with what it made, and

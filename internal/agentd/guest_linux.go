@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // The agent as PID 1 of a virtual machine (agent.GuestArg): the guest's
@@ -37,10 +38,22 @@ const (
 // guestMain runs the guest's init. It returns only on an error, which it
 // has written to the console; the caller restarts the machine (which
 // QEMU, run with -no-reboot, takes as the end).
+//
+// The agent proper is started, and builds the sandbox, before the guest
+// says it is ready: a snapshot holds it built, waiting for the sandbox's
+// own config (agent.Config.Template), so that a restored machine does
+// only what makes it this sandbox.
 func guestMain() error {
 	port, err := bootGuest()
 	if err != nil {
 		return fmt.Errorf("boot the guest: %w", err)
+	}
+	a, err := startAgent(port)
+	if err != nil {
+		return err
+	}
+	if err := a.waitBuilt(); err != nil {
+		return err
 	}
 	if _, err := port.WriteString(agent.GuestReady); err != nil {
 		return fmt.Errorf("tell the host the guest is ready: %w", err)
@@ -50,15 +63,14 @@ func guestMain() error {
 	if err != nil {
 		return err
 	}
+	port.Close()
 	if err := applyGuest(cfg.Guest); err != nil {
 		return err
 	}
-	cmd, err := startAgent(cfg, port)
-	if err != nil {
+	if err := a.claim(cfg); err != nil {
 		return err
 	}
-	port.Close()
-	err = cmd.Wait()
+	err = a.cmd.Wait()
 	fmt.Fprintf(os.Stderr, "airlock-guest: the agent ended: %v\n", err)
 	return nil
 }
@@ -303,69 +315,110 @@ func putInt32(b []byte, v int32) {
 	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }
 
-// identityFiles are the files of /etc that make a sandbox itself, bound
-// over the root disk's: name to content.
+// identityFiles are the files of /etc that make a sandbox itself: name
+// to content. They are files of the init's tmpfs, bound over the root
+// disk's: what the init writes there, the sandbox sees.
 func identityFiles(cfg *agent.Config) map[string]string {
+	machineID := ""
+	if cfg.Guest != nil {
+		machineID = cfg.Guest.MachineID + "\n"
+	}
 	return map[string]string{
 		"hostname":   cfg.Hostname + "\n",
 		"hosts":      fmt.Sprintf("127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n", cfg.Hostname),
-		"machine-id": cfg.Guest.MachineID + "\n",
+		"machine-id": machineID,
 	}
 }
 
-// startAgent starts the agent proper with cfg, in new pid, mount, UTS and
-// IPC namespaces and the guest's agent cgroup, handing it the port, the
-// root disk, the workload's cgroup and the identity files.
-func startAgent(cfg *agent.Config, port *os.File) (*exec.Cmd, error) {
+// writeIdentity writes the identity files of cfg.
+func writeIdentity(cfg *agent.Config) error {
+	for name, content := range identityFiles(cfg) {
+		if err := os.WriteFile(filepath.Join(guestRun, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// guestAgent is the agent proper, started by the guest's init.
+type guestAgent struct {
+	cmd   *exec.Cmd
+	cfg   *os.File // where its configs go
+	ready *os.File // reads end-of-file once it waits for its sandbox
+}
+
+// templateConfig is the config the agent proper builds the sandbox with
+// before there is one: the defaults of every sandbox, which the sandbox's
+// own config then changes.
+func templateConfig() *agent.Config {
+	l := sandbox.Limits{}.WithDefaults()
+	return &agent.Config{
+		Hostname: "sandbox", DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: guestUID, GID: guestUID, OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
+		Template: true,
+	}
+}
+
+// guestUID is the workload's uid and gid in a guest.
+const guestUID = 1000
+
+// startAgent starts the agent proper on a template config, in new pid,
+// mount, UTS and IPC namespaces and the guest's agent cgroup, handing it
+// the port, the root disk, the workload's cgroup and the identity files.
+func startAgent(port *os.File) (*guestAgent, error) {
+	cfg := templateConfig()
+	if err := writeIdentity(cfg); err != nil {
+		return nil, err
+	}
 	var extra []*os.File // from agent.FDFirst on
 	defer func() {
 		for _, f := range extra {
 			f.Close()
 		}
 	}()
-	add := func(fd int, name string) int {
-		extra = append(extra, os.NewFile(uintptr(fd), name))
+	add := func(f *os.File) int {
+		extra = append(extra, f)
 		return agent.FDFirst + len(extra) - 1
 	}
 	root, err := unix.OpenTree(unix.AT_FDCWD, guestRootDisk, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("open the root file system: %w", err)
 	}
-	cfg.Root = add(root, "root")
+	cfg.Root = add(os.NewFile(uintptr(root), "root"))
 	workload, err := unix.Open(filepath.Join(guestCgroup, "workload"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open the workload's cgroup: %w", err)
 	}
-	cfg.Cgroup = agent.CgroupConfig{V2: true, FDs: []int{add(workload, "workload")}, Controllers: [][]string{cgroup.V2Controllers}}
-	cfg.AgentTasks = nil
-	cfg.Mounts = nil
-	for name, content := range identityFiles(cfg) {
-		p := filepath.Join(guestRun, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return nil, fmt.Errorf("write /etc/%s: %w", name, err)
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	cfg.Cgroup = agent.CgroupConfig{V2: true, FDs: []int{add(os.NewFile(uintptr(workload), "workload"))}, Controllers: [][]string{cgroup.V2Controllers}}
+	for name := range identityFiles(cfg) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(guestRun, name), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
 			return nil, fmt.Errorf("bind /etc/%s: %w", name, err)
 		}
+		f := os.NewFile(uintptr(fd), name)
 		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-			unix.Close(fd)
+			f.Close()
 			return nil, fmt.Errorf("make /etc/%s read-only: %w", name, err)
 		}
-		cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: add(fd, name), Target: "/etc/" + name})
+		cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: add(f), Target: "/etc/" + name})
 	}
-	cfg.Guest = nil
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ReadyFD = add(readyW)
 	agentGroup, err := unix.Open(filepath.Join(guestCgroup, "agent"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		readyR.Close()
 		return nil, fmt.Errorf("open the agent's cgroup: %w", err)
 	}
 	defer unix.Close(agentGroup)
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
+		readyR.Close()
 		return nil, err
 	}
-	defer cfgW.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{"airlock-agent"},
@@ -382,15 +435,63 @@ func startAgent(cfg *agent.Config, port *os.File) (*exec.Cmd, error) {
 	err = cmd.Start()
 	cfgR.Close()
 	if err != nil {
+		readyR.Close()
+		cfgW.Close()
 		return nil, fmt.Errorf("start the agent: %w", err)
 	}
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0)
+	a := &guestAgent{cmd: cmd, cfg: cfgW, ready: readyR}
 	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		a.kill()
 		return nil, fmt.Errorf("configure the agent: %w", err)
 	}
-	return cmd, nil
+	return a, nil
+}
+
+// waitBuilt waits until the agent has built the sandbox and waits for it:
+// it writes a byte, or dies (end of file).
+func (a *guestAgent) waitBuilt() error {
+	defer a.ready.Close()
+	if n, _ := a.ready.Read(make([]byte, 1)); n != 1 {
+		return errors.New("the agent exited while it built the sandbox")
+	}
+	return nil
+}
+
+// claim makes the built sandbox cfg's: its identity files and the agent's
+// limits, then the agent takes on the rest from cfg.
+func (a *guestAgent) claim(cfg *agent.Config) error {
+	if err := writeIdentity(cfg); err != nil {
+		return err
+	}
+	pid := a.cmd.Process.Pid
+	for _, l := range []struct {
+		res int
+		val int64
+	}{{unix.RLIMIT_NOFILE, int64(cfg.OpenFiles)}, {unix.RLIMIT_FSIZE, cfg.FileSize}} {
+		if l.val <= 0 {
+			continue
+		}
+		lim := &unix.Rlimit{Cur: uint64(l.val), Max: uint64(l.val)}
+		if err := unix.Prlimit(pid, l.res, lim, nil); err != nil {
+			return fmt.Errorf("set the agent's limit %d: %w", l.res, err)
+		}
+	}
+	cfg.Guest = nil
+	err := json.NewEncoder(a.cfg).Encode(cfg)
+	if cerr := a.cfg.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		a.kill()
+		return fmt.Errorf("hand the agent its sandbox: %w", err)
+	}
+	return nil
+}
+
+func (a *guestAgent) kill() {
+	_ = a.cmd.Process.Kill()
+	_ = a.cmd.Wait()
 }
 
 // guestInit runs the guest's init and then ends the machine: a restart,

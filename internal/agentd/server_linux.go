@@ -55,12 +55,18 @@ func run() error {
 			return err
 		}
 		cfg, conn = *c, sc
-	} else {
-		cfgFile := os.NewFile(agent.FDConfig, "config")
-		err := json.NewDecoder(io.LimitReader(cfgFile, agent.MaxMessage)).Decode(&cfg)
-		cfgFile.Close()
+	}
+	var cfgFile *os.File
+	var cfgDec *json.Decoder
+	if conn == nil {
+		cfgFile = os.NewFile(agent.FDConfig, "config")
+		cfgDec = json.NewDecoder(io.LimitReader(cfgFile, agent.MaxMessage))
+		err := cfgDec.Decode(&cfg)
 		if err != nil {
 			return fmt.Errorf("read config: %w", err)
+		}
+		if !cfg.Template {
+			cfgFile.Close()
 		}
 	}
 	workloadRoot := 0
@@ -90,10 +96,6 @@ func run() error {
 	}
 	eng.workloadRoot = workloadRoot
 	s := &server{cfg: &cfg, eng: eng}
-	if s.egress, err = startEgress(cfg.Egress); err != nil {
-		return err
-	}
-	s.mux = s.handler()
 	var sessions *net.UnixListener
 	if cfg.Contained != nil && cfg.Contained.Listen != "" {
 		s.persistent = true
@@ -118,6 +120,19 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("open the file API's root: %w", err)
 	}
+	if cfg.Template {
+		// Built ahead of its sandbox: wait for it (a virtual machine is
+		// saved meanwhile), then become it.
+		err := awaitSandbox(&cfg, cfgDec)
+		cfgFile.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if s.egress, err = startEgress(cfg.Egress); err != nil {
+		return err
+	}
+	s.mux = s.handler()
 	if conn == nil {
 		if conn, err = hostConn(agent.FDConn); err != nil {
 			return fmt.Errorf("open the host connection: %w", err)

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,14 +26,15 @@ const staging = "/tmp"
 // locks on the host). docs/decisions.md lists what stays visible and why.
 var maskedProc = []string{
 	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats", "sched_debug",
-	"scsi", "sysrq-trigger", "timer_list", "timer_stats",
+	"scsi", "timer_list", "timer_stats",
 	"buddyinfo", "cmdline", "consoles", "devices", "diskstats", "dma", "iomem", "ioports",
 	"kallsyms", "locks", "misc", "modules", "pagetypeinfo", "partitions", "softirqs",
 	"swaps", "vmstat", "zoneinfo",
 }
 
-// readonlyProc are made read-only.
-var readonlyProc = []string{"bus", "fs", "irq", "sys"}
+// readonlyProc are made read-only (as runc does): sysrq-trigger among
+// them, since writing to /dev/null, which masks the others, succeeds.
+var readonlyProc = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}
 
 // enterAgentGroup moves every thread of the agent into its own cgroup
 // through the tasks descriptors the host passed. Each thread writes "0"
@@ -536,5 +538,55 @@ func bindBootID(dir, p string) error {
 	if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("make the sandbox's boot id read-only: %w", err)
 	}
+	return nil
+}
+
+// awaitSandbox is the end of a template's setup (agent.Config.Template):
+// it says the sandbox is built, waits for the sandbox's own config on dec,
+// and takes on what may differ from the template's: the host name, the
+// sizes of /workspace, /tmp and /dev/shm, the environment, the file size
+// limit and egress. The guest's init sets the agent's rlimits (which
+// harden lowered already) from outside.
+func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
+	if cfg.ReadyFD > 0 {
+		_, err := unix.Write(cfg.ReadyFD, []byte{1})
+		if cerr := unix.Close(cfg.ReadyFD); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("say the sandbox is built: %w", err)
+		}
+	}
+	var next agent.Config
+	if err := dec.Decode(&next); err != nil {
+		return fmt.Errorf("read the sandbox's config: %w", err)
+	}
+	if next.Hostname != cfg.Hostname {
+		if err := unix.Sethostname([]byte(next.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	resize := func(dir string, flags uintptr, size int64) error {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
+			return fmt.Errorf("size %s: %w", dir, err)
+		}
+		return nil
+	}
+	if next.DiskBytes != cfg.DiskBytes {
+		if err := resize("/workspace", unix.MS_NOSUID|unix.MS_NODEV, next.DiskBytes); err != nil {
+			return err
+		}
+	}
+	if next.TmpBytes != cfg.TmpBytes {
+		if err := resize("/tmp", unix.MS_NOSUID|unix.MS_NODEV, next.TmpBytes); err != nil {
+			return err
+		}
+		if err := resize("/dev/shm", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, next.TmpBytes); err != nil {
+			return err
+		}
+	}
+	cfg.Hostname, cfg.Env, cfg.Egress = next.Hostname, next.Env, next.Egress
+	cfg.DiskBytes, cfg.TmpBytes, cfg.FileSize, cfg.OpenFiles = next.DiskBytes, next.TmpBytes, next.FileSize, next.OpenFiles
+	cfg.Template = false
 	return nil
 }

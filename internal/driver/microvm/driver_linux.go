@@ -300,10 +300,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if h.uidLock, h.uid, err = hostlock.UIDRange(d.opts.StateDir); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	s, err := d.shapeFor(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
+	t1 := time.Now()
 	if err := h.makeCgroup(s); err != nil {
 		return nil, err
 	}
@@ -311,13 +313,17 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
 		return nil, err
 	}
+	t2 := time.Now()
 	if err := h.start(ctx, s); err != nil {
 		return nil, err
 	}
+	t3 := time.Now()
 	client, agentLayers, err := h.handshake(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	d.opts.Logger.Debug("microVM sandbox started", "sandbox_id", spec.ID, "restored", h.Restored,
+		"assets", t1.Sub(t0), "cgroup", t2.Sub(t1), "machine", t3.Sub(t2), "agent", time.Since(t3))
 	if err := h.limitCPU(); err != nil {
 		client.Close()
 		return nil, err

@@ -220,6 +220,10 @@ func (h *host) Teardown(context.Context) error {
 		h.closing.Store(true)
 		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
 		var left []string
+		if h.group != nil {
+			// A frozen machine dies only once thawed.
+			h.group.Thaw()
+		}
 		if h.vm != nil && !h.vm.Kill(10*time.Second) {
 			log.Error("QEMU did not exit after SIGKILL")
 			left = append(left, fmt.Sprintf("QEMU process %d", h.vm.Pid))

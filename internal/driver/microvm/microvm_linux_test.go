@@ -3,14 +3,21 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -89,4 +96,80 @@ func TestSmoke(t *testing.T) {
 	if !strings.HasPrefix(got, "hello\nuid=1000") {
 		t.Fatalf("got %q", got)
 	}
+}
+
+// Unsupported are the cases of the conformance suite this driver cannot
+// pass the same way, and why: none.
+var Unsupported = map[string]string{}
+
+// TestConformance runs the whole suite on sandboxes restored from a
+// snapshot, the default path.
+func TestConformance(t *testing.T) {
+	d := newDriver(t, Options{})
+	lc := &leakChecker{}
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver { return d }, sandboxtest.Options{
+		Unsupported: Unsupported, Leaks: lc.check,
+		Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
+			return newDriver(t, Options{Egress: proxy})
+		},
+		FreezeAgent: freezeSandbox,
+	})
+}
+
+// freezeSandbox freezes QEMU's host cgroup: the whole machine, and with it
+// the agent, stops.
+func freezeSandbox(t *testing.T, sb sandbox.Instance) func() {
+	g := hostOf(sb).group
+	if err := g.Freeze(5 * time.Second); err != nil {
+		t.Fatalf("freeze the sandbox: %v", err)
+	}
+	return func() { g.Thaw() }
+}
+
+// leakChecker finds what a closed microVM sandbox left on the host.
+type leakChecker struct{ mu sync.Mutex }
+
+// check fails t when anything of the sandbox id remains: a process in its
+// cgroup (QEMU starts in it), a cgroup directory in any hierarchy, its
+// lock.
+func (lc *leakChecker) check(t *testing.T, id string) {
+	t.Helper()
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	found := findLeaks(id)
+	if len(found) == 0 {
+		return
+	}
+	time.Sleep(2 * time.Second)
+	later := findLeaks(id)
+	t.Errorf("sandbox %s left this on the host right after Close:\n  %s\n2 s later, %d of them remain:\n  %s",
+		id, strings.Join(found, "\n  "), len(later), strings.Join(later, "\n  "))
+}
+
+func findLeaks(id string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		if _, err := strconv.Atoi(ent.Name()); err != nil {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
+		for _, line := range strings.Split(string(cg), "\n") {
+			if strings.Contains(line, "/airlock/"+id+"/") || strings.HasSuffix(line, "/airlock/"+id) {
+				found = append(found, fmt.Sprintf("process %s is in the sandbox's cgroup: %s", ent.Name(), line))
+				break
+			}
+		}
+	}
+	mounts, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
+	if _, err := os.Stat("/sys/fs/cgroup/airlock/" + id); err == nil {
+		mounts = append(mounts, "/sys/fs/cgroup/airlock/"+id)
+	}
+	for _, m := range mounts {
+		found = append(found, "cgroup directory "+m)
+	}
+	if _, err := os.Lstat("/run/airlock/sandboxes/" + id + ".lock"); err == nil {
+		found = append(found, "lock /run/airlock/sandboxes/"+id+".lock")
+	}
+	return found
 }
