@@ -3,12 +3,15 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,4 +175,186 @@ func findLeaks(id string) []string {
 		found = append(found, "lock /run/airlock/sandboxes/"+id+".lock")
 	}
 	return found
+}
+
+// run runs argv in in and returns its stdout and result.
+func run(t *testing.T, in sandbox.Instance, argv ...string) (string, sandbox.Result) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: argv, Stdout: &out, Stderr: &errb, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("exec %q: %v", argv, err)
+	}
+	return out.String(), res
+}
+
+// TestSnapshotIdentity: two sandboxes restored from one snapshot share no
+// random numbers, machine id, host name, boot id or files, and each has
+// the host's clock (the snapshot's is the moment it was saved).
+func TestSnapshotIdentity(t *testing.T) {
+	d := newDriver(t, Options{})
+	probe := `
+import os, random
+print(os.urandom(16).hex(), random.getrandbits(64))
+print(open("/etc/machine-id").read().strip(), os.uname().nodename)
+print(open("/proc/sys/kernel/random/boot_id").read().strip())
+print(sorted(os.listdir("/workspace")), sorted(os.listdir("/tmp")))
+import time; print(int(time.time()))
+`
+	var outs []string
+	for i := range 2 {
+		in := sandboxT(t, d, sandbox.Spec{})
+		if !hostOf(in).Restored {
+			t.Fatalf("sandbox %d was booted, not restored from the snapshot", i)
+		}
+		out, res := run(t, in, "python3", "-c", probe)
+		if res.ExitCode != 0 {
+			t.Fatalf("probe: %+v", res)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 5 {
+			t.Fatalf("probe printed %q", out)
+		}
+		if lines[3] != "[] []" {
+			t.Errorf("sandbox %d starts with files in /workspace or /tmp: %s", i, lines[3])
+		}
+		if ts, _ := strconv.ParseInt(lines[4], 10, 64); ts < time.Now().Unix()-30 || ts > time.Now().Unix()+30 {
+			t.Errorf("sandbox %d's clock says %d, the host's %d", i, ts, time.Now().Unix())
+		}
+		if id := strings.Fields(lines[1]); len(id) != 2 || len(id[0]) != 32 || id[1] != in.ID() {
+			t.Errorf("sandbox %d: machine id and host name %q, want 32 hex digits and %s", i, lines[1], in.ID())
+		}
+		// What one sandbox leaves must not show in the next.
+		sh(t, in, "echo mine > /workspace/left; echo mine > /tmp/left")
+		outs = append(outs, strings.Join(lines[:3], "\n"))
+	}
+	a, b := strings.Split(outs[0], "\n"), strings.Split(outs[1], "\n")
+	for i, what := range []string{"random numbers", "machine id and host name", "boot id"} {
+		for _, fa := range strings.Fields(a[i]) {
+			if slices.Contains(strings.Fields(b[i]), fa) {
+				t.Errorf("two sandboxes restored from one snapshot share %s: %q and %q", what, a[i], b[i])
+			}
+		}
+	}
+}
+
+// TestColdBoot: with snapshots off the machine boots, and works.
+func TestColdBoot(t *testing.T) {
+	d := newDriver(t, Options{Cold: true})
+	in := sandboxT(t, d, sandbox.Spec{})
+	if hostOf(in).Restored {
+		t.Fatal("a cold sandbox was restored from a snapshot")
+	}
+	if got := sh(t, in, "id -u; cat /etc/machine-id | wc -c; echo $HOSTNAME"); got != "1000\n33\n"+in.ID()+"\n" {
+		t.Errorf("cold sandbox: %q", got)
+	}
+	ws, err := in.Files().ReadDir(t.Context(), "/workspace")
+	if err != nil || len(ws) != 0 {
+		t.Errorf("ReadDir /workspace: %v %v", ws, err)
+	}
+}
+
+// TestSnapshotFallback: a snapshot QEMU cannot restore makes the sandbox
+// boot instead.
+func TestSnapshotFallback(t *testing.T) {
+	d := newDriver(t, Options{})
+	spec := sandbox.Spec{Limits: smallLimits.WithDefaults()}
+	s, err := d.shapeFor(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(bad, []byte("not a migration stream"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good, err := d.snapshotFor(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.snaps[s.key(d.vmm)] = &snapshot{Key: good.Key, RAM: good.RAM, State: bad}
+	d.mu.Unlock()
+	in := sandboxT(t, d, sandbox.Spec{})
+	if hostOf(in).Restored {
+		t.Fatal("a sandbox was restored from a broken snapshot")
+	}
+	if got := sh(t, in, "echo ok"); got != "ok\n" {
+		t.Errorf("echo ok: %q", got)
+	}
+}
+
+// TestBootHang: a kernel command line that hangs the boot (a panic that
+// waits forever) is tried again, then fails with an error that says so
+// and shows the console, and leaves nothing behind.
+func TestBootHang(t *testing.T) {
+	d := newDriver(t, Options{Cold: true, KernelArgs: []string{"panic=0", "rdinit=/no-such-init"}, BootTimeout: 4 * time.Second, BootAttempts: 2})
+	id := "hang-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	start := time.Now()
+	in, err := d.Create(t.Context(), sandbox.Spec{ID: id, Limits: smallLimits})
+	took := time.Since(start)
+	if err == nil {
+		in.Close(context.Background())
+		t.Fatal("a machine whose kernel panics booted")
+	}
+	t.Logf("error after %v: %v", took, err)
+	for _, want := range []string{"did not boot", "attempt 1", "attempt 2", "within 4s", "Kernel panic"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	if took > 20*time.Second {
+		t.Errorf("two attempts of 4 s took %v", took)
+	}
+	if left := findLeaks(id); len(left) > 0 {
+		t.Errorf("a failed create left: %v", left)
+	}
+}
+
+// TestKilledQEMU: when QEMU dies, the sandbox ends with reason error, the
+// command running in it says so, later calls fail at once, and nothing is
+// left behind.
+func TestKilledQEMU(t *testing.T) {
+	d := newDriver(t, Options{})
+	in, err := d.Create(t.Context(), sandbox.Spec{Limits: smallLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := in.Start(t.Context(), sandbox.ExecRequest{Argv: []string{"sleep", "60"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(hostOf(in).Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait(t.Context())
+	if err != nil {
+		t.Fatalf("the running command's result is lost: %v", err)
+	}
+	if res.Reason != sandbox.ReasonError || !strings.Contains(res.Message, "QEMU") {
+		t.Errorf("the command running when QEMU died: %+v, want reason error and a message naming QEMU", res)
+	}
+	select {
+	case <-in.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sandbox is not reported ended after QEMU died")
+	}
+	_, err = sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(err, sandbox.ErrClosed) || !strings.Contains(err.Error(), "QEMU") {
+		t.Errorf("exec after QEMU died: %v, want ErrClosed saying QEMU exited", err)
+	}
+	if err := in.Close(context.Background()); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if left := findLeaks(in.ID()); len(left) > 0 {
+		t.Errorf("left after close: %v", left)
+	}
+}
+
+// TestMountsRefused: a host mount is refused, with why and what to do.
+func TestMountsRefused(t *testing.T) {
+	d := newDriver(t, Options{})
+	_, err := d.Create(t.Context(), sandbox.Spec{Limits: smallLimits, Mounts: []sandbox.Mount{{Source: t.TempDir(), Target: "/mnt/x"}}})
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "file API") {
+		t.Errorf("create with a mount: %v, want ErrUnsupported that says what to do", err)
+	}
 }

@@ -155,6 +155,9 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 	} else {
 		err = cmd.Start()
 	}
+	// QEMU holds its ends now: once it exits, the host's ends read EOF.
+	agentVM.Close()
+	qmpVM.Close()
 	if err != nil {
 		agentHost.Close()
 		qmpHost.Close()
@@ -188,8 +191,42 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 		if _, err := ctl.call(qctx, "migrate-incoming", map[string]any{"uri": "fd:" + strconv.Itoa(stateFD)}); err != nil {
 			return nil, q.startError(v, err)
 		}
+		// Loading the device state takes milliseconds (the RAM is mapped,
+		// not read); a snapshot QEMU cannot load ends it.
+		if err := waitRunning(qctx, ctl); err != nil {
+			return nil, q.startError(v, fmt.Errorf("restore the snapshot: %w", err))
+		}
 	}
 	return v, nil
+}
+
+// waitRunning waits until the machine runs: its incoming migration is
+// done (the snapshot was saved running, so it resumes by itself).
+func waitRunning(ctx context.Context, ctl *qmp) error {
+	for {
+		raw, err := ctl.call(ctx, "query-status", nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("query-status: %w", err)
+		}
+		switch st.Status {
+		case "running":
+			return nil
+		case "inmigrate", "prelaunch":
+		default:
+			return fmt.Errorf("the machine is %s, not running", st.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // startError is err, or how QEMU exited when it has.
