@@ -23,6 +23,8 @@ DEBS  += debootstrap systemd
 # The Docker driver's tests: the engine (they start dockerd themselves;
 # their image is made with debootstrap).
 DEBS  += docker.io
+# The microvm driver: QEMU, and mkfs.ext4 for its root images.
+DEBS  += qemu-system-x86 e2fsprogs
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)
 # The kube test rig's node: runc and the CNI plugins (and debootstrap,
 # above, for the image its Pods run).
@@ -45,7 +47,7 @@ WASM_PYTHON := /opt/airlock/wasm/python-3.12.0/python.wasm
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI         := $(or $(AIRLOCK_CACHE),/var/cache/airlock)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all build agent deps hello test check lint clean runsc deb kube-rig fuzz wasm-python
+.PHONY: all build agent deps hello test check lint clean runsc deb kube-rig fuzz wasm-python microvm-assets
 
 all: build
 
@@ -99,6 +101,14 @@ kube-rig:
 wasm-python:
 	@scripts/wasm-python.sh $(WASM_PYTHON)
 
+# microvm-assets fetches the microvm driver's guest kernel (apt-get
+# download; nothing is installed) and builds its initramfs, root image and
+# the snapshots the tests and the default limits start from, into
+# $(AIRLOCK_CACHE)/microvm (default /var/cache/airlock). What is cached
+# already is reused: a cold run takes a minute or two, a warm one seconds.
+microvm-assets: build
+	./bin/airlock microvm prepare
+
 # hello needs only what the command it runs needs.
 hello: DEBS := python3
 hello: deps build
@@ -106,7 +116,7 @@ hello: deps build
 
 # Packages run one at a time (-p 1): the resource-limit tests measure
 # timeouts and CPU on 2 cores and must not compete with each other.
-test: deps build runsc kube-rig wasm-python
+test: deps build runsc kube-rig wasm-python microvm-assets
 	@scripts/test.sh
 
 # fuzz runs the fuzz targets of the daemon's untrusted-input parsers for

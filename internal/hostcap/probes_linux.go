@@ -25,7 +25,7 @@ var probes = map[string]probe{
 	"landlock": {run: probeLandlock},
 	"runsc":    {run: probeRunsc, timeout: 50 * time.Second},
 	"kvm":      {run: probeKVM},
-	"qemu":     {run: probeQEMU},
+	"qemu":     {run: probeQEMU, timeout: 20 * time.Second},
 	"docker":   {run: probeDocker, timeout: 30 * time.Second},
 	"bwrap":    {run: probeBwrap, timeout: 15 * time.Second},
 	"node":     {run: probeNode, timeout: 15 * time.Second},

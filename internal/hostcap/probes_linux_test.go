@@ -305,7 +305,7 @@ func TestTools(t *testing.T) {
 		limit          time.Duration
 	}{
 		{name: "runsc", bin: "runsc", fix: "apt-get install runsc", limit: 45 * time.Second},
-		{name: "qemu", bin: qemu, fix: "apt-get install " + qemuPkg, limit: 5 * time.Second},
+		{name: "qemu", bin: qemu, fix: "apt-get install " + qemuPkg, limit: 15 * time.Second},
 		{name: "bwrap", bin: "bwrap", fix: "apt-get install bubblewrap", limit: 10 * time.Second},
 	}
 	for _, tt := range tests {
@@ -463,9 +463,15 @@ func TestToolProbesWithFakes(t *testing.T) {
 		{
 			name:       "qemu version",
 			probe:      "qemu",
-			scripts:    map[string]string{qemu: `echo "QEMU emulator version 9.9.9 (fake)"; echo "Copyright"`},
+			scripts:    map[string]string{qemu: `[ "$1" = --version ] && { echo "QEMU emulator version 9.9.9 (fake)"; echo "Copyright"; exit 0; }; echo '{"QMP": {}}'; echo '{"return": {}}'`},
 			wantOK:     true,
 			wantDetail: qemu + " 9.9.9 (fake)",
+		},
+		{
+			name:    "qemu without the microvm machine",
+			probe:   "qemu",
+			scripts: map[string]string{qemu: `[ "$1" = --version ] && { echo "QEMU emulator version 2.0 (fake)"; exit 0; }; echo "qemu: unsupported machine type" >&2; exit 1`},
+			wantWhy: "unsupported machine type",
 		},
 		{
 			name:    "qemu that crashes",

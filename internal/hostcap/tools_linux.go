@@ -129,7 +129,36 @@ func probeQEMU(ctx context.Context) Result {
 	if err != nil {
 		return fail(fmt.Sprintf("%s does not run: %v", bin, err), fix)
 	}
-	return ok(bin + " " + strings.TrimPrefix(firstLine(out), "QEMU emulator version "))
+	version := bin + " " + strings.TrimPrefix(firstLine(out), "QEMU emulator version ")
+	if bin == "qemu-system-x86_64" {
+		if err := startMicroVM(ctx, path); err != nil {
+			return fail(fmt.Sprintf("%s cannot make a microvm machine: %v", version, err), fix)
+		}
+	}
+	return ok(version)
+}
+
+// startMicroVM makes a microvm machine (emulated, stopped before its first
+// instruction: no guest needed) and quits it over QMP.
+func startMicroVM(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "-machine", "microvm", "-accel", "tcg", "-nodefaults", "-no-user-config",
+		"-display", "none", "-S", "-qmp", "stdio")
+	cmd.Dir = "/"
+	cmd.Stdin = strings.NewReader(`{"execute":"qmp_capabilities"}` + "\n" + `{"execute":"quit"}` + "\n")
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("no answer within 10 s")
+	case err != nil:
+		return fmt.Errorf("%w: %s", err, lastLine(s))
+	case !strings.Contains(s, `"QMP"`) || !strings.Contains(s, `"return"`):
+		return fmt.Errorf("no QMP answer: %s", lastLine(s))
+	}
+	return nil
 }
 
 // probeBwrap asks bubblewrap for its version and runs true in a sandbox

@@ -49,13 +49,17 @@ type Driver struct {
 	agent    string
 	vmm      vmm
 	vmmErr   error
-	accel    string
-	accelWhy string // why not KVM, when TCG
 	hier     *cgroup.Hierarchy
 	hierErr  error
 	cache    string
-	tscKHz   int64
 	sweep    sync.Once
+
+	// The accelerator and the host's TSC rate are found on first use:
+	// every airlock that lists its drivers makes this one.
+	accelOnce sync.Once
+	accel     string
+	accelWhy  string // why not KVM, when TCG
+	tscKHz    int64
 
 	mu    sync.Mutex
 	snaps map[string]*snapshot // by key, loaded
@@ -104,32 +108,44 @@ func New(opts Options) (*Driver, error) {
 		d.vmm = q
 	}
 	switch opts.Accel {
-	case "kvm", "tcg":
-		d.accel = opts.Accel
-	case "":
-		d.accel = "tcg"
-		if r := hostcap.Probe(ctx, "kvm"); r.OK {
-			d.accel = "kvm"
-		} else {
-			d.accelWhy = r.Why
-			if r.Fix != "" {
-				d.accelWhy += "; for KVM speed: " + r.Fix
-			}
-		}
+	case "", "kvm", "tcg":
 	default:
 		return nil, fmt.Errorf("microvm: accelerator %q: use kvm or tcg: %w", opts.Accel, sandbox.ErrInvalid)
 	}
-	if d.opts.BootTimeout <= 0 {
-		d.opts.BootTimeout = 60 * time.Second
-		if d.accel == "kvm" {
-			d.opts.BootTimeout = 10 * time.Second
-		}
-	}
-	if d.accel == "tcg" {
-		d.tscKHz = tscKHz()
-	}
 	d.hier, d.hierErr = cgroup.Detect()
 	return d, nil
+}
+
+// accelerator returns "kvm" or "tcg": Options.Accel, else KVM where
+// /dev/kvm really runs a guest. It settles the boot timeout and, for TCG,
+// measures the host's TSC rate.
+func (d *Driver) accelerator() string {
+	d.accelOnce.Do(func() {
+		d.accel = d.opts.Accel
+		if d.accel == "" {
+			d.accel = "tcg"
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if r := hostcap.Probe(ctx, "kvm"); r.OK {
+				d.accel = "kvm"
+			} else {
+				d.accelWhy = r.Why
+				if r.Fix != "" {
+					d.accelWhy += "; for KVM speed: " + r.Fix
+				}
+			}
+		}
+		if d.opts.BootTimeout <= 0 {
+			d.opts.BootTimeout = 60 * time.Second
+			if d.accel == "kvm" {
+				d.opts.BootTimeout = 10 * time.Second
+			}
+		}
+		if d.accel == "tcg" {
+			d.tscKHz = tscKHz()
+		}
+	})
+	return d.accel
 }
 
 // Name is "microvm".
@@ -141,7 +157,7 @@ func (d *Driver) Describe() string {
 	if d.vmm == nil {
 		return "no QEMU"
 	}
-	s := d.vmm.Name() + " -M microvm, accel " + d.accel
+	s := d.vmm.Name() + " -M microvm, accel " + d.accelerator()
 	if k, err := currentKernel(d.cache); err == nil {
 		s += ", kernel " + k.Release
 	}
@@ -217,7 +233,7 @@ func vcpus(cpus float64) int {
 // rate, since calibrating it against emulated timers can hang the boot.
 func (d *Driver) cmdline() string {
 	args := []string{"console=ttyS0", "quiet", "panic=-1", "reboot=t", "pci=off", "rdinit=/init"}
-	if d.accel == "tcg" && d.tscKHz > 0 {
+	if d.accelerator() == "tcg" && d.tscKHz > 0 {
 		args = append(args, "tsc_early_khz="+strconv.FormatInt(d.tscKHz, 10), "tsc=reliable")
 	}
 	args = append(args, d.opts.KernelArgs...)
@@ -227,7 +243,7 @@ func (d *Driver) cmdline() string {
 // vmGroups are the supplementary groups QEMU needs: kvm's, to open
 // /dev/kvm.
 func (d *Driver) vmGroups() []uint32 {
-	if d.accel != "kvm" {
+	if d.accelerator() != "kvm" {
 		return nil
 	}
 	g, err := user.LookupGroup("kvm")
@@ -257,7 +273,7 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 		return shape{}, err
 	}
 	return shape{
-		Accel: d.accel, VCPUs: vcpus(spec.Limits.CPUs), MemoryMiB: guestMemoryMiB(spec.Limits.MemoryBytes),
+		Accel: d.accelerator(), VCPUs: vcpus(spec.Limits.CPUs), MemoryMiB: guestMemoryMiB(spec.Limits.MemoryBytes),
 		Kernel: k, Initramfs: ird, Root: root, Cmdline: d.cmdline(),
 	}, nil
 }

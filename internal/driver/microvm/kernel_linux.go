@@ -156,6 +156,13 @@ func fetchKernel(ctx context.Context, cache string, progress func(string, ...any
 // kernelPackage resolves KernelMeta to the versioned package it depends on.
 func kernelPackage(ctx context.Context) (string, error) {
 	out, err := tool(ctx, "/", "apt-cache", "depends", KernelMeta)
+	if err != nil || !strings.Contains(out, "Depends:") {
+		// A host whose package lists were never fetched (or were cleaned,
+		// as in many images) knows no packages: fetch them once.
+		if _, uerr := tool(ctx, "/", "apt-get", "update", "-qq"); uerr == nil {
+			out, err = tool(ctx, "/", "apt-cache", "depends", KernelMeta)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w (run apt-get update first)", err)
 	}

@@ -172,6 +172,7 @@ func (d *Driver) makeSnapshot(ctx context.Context, s shape, key, dir string) err
 // boot hangs (emulated machines on a loaded host now and then do). It
 // returns the machine and the console of its boot.
 func (d *Driver) boot(ctx context.Context, m *machine) (*vm, *agentdriver.LogBuffer, error) {
+	d.accelerator() // settles the boot timeout
 	var errs []string
 	var console *agentdriver.LogBuffer
 	attempts := d.opts.BootAttempts
