@@ -146,6 +146,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	vmR, err := microvmRows(ctx, o, progress)
+	if err != nil {
+		return nil, err
+	}
 	densR, steps, notes, err := densityRows(ctx, o, drv, drvErr, progress)
 	if err != nil {
 		return nil, err
@@ -157,6 +161,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Rows = append(r.Rows, startR...)
 	r.Rows = append(r.Rows, execR...)
 	r.Rows = append(r.Rows, dockerRows(ctx, o, progress)...)
+	r.Rows = append(r.Rows, vmR...)
 	r.Rows = append(r.Rows, densR...)
 	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, wasmR...)

@@ -63,7 +63,7 @@ func panels(rows []Row) []panel {
 // isAirlock says whether a row measures airlock rather than a baseline.
 func isAirlock(r Row) bool {
 	switch {
-	case strings.Contains(r.ID, "airlock"), r.Section == "exec":
+	case strings.Contains(r.ID, "airlock"), r.Section == "exec", r.Section == "microvm":
 		return true
 	case r.Section == "density":
 		return !strings.HasSuffix(r.ID, "-bwrap") && !strings.HasSuffix(r.ID, "-process")

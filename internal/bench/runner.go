@@ -93,8 +93,10 @@ type series struct {
 const maxFailsWithoutSuccess = 5
 
 // timeRuns runs p warmup times untimed and then n times timed, stopping
-// early when budget is spent or when the first runs all fail. When every
-// warm-up run fails the series ends without measuring.
+// early when budget is spent (after one timed run at least: a slow row
+// whose warm-up took the budget still gets a figure) or when the first
+// runs all fail. When every warm-up run fails the series ends without
+// measuring.
 func timeRuns(ctx context.Context, n, warmup int, budget time.Duration, p probe) (series, error) {
 	var s series
 	deadline := time.Now().Add(budget)
@@ -115,7 +117,7 @@ func timeRuns(ctx context.Context, n, warmup int, budget time.Duration, p probe)
 		return s, nil
 	}
 	s.firstErr = nil
-	for i := 0; i < n && time.Now().Before(deadline); i++ {
+	for i := 0; i < n && (i == 0 || time.Now().Before(deadline)); i++ {
 		d, err := p(ctx)
 		if ctx.Err() != nil {
 			return s, ctx.Err()

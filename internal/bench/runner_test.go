@@ -72,6 +72,12 @@ func TestTimeRunsStopsAtBudgetAndContext(t *testing.T) {
 		t.Errorf("a 100 ms budget of 20 ms runs took %d samples, want about 5", len(s.samples))
 	}
 
+	// A warm-up that takes the whole budget still leaves one timed run.
+	s, err = timeRuns(context.Background(), 5, 1, 10*time.Millisecond, slow)
+	if err != nil || len(s.samples) != 1 {
+		t.Errorf("a warm-up longer than the budget: %d samples (%v), want 1", len(s.samples), err)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := timeRuns(ctx, 10, 0, time.Minute, slow); !errors.Is(err, context.Canceled) {

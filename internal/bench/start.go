@@ -25,6 +25,10 @@ var (
 	runscArgs = []string{"runsc", "--network=none", "do"}
 )
 
+// microvmArgs are `airlock run`'s flags for the microVM rows' sandboxes: a
+// 256 MiB guest with one vCPU, as the driver's tests use.
+var microvmArgs = []string{"--driver", "microvm", "--memory", "128M", "--cpus", "1"}
+
 // Workloads of the start test. The system python, not a version
 // manager's shim (a pyenv shim is a bash script).
 var (
@@ -67,10 +71,15 @@ type launcher struct {
 	// missing, when set, reports the launcher as missing with this fix
 	// without looking anything up.
 	missing string
+	// failed, when set, reports the launcher as failed with this reason.
+	failed string
+	// alone says prefix is the whole command: the launcher runs no
+	// workload (a bare boot).
+	alone bool
 }
 
 // launchers lists the start rows in table order.
-func (o Options) launchers(qemu toolVersion) []launcher {
+func (o Options) launchers(qemu toolVersion, bare []string, bareErr string) []launcher {
 	ls := []launcher{
 		{id: idForkExec, what: "fork/exec (the floor)"},
 		{id: idUnshare, what: "unshare user,pid,mount,net,ipc,uts", prefix: unshareArgs, fix: fixUnshare, compare: []string{idForkExec}},
@@ -78,13 +87,13 @@ func (o Options) launchers(qemu toolVersion) []launcher {
 		{id: idAirlockNative, what: "airlock run, native driver (whole CLI)", prefix: []string{o.Airlock, "run", "--"}, compare: []string{idBwrap, idForkExec}},
 		{id: idAirlockGVisor, what: "airlock run, gvisor driver (whole CLI)", prefix: []string{o.Airlock, "run", "--driver", "gvisor", "--"}, compare: []string{idRunsc, idBwrap}},
 		{id: idRunsc, what: "runsc --network=none do (bare gVisor, the runsc airlock uses)", prefix: runscPrefix(), fix: fixRunsc, compare: []string{idForkExec}},
-		{id: idAirlockMicroVM, what: "airlock run, microvm driver", notBuilt: "no microvm driver yet"},
+		{id: idAirlockMicroVM, what: "airlock run, microvm driver, 256 MiB guest (whole CLI)", prefix: append(append([]string{o.Airlock, "run"}, microvmArgs...), "--"), compare: []string{idQEMU}},
 	}
-	q := launcher{id: idQEMU, what: "bare QEMU microVM boot"}
+	q := launcher{id: idQEMU, what: "bare QEMU boot of the microvm guest to its init and out (no command runs)", alone: true}
 	if qemu.version == "" {
 		q.missing = qemu.fix
 	} else {
-		q.notBuilt = qemu.version + " is installed; a bare boot needs the guest kernel the microvm driver brings"
+		q.prefix, q.failed = bare, bareErr
 	}
 	return append(ls, q)
 }
@@ -103,10 +112,15 @@ func startRows(ctx context.Context, o Options, qemu toolVersion, progress func(s
 		{section: "start/true", label: "/bin/true", argv: trueArgv, runs: o.TrueRuns},
 		{section: "start/python", label: "python3", argv: pythonArgv, runs: o.PythonRuns},
 	}
+	var bare []string
+	var bareErr string
+	if qemu.version != "" {
+		bare, bareErr = bareBoot(ctx)
+	}
 	var rows []Row
 	for _, wl := range works {
 		_, pyErr := os.Stat(wl.argv[0])
-		for _, l := range o.launchers(qemu) {
+		for _, l := range o.launchers(qemu, bare, bareErr) {
 			row := Row{Section: wl.section, ID: wl.section + "/" + l.id, What: l.what, Unit: UnitMS}
 			for _, c := range l.compare {
 				row.Compare = append(row.Compare, Comparison{Baseline: wl.section + "/" + c, Name: launcherName(c)})
@@ -116,6 +130,8 @@ func startRows(ctx context.Context, o Options, qemu toolVersion, progress func(s
 				row.Status, row.Detail = StatusNotBuilt, l.notBuilt
 			case l.missing != "":
 				row.Status, row.Detail = StatusMissing, l.missing
+			case l.failed != "":
+				row.Status, row.Detail = StatusFailed, l.failed
 			case pyErr != nil:
 				row.Status, row.Detail = StatusMissing, fixPython
 			default:
@@ -125,8 +141,12 @@ func startRows(ctx context.Context, o Options, qemu toolVersion, progress func(s
 					break
 				}
 				progress("start %s: %s, %d runs", wl.label, l.id, wl.runs)
+				cmd := append(argv, wl.argv...)
+				if l.alone {
+					cmd = argv
+				}
 				var err error
-				if row, err = timeCommand(ctx, o, row, append(argv, wl.argv...), wl.runs); err != nil {
+				if row, err = timeCommand(ctx, o, row, cmd, wl.runs); err != nil {
 					return rows, err
 				}
 			}

@@ -13,6 +13,7 @@ var sectionTitles = map[string]string{
 	"start/python": "1. start: python3 -c 'print(1)', one-shot, fork to exit",
 	"exec":         "2. exec round trip in a live sandbox",
 	"docker":       "2b. docker: the same image and runtime, bare engine and airlock",
+	"microvm":      "2c. microvm: start to the first command's exit, exec round trip, idle memory",
 	"density":      "3. density: idle sandboxes, memory per sandbox, exec under load",
 	"egress":       "4. egress",
 	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",

@@ -2,8 +2,13 @@ package microvm
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -39,4 +44,41 @@ func (d *Driver) Prepare(ctx context.Context, limits []sandbox.Limits, progress 
 	}
 	progress("microvm assets ready in %v (cache %s)", time.Since(start).Round(time.Millisecond), d.cache)
 	return nil
+}
+
+// BareBoot returns the command line of a bare QEMU boot of the guest a
+// sandbox with limits l runs, to its init and out: the same machine,
+// kernel, initramfs and kernel command line, no devices beyond the console,
+// and an init that restarts the machine (QEMU then exits) as soon as it
+// runs. It is the benchmark's baseline for a cold boot.
+func (d *Driver) BareBoot(ctx context.Context, l sandbox.Limits) ([]string, error) {
+	if err := d.Probe(ctx); err != nil {
+		return nil, err
+	}
+	s, err := d.shapeFor(ctx, sandbox.Spec{Limits: l.WithDefaults()})
+	if err != nil {
+		return nil, err
+	}
+	q, ok := d.vmm.(*qemu)
+	if !ok {
+		return nil, errors.New("bare boot: the VMM is not QEMU")
+	}
+	m := s.machine()
+	m.Cmdline = strings.TrimSuffix(m.Cmdline, agent.GuestArg) + agent.GuestExitArg
+	return append([]string{q.path}, q.bareArgs(m)...), nil
+}
+
+// SnapshotMemory is the memory the loaded snapshots' RAM takes in this
+// process (memfds), once, whatever the number of machines mapping it.
+func (d *Driver) SnapshotMemory() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n int64
+	for _, s := range d.snaps {
+		var st unix.Stat_t
+		if unix.Fstat(int(s.RAM.Fd()), &st) == nil {
+			n += st.Blocks * 512
+		}
+	}
+	return n
 }

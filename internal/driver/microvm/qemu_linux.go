@@ -77,11 +77,7 @@ func (q *qemu) args(m *machine) []string {
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", mach,
 	}
-	if m.Accel == "kvm" {
-		a = append(a, "-accel", "kvm", "-cpu", "host")
-	} else {
-		a = append(a, "-accel", "tcg,tb-size="+strconv.Itoa(tcgCacheMiB), "-cpu", "max")
-	}
+	a = append(a, q.cpuArgs(m)...)
 	a = append(a, "-smp", strconv.Itoa(m.VCPUs), "-m", strconv.Itoa(m.MemoryMiB)+"M")
 	if m.RAM != nil {
 		share := "off"
@@ -106,6 +102,23 @@ func (q *qemu) args(m *machine) []string {
 		a = append(a, "-incoming", "defer")
 	}
 	return a
+}
+
+// bareArgs returns QEMU's command line for a bare boot of m: the machine,
+// the kernel and initramfs, the console, nothing else.
+func (q *qemu) bareArgs(m *machine) []string {
+	a := []string{"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-machine", "microvm"}
+	a = append(a, q.cpuArgs(m)...)
+	return append(a, "-smp", strconv.Itoa(m.VCPUs), "-m", strconv.Itoa(m.MemoryMiB)+"M",
+		"-kernel", m.Kernel, "-initrd", m.Initramfs, "-append", m.Cmdline, "-serial", "stdio")
+}
+
+// cpuArgs are the accelerator and CPU model of m.
+func (q *qemu) cpuArgs(m *machine) []string {
+	if m.Accel == "kvm" {
+		return []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	return []string{"-accel", "tcg,tb-size=" + strconv.Itoa(tcgCacheMiB), "-cpu", "max"}
 }
 
 // qemuOptValue escapes a value of a QEMU option list (a comma is doubled).
