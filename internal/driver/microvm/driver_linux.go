@@ -45,14 +45,14 @@ const (
 
 // Driver runs sandboxes in QEMU microVMs.
 type Driver struct {
-	opts     Options
-	agent    string
-	vmm      vmm
-	vmmErr   error
-	hier     *cgroup.Hierarchy
-	hierErr  error
-	cache    string
-	sweep    sync.Once
+	opts    Options
+	agent   string
+	vmm     vmm
+	vmmErr  error
+	hier    *cgroup.Hierarchy
+	hierErr error
+	cache   string
+	sweep   sync.Once
 
 	// The accelerator and the host's TSC rate are found on first use:
 	// every airlock that lists its drivers makes this one.

@@ -121,7 +121,6 @@ func (h *host) start(ctx context.Context, s shape) error {
 			return err
 		}
 		d.opts.Logger.Warn("cannot start the microVM from a snapshot: booting it", "sandbox_id", h.spec.ID, "err", err)
-		m.RAM, m.State = nil, nil
 	}
 	v, console, err := d.boot(ctx, m)
 	h.console = console
@@ -133,8 +132,9 @@ func (h *host) start(ctx context.Context, s shape) error {
 	return nil
 }
 
-// restore starts m from the snapshot of shape s.
-func (h *host) restore(ctx context.Context, s shape, m *machine) error {
+// restore starts a machine like m from the snapshot of shape s.
+func (h *host) restore(ctx context.Context, s shape, like *machine) error {
+	m := *like
 	snap, err := h.d.snapshotFor(ctx, s)
 	if err != nil {
 		return err
@@ -145,9 +145,10 @@ func (h *host) restore(ctx context.Context, s shape, m *machine) error {
 	}
 	defer state.Close()
 	m.RAM, m.RAMShared, m.State = snap.RAM, false, state
+	m.Kernel, m.Initramfs = snap.Stub.Kernel, snap.Stub.Initramfs
 	h.console = &agentdriver.LogBuffer{}
 	m.Console = h.console
-	v, err := h.d.vmm.Start(ctx, m)
+	v, err := h.d.vmm.Start(ctx, &m)
 	if err != nil {
 		return fmt.Errorf("%w%s", err, consoleTail(h.console))
 	}

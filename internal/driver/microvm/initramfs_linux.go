@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -89,4 +90,53 @@ func buildInitramfs(ctx context.Context, cache string, k *kernel, agentPath stri
 		return nil, fmt.Errorf("build the guest's initramfs: %w", err)
 	}
 	return &initramfs{Path: filepath.Join(dir, "initramfs.cpio"), Key: key}, nil
+}
+
+// restoreStub is a kernel and an initramfs for QEMU to load when it
+// restores a snapshot: the guest's memory has the real ones already, but
+// QEMU loads whatever -kernel names into its own memory (14 MiB of the
+// cloud kernel, per machine, for nothing) and must be given one that
+// builds the same machine (the same boot ROM). The stub kernel is the real
+// one's setup header with no kernel behind it; the stub initramfs is
+// empty.
+type restoreStub struct {
+	Kernel, Initramfs string
+}
+
+// buildRestoreStub returns the restore stub of kernel k, building it into
+// the cache unless it is there.
+func buildRestoreStub(ctx context.Context, cache string, k *kernel) (*restoreStub, error) {
+	key := contentKey("restore-stub", initramfsVersion, k.Package, k.Version)
+	dir, err := cached(ctx, filepath.Join(cache, "restore-stub"), key, func(tmp string) error {
+		b, err := os.ReadFile(k.Vmlinuz())
+		if err != nil {
+			return err
+		}
+		// The boot protocol: the setup is (setup_sects + 1) sectors, and
+		// the header's magic "HdrS" is at 0x202.
+		if len(b) < 0x210 || string(b[0x202:0x206]) != "HdrS" {
+			return fmt.Errorf("%s is not a bzImage", k.Vmlinuz())
+		}
+		sects := int(b[0x1f1])
+		if sects == 0 {
+			sects = 4
+		}
+		setup := (sects + 1) * 512
+		if setup >= len(b) {
+			return fmt.Errorf("%s: its setup is larger than the file", k.Vmlinuz())
+		}
+		stub := append(append([]byte(nil), b[:setup]...), make([]byte, 4096)...)
+		if err := os.WriteFile(filepath.Join(tmp, "kernel"), stub, 0o644); err != nil {
+			return err
+		}
+		var empty bytes.Buffer
+		if err := newCPIO(&empty).Close(); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(tmp, "initramfs.cpio"), empty.Bytes(), 0o644)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build the restore stub: %w", err)
+	}
+	return &restoreStub{Kernel: filepath.Join(dir, "kernel"), Initramfs: filepath.Join(dir, "initramfs.cpio")}, nil
 }

@@ -272,7 +272,7 @@ func TestSnapshotFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.mu.Lock()
-	d.snaps[s.key(d.vmm)] = &snapshot{Key: good.Key, RAM: good.RAM, State: bad}
+	d.snaps[s.key(d.vmm)] = &snapshot{Key: good.Key, RAM: good.RAM, State: bad, Stub: good.Stub}
 	d.mu.Unlock()
 	in := sandboxT(t, d, sandbox.Spec{})
 	if hostOf(in).Restored {
@@ -358,3 +358,4 @@ func TestMountsRefused(t *testing.T) {
 		t.Errorf("create with a mount: %v, want ErrUnsupported that says what to do", err)
 	}
 }
+

@@ -57,6 +57,9 @@ type snapshot struct {
 	RAM *os.File
 	// State is the file of the saved device state.
 	State string
+	// Stub is what QEMU loads as the kernel and initramfs of a restored
+	// machine.
+	Stub *restoreStub
 }
 
 // snapshotMeta is what a snapshot's directory records about it.
@@ -95,11 +98,15 @@ func (d *Driver) snapshotFor(ctx context.Context, s shape) (*snapshot, error) {
 	if snap := d.snaps[key]; snap != nil {
 		return snap, nil
 	}
+	stub, err := buildRestoreStub(ctx, d.cache, s.Kernel)
+	if err != nil {
+		return nil, err
+	}
 	ram, err := loadRAM(filepath.Join(dir, "ram"))
 	if err != nil {
 		return nil, err
 	}
-	snap = &snapshot{Key: key, RAM: ram, State: filepath.Join(dir, "state")}
+	snap = &snapshot{Key: key, RAM: ram, State: filepath.Join(dir, "state"), Stub: stub}
 	d.snaps[key] = snap
 	return snap, nil
 }
