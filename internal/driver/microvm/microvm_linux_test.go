@@ -358,4 +358,3 @@ func TestMountsRefused(t *testing.T) {
 		t.Errorf("create with a mount: %v, want ErrUnsupported that says what to do", err)
 	}
 }
-
