@@ -52,23 +52,30 @@ func WriteConfig(w io.Writer, cfg *Config) error {
 // ReadConfig reads what WriteConfig wrote, and not a byte more: what
 // follows belongs to HTTP/2.
 func ReadConfig(r io.Reader) (*Config, error) {
+	cfg, _, err := ReadConfigJSON(r)
+	return cfg, err
+}
+
+// ReadConfigJSON is ReadConfig that also returns the config's JSON as it
+// was sent.
+func ReadConfigJSON(r io.Reader) (*Config, []byte, error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return nil, fmt.Errorf("read the config's length: %w", err)
+		return nil, nil, fmt.Errorf("read the config's length: %w", err)
 	}
 	size := binary.BigEndian.Uint32(n[:])
 	if size > MaxMessage {
-		return nil, fmt.Errorf("read the config: %d bytes is more than %d", size, MaxMessage)
+		return nil, nil, fmt.Errorf("read the config: %d bytes is more than %d", size, MaxMessage)
 	}
 	b := make([]byte, size)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("read the config: %w", err)
+		return nil, nil, fmt.Errorf("read the config: %w", err)
 	}
 	var cfg Config
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		return nil, fmt.Errorf("decode the config: %w", err)
+		return nil, nil, fmt.Errorf("decode the config: %w", err)
 	}
-	return &cfg, nil
+	return &cfg, b, nil
 }
 
 // PipeConn joins the read end of one pipe and the write end of another

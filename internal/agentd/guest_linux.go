@@ -59,7 +59,7 @@ func guestMain() error {
 		return fmt.Errorf("tell the host the guest is ready: %w", err)
 	}
 	// A snapshot of the machine is taken from here on.
-	cfg, err := readGuestConfig(port)
+	cfg, raw, err := readGuestConfig(port)
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func guestMain() error {
 	if err := applyGuest(cfg.Guest); err != nil {
 		return err
 	}
-	if err := a.claim(cfg); err != nil {
+	if err := a.claim(cfg, raw); err != nil {
 		return err
 	}
 	err = a.cmd.Wait()
@@ -242,16 +242,16 @@ func openPort(name string, timeout time.Duration) (*os.File, error) {
 // readGuestConfig reads the host's Config from the port. The port reads
 // end-of-file while no host is connected (as in a machine just restored,
 // for a moment): it is read again until the host is there.
-func readGuestConfig(port *os.File) (*agent.Config, error) {
+func readGuestConfig(port *os.File) (*agent.Config, []byte, error) {
 	r := &waitingReader{f: port}
-	cfg, err := agent.ReadConfig(r)
+	cfg, raw, err := agent.ReadConfigJSON(r)
 	if err != nil {
-		return nil, fmt.Errorf("read the sandbox's config: %w", err)
+		return nil, nil, fmt.Errorf("read the sandbox's config: %w", err)
 	}
 	if cfg.Guest == nil {
-		return nil, errors.New("read the sandbox's config: it has no guest part")
+		return nil, nil, errors.New("read the sandbox's config: it has no guest part")
 	}
-	return cfg, nil
+	return cfg, raw, nil
 }
 
 // waitingReader reads f, taking end-of-file for "not yet".
@@ -459,8 +459,9 @@ func (a *guestAgent) waitBuilt() error {
 }
 
 // claim makes the built sandbox cfg's: its identity files and the agent's
-// limits, then the agent takes on the rest from cfg.
-func (a *guestAgent) claim(cfg *agent.Config) error {
+// limits, then the agent takes on the rest from cfg, which it reads from
+// the JSON the host sent (raw: the agent ignores the guest's part).
+func (a *guestAgent) claim(cfg *agent.Config, raw []byte) error {
 	if err := writeIdentity(cfg); err != nil {
 		return err
 	}
@@ -477,8 +478,7 @@ func (a *guestAgent) claim(cfg *agent.Config) error {
 			return fmt.Errorf("set the agent's limit %d: %w", l.res, err)
 		}
 	}
-	cfg.Guest = nil
-	err := json.NewEncoder(a.cfg).Encode(cfg)
+	_, err := a.cfg.Write(append(raw, '\n'))
 	if cerr := a.cfg.Close(); err == nil {
 		err = cerr
 	}

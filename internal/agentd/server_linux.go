@@ -123,6 +123,9 @@ func run() error {
 	if cfg.Template {
 		// Built ahead of its sandbox: wait for it (a virtual machine is
 		// saved meanwhile), then become it.
+		for _, argv := range [][]string{{"/bin/true"}, {"/bin/sh", "-c", "true"}, {"python3", "-c", "pass"}} {
+			warmUp(eng, argv)
+		}
 		err := awaitSandbox(&cfg, cfgDec)
 		cfgFile.Close()
 		if err != nil {

@@ -63,6 +63,10 @@ type Driver struct {
 
 	mu    sync.Mutex
 	snaps map[string]*snapshot // by key, loaded
+	// built remembers the initramfs and root images found or built, by
+	// what they were made from (see shapeFor): their keys take reading
+	// the kernel's modules and the package database.
+	built map[string]any
 }
 
 var (
@@ -94,7 +98,7 @@ func New(opts Options) (*Driver, error) {
 	if opts.BootAttempts <= 0 {
 		opts.BootAttempts = 3
 	}
-	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}}
+	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, built: map[string]any{}}
 	var err error
 	if d.agent, err = agentbin.Path(); err != nil {
 		return nil, err
@@ -264,11 +268,22 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 	if err != nil {
 		return shape{}, err
 	}
-	ird, err := buildInitramfs(ctx, d.cache, k, d.agent)
+	// An initramfs is made of an unpacked kernel and an agent binary, both
+	// named by their version; it is the same for as long as they are.
+	ird, err := memo(d, "initramfs\x00"+k.Dir+"\x00"+d.agent, func() (*initramfs, error) {
+		return buildInitramfs(ctx, d.cache, k, d.agent)
+	})
 	if err != nil {
 		return shape{}, err
 	}
-	root, err := buildRootImage(ctx, d.cache, d.opts.Packages, spec.Root)
+	// A root image is the same while what it is made of looks the same.
+	fp, err := rootFingerprint(spec.Root)
+	if err != nil {
+		return shape{}, err
+	}
+	root, err := memo(d, "root\x00"+spec.Root+"\x00"+fp, func() (*rootImage, error) {
+		return buildRootImage(ctx, d.cache, d.opts.Packages, spec.Root)
+	})
 	if err != nil {
 		return shape{}, err
 	}
@@ -404,4 +419,23 @@ func (d *Driver) Sweep(context.Context) error {
 // make it.
 func unsupported(why, fix string) error {
 	return &sandbox.UnsupportedError{What: "microvm", Why: why, Fix: fix}
+}
+
+// memo returns what d built for key already, or builds it with build and
+// remembers it.
+func memo[T any](d *Driver, key string, build func() (T, error)) (T, error) {
+	d.mu.Lock()
+	v, ok := d.built[key].(T)
+	d.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return v, err
+	}
+	d.mu.Lock()
+	d.built[key] = v
+	d.mu.Unlock()
+	return v, nil
 }

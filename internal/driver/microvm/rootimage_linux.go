@@ -446,3 +446,23 @@ func mkfsExt4(ctx context.Context, dir, image string) error {
 		size += size / 2
 	}
 }
+
+// rootFingerprint says cheaply whether what a root image is made of may
+// have changed: for the default root, the package database's file and the
+// /etc allowlist as stat sees them; for a root directory, the same walk
+// as its key (names, sizes, modes, times). Equal fingerprints make equal
+// images.
+func rootFingerprint(root string) (string, error) {
+	if root != "" {
+		return treeDigest(root, nil, false)
+	}
+	fi, err := os.Stat(filepath.Join(dpkgDir, "status"))
+	if err != nil {
+		return "", fmt.Errorf("read the host's package database: %w", err)
+	}
+	etc, err := treeDigest("/etc", rootfs.EtcAllowlist, false)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%s", fi.Size(), fi.ModTime().UnixNano(), etc), nil
+}
