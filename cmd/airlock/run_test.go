@@ -354,10 +354,10 @@ func TestRunInProcess(t *testing.T) {
 		{"memory 0", []string{"run", "--memory", "0", "--", "true"}, 125, "airlock: --memory \"0\": give a positive size", false},
 		{"bad mount", []string{"run", "--mount", "/x", "--", "true"}, 125, "airlock: --mount \"/x\"", false},
 		{"bad env", []string{"run", "--env", "", "--", "true"}, 125, "airlock: --env needs KEY=VALUE or KEY", false},
-		{"other driver", []string{"run", "--driver", "microvm", "--", "true"}, 125, "driver \"microvm\" is not available", false},
+		{"other driver", []string{"run", "--driver", "firecracker", "--", "true"}, 125, "driver \"firecracker\" is not available", false},
 		{"degrade userns", []string{"run", "--allow-degraded", "userns", "--", "true"}, 125, "--allow-degraded \"userns\"", false},
 		{"json memory 0", []string{"run", "--json", "--memory", "0", "--", "true"}, 125, "", true},
-		{"json other driver", []string{"run", "--json", "--driver", "microvm", "--", "true"}, 125, "", true},
+		{"json other driver", []string{"run", "--json", "--driver", "firecracker", "--", "true"}, 125, "", true},
 		{"flags after the command are the command's", []string{"run", "--memory", "0", "--", "sh", "--bogus"}, 125, "--memory", false},
 	}
 	for _, tt := range tests {
