@@ -34,3 +34,8 @@ func (*Driver) Sweep(context.Context) error { return nil }
 
 // Capabilities: off Linux the driver runs nothing.
 func (*Driver) Capabilities() sandbox.Capabilities { return sandbox.Capabilities{} }
+
+// Prepare fails off Linux.
+func (*Driver) Prepare(context.Context, []sandbox.Limits, func(string, ...any)) error {
+	return fmt.Errorf("microvm driver: %w (it needs Linux)", sandbox.ErrUnsupported)
+}
