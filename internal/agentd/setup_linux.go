@@ -547,7 +547,7 @@ func bindBootID(dir, p string) error {
 // it says the sandbox is built, waits for the sandbox's own config on dec,
 // and takes on what may differ from the template's: the host name, the
 // sizes of /workspace, /tmp and /dev/shm, the environment, the file size
-// limit and egress. The guest's init sets the agent's rlimits (which
+// limit and egress; and it draws a new boot id. The guest's init sets the agent's rlimits (which
 // harden lowered already) from outside.
 func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
 	if cfg.ReadyFD > 0 {
@@ -586,6 +586,17 @@ func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
 		if err := resize("/dev/shm", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, next.TmpBytes); err != nil {
 			return err
 		}
+	}
+	// The boot id bound at setup is the template's, the same in every
+	// sandbox built ahead from it (every virtual machine restored from one
+	// snapshot): each gets one of its own. /tmp is the sandbox's, and no
+	// command runs yet.
+	const bootID = "/proc/sys/kernel/random/boot_id"
+	if err := unix.Unmount(bootID, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("uncover the template's boot id: %w", err)
+	}
+	if err := bindBootID("/tmp/.boot", bootID); err != nil {
+		return err
 	}
 	cfg.Hostname, cfg.Env, cfg.Egress = next.Hostname, next.Env, next.Egress
 	cfg.DiskBytes, cfg.TmpBytes, cfg.FileSize, cfg.OpenFiles = next.DiskBytes, next.TmpBytes, next.FileSize, next.OpenFiles

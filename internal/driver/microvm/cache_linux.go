@@ -82,7 +82,38 @@ func cached(ctx context.Context, dir, name string, build func(tmp string) error)
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("publish %s in the cache: %w", name, err)
 	}
+	pruneCache(dir, cacheKeep)
 	return final, nil
+}
+
+// cacheKeep is how long a build product nobody used stays in the cache:
+// kernels, initramfs and root images and snapshots of older agents,
+// packages and templates go after it.
+const cacheKeep = 14 * 24 * time.Hour
+
+// touch marks the cached product at path as used now (its directory's
+// modification time), so that pruneCache keeps it.
+func touch(path string) {
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+}
+
+// pruneCache removes the products in dir that nobody used for keep (see
+// touch). A machine still running from a removed snapshot is not
+// affected (its memory is its own); a later start finds none and boots.
+func pruneCache(dir string, keep time.Duration) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || e.Name()[0] == '.' {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > keep {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // lockFile takes an exclusive lock on path, waiting for it until ctx is

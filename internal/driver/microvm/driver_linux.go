@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -287,6 +288,9 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 	if err != nil {
 		return shape{}, err
 	}
+	touch(filepath.Dir(ird.Path))
+	touch(filepath.Dir(root.Path))
+	touch(k.Dir)
 	return shape{
 		Accel: d.accelerator(), VCPUs: vcpus(spec.Limits.CPUs), MemoryMiB: guestMemoryMiB(spec.Limits.MemoryBytes),
 		Kernel: k, Initramfs: ird, Root: root, Cmdline: d.cmdline(),

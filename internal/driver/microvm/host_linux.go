@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,8 @@ func (h *host) restore(ctx context.Context, s shape, like *machine) error {
 	if err != nil {
 		return fmt.Errorf("open the snapshot's state: %w", err)
 	}
+	touch(filepath.Dir(snap.State))
+	touch(filepath.Dir(snap.Stub.Kernel))
 	defer state.Close()
 	m.RAM, m.RAMShared, m.State = snap.RAM, false, state
 	m.Kernel, m.Initramfs = snap.Stub.Kernel, snap.Stub.Initramfs

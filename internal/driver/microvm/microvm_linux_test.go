@@ -17,8 +17,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -35,11 +35,7 @@ var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Time
 // kernel in the cache (`make microvm-assets` fetches it).
 func requireMicroVM(t *testing.T, d *Driver) {
 	t.Helper()
-	cg := "cgroupv1"
-	if hostcap.CgroupMode() == "v2" {
-		cg = "cgroupv2"
-	}
-	testcap.Require(t, "root", cg, "qemu")
+	testcap.Require(t, "root", drivertest.Cgroups(), "qemu")
 	if err := d.Probe(context.Background()); err != nil {
 		testcap.SkipOrFail(t, "qemu", "the microvm driver cannot run here: %v", err)
 	}
@@ -101,9 +97,16 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// noHostDirs is why the mounts cases do not apply: a microVM sees no host
+// directory.
+const noHostDirs = "a microVM sees no host directory (the guest kernel has no 9p, Debian no virtiofsd): Spec.Mounts is refused, and Spec.Root is copied into a disk image (TestTemplateRoot)"
+
 // Unsupported are the cases of the conformance suite this driver cannot
-// pass the same way, and why: none.
-var Unsupported = map[string]string{}
+// pass the same way, and why: those of host directories.
+var Unsupported = map[string]string{
+	"mounts/read_only": noHostDirs, "mounts/writable": noHostDirs, "mounts/symlink_refused": noHostDirs,
+	"mounts/swap_race": noHostDirs, "mounts/root": noHostDirs, "mounts/root_symlink_refused": noHostDirs,
+}
 
 // TestConformance runs the whole suite on sandboxes restored from a
 // snapshot, the default path.
@@ -132,50 +135,18 @@ func freezeSandbox(t *testing.T, sb sandbox.Instance) func() {
 // leakChecker finds what a closed microVM sandbox left on the host.
 type leakChecker struct{ mu sync.Mutex }
 
-// check fails t when anything of the sandbox id remains: a process in its
-// cgroup (QEMU starts in it), a cgroup directory in any hierarchy, its
-// lock.
+// check fails t when anything of the sandbox id remains: what any
+// driver's sandbox can leave (drivertest.HostLeaks: a process in its
+// cgroup, where QEMU starts; a cgroup directory; its lock). QEMU got every
+// file as a descriptor: there is no file of the sandbox to look for.
 func (lc *leakChecker) check(t *testing.T, id string) {
 	t.Helper()
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	found := findLeaks(id)
-	if len(found) == 0 {
-		return
-	}
-	time.Sleep(2 * time.Second)
-	later := findLeaks(id)
-	t.Errorf("sandbox %s left this on the host right after Close:\n  %s\n2 s later, %d of them remain:\n  %s",
-		id, strings.Join(found, "\n  "), len(later), strings.Join(later, "\n  "))
+	drivertest.Leaks(t, id, func() []string { return findLeaks(id) })
 }
 
-func findLeaks(id string) []string {
-	var found []string
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		if _, err := strconv.Atoi(ent.Name()); err != nil {
-			continue
-		}
-		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
-		for _, line := range strings.Split(string(cg), "\n") {
-			if strings.Contains(line, "/airlock/"+id+"/") || strings.HasSuffix(line, "/airlock/"+id) {
-				found = append(found, fmt.Sprintf("process %s is in the sandbox's cgroup: %s", ent.Name(), line))
-				break
-			}
-		}
-	}
-	mounts, _ := filepath.Glob("/sys/fs/cgroup/*/airlock/" + id)
-	if _, err := os.Stat("/sys/fs/cgroup/airlock/" + id); err == nil {
-		mounts = append(mounts, "/sys/fs/cgroup/airlock/"+id)
-	}
-	for _, m := range mounts {
-		found = append(found, "cgroup directory "+m)
-	}
-	if _, err := os.Lstat("/run/airlock/sandboxes/" + id + ".lock"); err == nil {
-		found = append(found, "lock /run/airlock/sandboxes/"+id+".lock")
-	}
-	return found
-}
+func findLeaks(id string) []string { return drivertest.HostLeaks(id) }
 
 // run runs argv in in and returns its stdout and result.
 func run(t *testing.T, in sandbox.Instance, argv ...string) (string, sandbox.Result) {
@@ -356,5 +327,53 @@ func TestMountsRefused(t *testing.T) {
 	_, err := d.Create(t.Context(), sandbox.Spec{Limits: smallLimits, Mounts: []sandbox.Mount{{Source: t.TempDir(), Target: "/mnt/x"}}})
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "file API") {
 		t.Errorf("create with a mount: %v, want ErrUnsupported that says what to do", err)
+	}
+}
+
+// TestTemplateRoot: a host directory as the root (a template's root)
+// becomes a disk image the sandbox runs in: the sandbox sees it and
+// nothing of the host's composed root, cannot change it, and the host's
+// directory stays as it was.
+func TestTemplateRoot(t *testing.T) {
+	d := newDriver(t, Options{})
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"proc", "dev", "tmp", "workspace", "bin", "etc"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sandboxtest.CopyProgram(t, "/bin/sh", root, "/bin/sh")
+	marker := fmt.Sprintf("root-marker-%d", time.Now().UnixNano())
+	if err := os.WriteFile(filepath.Join(root, "etc", "marker"), []byte(marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := sandboxtest.ListTree(t, root)
+	spec := sandbox.Spec{Root: root, Limits: smallLimits}
+	t.Cleanup(func() {
+		// This root is the test's own: its image and snapshot would only
+		// fill the cache.
+		s, err := d.shapeFor(context.Background(), sandbox.Spec{Root: root, Limits: smallLimits.WithDefaults()})
+		if err != nil {
+			return
+		}
+		os.RemoveAll(filepath.Dir(s.Root.Path))
+		os.RemoveAll(filepath.Join(d.cache, "snapshot", s.key(d.vmm)))
+	})
+	in := sandboxT(t, d, spec)
+	out, res := run(t, in, "/bin/sh", "-c", `read m < /etc/marker; echo "$m"
+[ -e /usr/bin/python3 ] && echo host-usr
+[ -e /etc/passwd ] && echo composed-etc
+echo data > /workspace/f && read w < /workspace/f && echo "$w"
+(echo x > /newfile) 2>/dev/null && echo wrote-root
+(echo x > /etc/newfile) 2>/dev/null && echo wrote-etc
+echo end`)
+	if want := marker + "\ndata\nend\n"; out != want || res.ExitCode != 0 {
+		t.Errorf("in the template's root: %q (%+v), want %q", out, res, want)
+	}
+	if after := sandboxtest.ListTree(t, root); after != before {
+		t.Errorf("the host's root directory changed:\nbefore %s\nafter  %s", before, after)
 	}
 }
