@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -107,11 +108,18 @@ func pruneCache(dir string, keep time.Duration) {
 		return
 	}
 	for _, e := range ents {
-		if !e.IsDir() || e.Name()[0] == '.' {
+		name := e.Name()
+		if !e.IsDir() || (name[0] == '.' && !strings.Contains(name, ".tmp-")) {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > keep {
-			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		// A build directory left by a builder that died is a day old at
+		// most while anyone could still be filling it.
+		limit := keep
+		if name[0] == '.' {
+			limit = 24 * time.Hour
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > limit {
+			_ = os.RemoveAll(filepath.Join(dir, name))
 		}
 	}
 }

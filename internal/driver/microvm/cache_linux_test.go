@@ -1,0 +1,86 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestCached: a product is built once into a temporary directory that
+// then takes its name; a second caller waits for the first and finds it;
+// a failed build leaves nothing.
+func TestCached(t *testing.T) {
+	dir := t.TempDir()
+	var builds int
+	var mu sync.Mutex
+	build := func(tmp string) error {
+		mu.Lock()
+		builds++
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		return os.WriteFile(filepath.Join(tmp, "f"), []byte("x"), 0o644)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			p, err := cached(context.Background(), dir, "k", build)
+			if err != nil || p != filepath.Join(dir, "k") {
+				t.Errorf("cached: %q, %v", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	if builds != 1 {
+		t.Errorf("built %d times, want once", builds)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "k", "f")); err != nil || string(b) != "x" {
+		t.Errorf("product: %q, %v", b, err)
+	}
+	boom := errors.New("boom")
+	if _, err := cached(context.Background(), dir, "bad", func(string) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("a failed build: %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() && e.Name() != "k" {
+			t.Errorf("left in the cache: %s", e.Name())
+		}
+	}
+}
+
+// TestPruneCache: products nobody used for the keep time go, and build
+// directories a dead builder left go after a day; lock files and what was
+// used lately stay.
+func TestPruneCache(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	for name, age := range map[string]time.Time{
+		"fresh": time.Now(), "stale": old, ".x.tmp-1": time.Now().Add(-48 * time.Hour), ".y.tmp-2": time.Now(),
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, age, age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".k.lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	touch(filepath.Join(dir, "fresh"))
+	pruneCache(dir, cacheKeep)
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{".k.lock", ".y.tmp-2", "fresh"}; !slices.Equal(left, want) {
+		t.Errorf("after pruning: %v, want %v", left, want)
+	}
+}
