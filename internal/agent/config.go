@@ -69,6 +69,11 @@ type Config struct {
 	// ReadyFD, with Template, is a descriptor (a pipe's writing end) the
 	// agent writes a byte to once it waits for the sandbox's config.
 	ReadyFD int `json:"ready_fd,omitempty"`
+	// WarmUp, with Template, are commands the agent runs once, as the
+	// workload, before it waits: what they read from the root is then in
+	// the page cache a snapshot keeps. A command that fails is ignored.
+	// None by default.
+	WarmUp [][]string `json:"warm_up,omitempty"`
 	// Guest is set by the host of a virtual machine, whose init (the agent
 	// started with GuestArg) consumes it: it sets up the guest for this
 	// sandbox, fills in Root, Mounts and Cgroup with what it made, and

@@ -21,6 +21,12 @@ const GuestArg = "--guest"
 // to init, for the benchmark.
 const GuestExitArg = "--guest-exit"
 
+// GuestWarmEnv, set to 1 in the environment the kernel gives init (the
+// kernel command line's "airlock_warm=1"), says the machine is booted to
+// be saved as a snapshot: the sandbox built ahead runs warm-up commands
+// (Config.WarmUp) first. A machine booted for one sandbox skips them.
+const GuestWarmEnv = "airlock_warm"
+
 // GuestBootFile is where GuestBoot is, as JSON, in the initramfs.
 const GuestBootFile = "/boot.json"
 

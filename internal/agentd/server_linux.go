@@ -123,7 +123,7 @@ func run() error {
 	if cfg.Template {
 		// Built ahead of its sandbox: wait for it (a virtual machine is
 		// saved meanwhile), then become it.
-		for _, argv := range [][]string{{"/bin/true"}, {"/bin/sh", "-c", "true"}, {"python3", "-c", "pass"}} {
+		for _, argv := range cfg.WarmUp {
 			warmUp(eng, argv)
 		}
 		err := awaitSandbox(&cfg, cfgDec)

@@ -377,3 +377,42 @@ echo end`)
 		t.Errorf("the host's root directory changed:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestQEMUConfined: QEMU runs as an unprivileged uid of its own, without
+// capabilities, with no_new_privs and its seccomp sandbox, in the
+// sandbox's host cgroup; two sandboxes' QEMUs are different uids.
+func TestQEMUConfined(t *testing.T) {
+	d := newDriver(t, Options{})
+	var uids []string
+	for range 2 {
+		in := sandboxT(t, d, sandbox.Spec{})
+		pid := hostOf(in).Pid()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				st[k] = strings.TrimSpace(v)
+			}
+		}
+		uid := strings.Fields(st["Uid"])
+		if len(uid) != 4 || slices.Contains(uid, "0") {
+			t.Errorf("QEMU runs as uids %q, want an unprivileged one", st["Uid"])
+		}
+		for k, want := range map[string]string{"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"} {
+			if st[k] != want {
+				t.Errorf("QEMU's %s is %q, want %q", k, st[k], want)
+			}
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if !strings.Contains(string(cg), "/airlock/"+in.ID()) {
+			t.Errorf("QEMU is not in the sandbox's cgroup:\n%s", cg)
+		}
+		uids = append(uids, uid[0])
+	}
+	if uids[0] == uids[1] {
+		t.Errorf("two sandboxes' QEMUs share uid %s", uids[0])
+	}
+}

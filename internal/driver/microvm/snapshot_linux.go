@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 )
@@ -137,6 +138,8 @@ func (d *Driver) makeSnapshot(ctx context.Context, s shape, key, dir string) err
 	}
 	m := s.machine()
 	m.RAM, m.RAMShared = ram, true
+	// Booted to be saved: the guest warms its page cache first.
+	m.Cmdline = strings.Replace(m.Cmdline, " -- ", " "+agent.GuestWarmEnv+"=1 -- ", 1)
 	m.UID, m.GID, m.Groups = uid, uid, d.vmGroups()
 	v, _, err := d.boot(ctx, m)
 	if err != nil {
