@@ -147,7 +147,7 @@ func (d *Driver) accelerator() string {
 			}
 		}
 		if d.accel == "tcg" {
-			d.tscKHz = tscKHz()
+			d.tscKHz = d.hostTSC()
 		}
 	})
 	return d.accel
@@ -442,4 +442,33 @@ func memo[T any](d *Driver, key string, build func() (T, error)) (T, error) {
 	d.built[key] = v
 	d.mu.Unlock()
 	return v, nil
+}
+
+// hostTSC returns the host's TSC rate in kHz, measured once per boot of
+// the host and kept in the cache: every airlock process then gives its
+// guests the same figure, and their kernel command line (and with it the
+// snapshot's key) stays the same. A measurement differs from the next in
+// the last digits.
+func (d *Driver) hostTSC() int64 {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return tscKHz()
+	}
+	boot := strings.TrimSpace(string(b))
+	path := filepath.Join(d.cache, "tsc-khz")
+	if b, err := os.ReadFile(path); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 && f[0] == boot {
+			if k, err := strconv.ParseInt(f[1], 10, 64); err == nil && k > 0 {
+				return k
+			}
+		}
+	}
+	k := tscKHz()
+	if k > 0 && os.MkdirAll(d.cache, 0o755) == nil {
+		tmp := fmt.Sprintf("%s.%d", path, os.Getpid())
+		if os.WriteFile(tmp, []byte(boot+" "+strconv.FormatInt(k, 10)+"\n"), 0o644) == nil {
+			_ = os.Rename(tmp, path)
+		}
+	}
+	return k
 }
