@@ -109,6 +109,15 @@ func pruneCache(dir string, keep time.Duration) {
 	}
 	for _, e := range ents {
 		name := e.Name()
+		if lock, ok := strings.CutSuffix(name, ".lock"); ok && name[0] == '.' {
+			// The lock of a product that is gone, unused for a day.
+			if _, err := os.Stat(filepath.Join(dir, lock[1:])); errors.Is(err, os.ErrNotExist) {
+				if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > 24*time.Hour {
+					_ = os.Remove(filepath.Join(dir, name))
+				}
+			}
+			continue
+		}
 		if !e.IsDir() || (name[0] == '.' && !strings.Contains(name, ".tmp-")) {
 			continue
 		}

@@ -53,9 +53,9 @@ func TestCached(t *testing.T) {
 	}
 }
 
-// TestPruneCache: products nobody used for the keep time go, and build
-// directories a dead builder left go after a day; lock files and what was
-// used lately stay.
+// TestPruneCache: products nobody used for the keep time go, build
+// directories a dead builder left and the locks of products that are gone
+// go after a day; what was used lately, and its lock, stay.
 func TestPruneCache(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-30 * 24 * time.Hour)
@@ -70,8 +70,13 @@ func TestPruneCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, ".k.lock"), nil, 0o600); err != nil {
-		t.Fatal(err)
+	for _, lock := range []string{".k.lock", ".gone.lock", ".fresh.lock"} {
+		if err := os.WriteFile(filepath.Join(dir, lock), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(dir, lock), old, old); err != nil {
+			t.Fatal(err)
+		}
 	}
 	touch(filepath.Join(dir, "fresh"))
 	pruneCache(dir, cacheKeep)
@@ -80,7 +85,7 @@ func TestPruneCache(t *testing.T) {
 	for _, e := range ents {
 		left = append(left, e.Name())
 	}
-	if want := []string{".k.lock", ".y.tmp-2", "fresh"}; !slices.Equal(left, want) {
+	if want := []string{".fresh.lock", ".y.tmp-2", "fresh"}; !slices.Equal(left, want) {
 		t.Errorf("after pruning: %v, want %v", left, want)
 	}
 }
