@@ -609,7 +609,7 @@ func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
 // libraries) is then in the guest's page cache of the snapshot, and every
 // sandbox restored from it starts its first such command sooner.
 func warmUp(eng *engine, argv []string) {
-	null, err := devNull()
+	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return
 	}

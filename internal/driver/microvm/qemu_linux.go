@@ -246,7 +246,7 @@ func waitRunning(ctx context.Context, ctl *qmp) error {
 func (q *qemu) startError(v *vm, err error) error {
 	select {
 	case <-v.done:
-		return fmt.Errorf("QEMU exited: %v", v.waitErr)
+		return fmt.Errorf("QEMU exited: %w", exitError(v.waitErr))
 	case <-time.After(200 * time.Millisecond):
 		return err
 	}

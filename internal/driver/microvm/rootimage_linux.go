@@ -352,10 +352,16 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 // owner, size and modification time, a link's target, and with contents
 // set a file's content.
 func treeDigest(dir string, names []string, contents bool) (string, error) {
+	// The walk stays inside dir whatever is swapped for a link meanwhile.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", dir, err)
+	}
+	defer root.Close()
 	h := sha256.New()
 	walk := func(top string) error {
-		return filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
-			if errors.Is(err, os.ErrNotExist) && p == top {
+		return fs.WalkDir(root.FS(), top, func(p string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p == top {
 				return nil
 			}
 			if err != nil {
@@ -371,10 +377,10 @@ func treeDigest(dir string, names []string, contents bool) (string, error) {
 			}
 			switch {
 			case fi.Mode()&os.ModeSymlink != 0:
-				t, _ := os.Readlink(p)
+				t, _ := root.Readlink(p)
 				fmt.Fprintf(h, "%s\x00", t)
 			case fi.Mode().IsRegular() && contents:
-				b, err := os.ReadFile(p)
+				b, err := root.ReadFile(p)
 				if err != nil {
 					return err
 				}
@@ -386,12 +392,10 @@ func treeDigest(dir string, names []string, contents bool) (string, error) {
 		})
 	}
 	if names == nil {
-		if err := walk(dir); err != nil {
-			return "", fmt.Errorf("read %s: %w", dir, err)
-		}
+		names = []string{"."}
 	}
 	for _, n := range names {
-		if err := walk(filepath.Join(dir, n)); err != nil {
+		if err := walk(n); err != nil {
 			return "", fmt.Errorf("read %s: %w", filepath.Join(dir, n), err)
 		}
 	}

@@ -121,7 +121,7 @@ func (v *vm) waitReady(ctx context.Context, timeout time.Duration) error {
 		if err != nil {
 			select {
 			case <-v.done:
-				return fmt.Errorf("the virtual machine exited while booting: %v", v.Err())
+				return fmt.Errorf("the virtual machine exited while booting: %w", exitError(v.Err()))
 			default:
 			}
 			if ctx.Err() != nil {
@@ -136,3 +136,11 @@ func (v *vm) waitReady(ctx context.Context, timeout time.Duration) error {
 
 // errBootTimeout is a boot that hung: another attempt may work.
 var errBootTimeout = errors.New("boot timed out")
+
+// exitError is how a VMM exited: its error, or that it ended by itself.
+func exitError(err error) error {
+	if err == nil {
+		return errors.New("it ended by itself (exit status 0)")
+	}
+	return err
+}
