@@ -359,11 +359,40 @@ func treeDigest(dir string, names []string, contents bool) (string, error) {
 	}
 	defer root.Close()
 	h := sha256.New()
-	walk := func(top string) error {
-		return fs.WalkDir(root.FS(), top, func(p string, d fs.DirEntry, err error) error {
-			if errors.Is(err, fs.ErrNotExist) && p == top {
-				return nil
+	entry := func(p string, fi fs.FileInfo) error {
+		fmt.Fprintf(h, "%s\x00%o\x00", p, fi.Mode())
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(h, "%d:%d\x00", st.Uid, st.Gid)
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, _ := root.Readlink(p)
+			fmt.Fprintf(h, "%s\x00", t)
+		case fi.Mode().IsRegular() && contents:
+			b, err := root.ReadFile(p)
+			if err != nil {
+				return err
 			}
+			h.Write(b)
+		case fi.Mode().IsRegular():
+			fmt.Fprintf(h, "%d\x00%d\x00", fi.Size(), fi.ModTime().UnixNano())
+		}
+		return nil
+	}
+	walk := func(top string) error {
+		// The top itself without following it (a link, as /etc/localtime
+		// is, leads outside), then what a directory holds.
+		fi, err := root.Lstat(top)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return entry(top, fi)
+		}
+		return fs.WalkDir(root.FS(), top, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
@@ -371,24 +400,7 @@ func treeDigest(dir string, names []string, contents bool) (string, error) {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(h, "%s\x00%o\x00", p, fi.Mode())
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				fmt.Fprintf(h, "%d:%d\x00", st.Uid, st.Gid)
-			}
-			switch {
-			case fi.Mode()&os.ModeSymlink != 0:
-				t, _ := root.Readlink(p)
-				fmt.Fprintf(h, "%s\x00", t)
-			case fi.Mode().IsRegular() && contents:
-				b, err := root.ReadFile(p)
-				if err != nil {
-					return err
-				}
-				h.Write(b)
-			case fi.Mode().IsRegular():
-				fmt.Fprintf(h, "%d\x00%d\x00", fi.Size(), fi.ModTime().UnixNano())
-			}
-			return nil
+			return entry(p, fi)
 		})
 	}
 	if names == nil {

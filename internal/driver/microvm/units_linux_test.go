@@ -233,3 +233,36 @@ func TestResolveModules(t *testing.T) {
 		t.Errorf("a module the kernel lacks: %v", err)
 	}
 }
+
+// TestTreeDigest: links are hashed as links (even one that leads out of
+// the directory), contents count when asked for, a missing name is none.
+func TestTreeDigest(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/etc/passwd", dir+"/out"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir+"/d/e", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/d/e/f", []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"out", "d", "missing"}
+	a, err := treeDigest(dir, names, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/d/e/f", []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := treeDigest(dir, names, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Error("the digest did not change with a file's content")
+	}
+	if _, err := treeDigest(dir, nil, false); err != nil {
+		t.Errorf("a walk of the whole directory: %v", err)
+	}
+}
