@@ -28,6 +28,10 @@ type Buffer struct {
 	buf  []byte // grows up to size as bytes come, then wraps
 	size int
 	end  int64 // offset of the next byte written
+	// base is the offset that position 0 of buf holds (a multiple of
+	// size apart from it); first is the oldest offset held (Skip moves
+	// both).
+	base, first int64
 	// closed: no more writes; readers get io.EOF at the end.
 	closed  bool
 	changed chan struct{} // closed and replaced at every write and at Close
@@ -57,11 +61,11 @@ func (b *Buffer) Write(p []byte) (int, error) {
 		b.end += int64(len(p) - b.size)
 		p = p[len(p)-b.size:]
 	}
-	if need := int(min(b.end, int64(b.size))) + len(p); len(b.buf) < b.size && need > len(b.buf) {
+	if need := int(min(b.end-b.base, int64(b.size))) + len(p); len(b.buf) < b.size && need > len(b.buf) {
 		b.grow(min(need, b.size))
 	}
 	for len(p) > 0 {
-		pos := int(b.end % int64(b.size))
+		pos := int((b.end - b.base) % int64(b.size))
 		k := copy(b.buf[pos:], p)
 		b.end += int64(k)
 		p = p[k:]
@@ -84,6 +88,24 @@ func (b *Buffer) grow(n int) {
 	b.buf = nb
 }
 
+// Skip drops every byte the buffer holds and moves its end n bytes on:
+// the next byte written has offset end+n, and a reader that asks for an
+// earlier offset learns that it missed them. A buffer that continues a
+// stream another process began (its earlier bytes are elsewhere) starts
+// with Skip.
+func (b *Buffer) Skip(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || n <= 0 {
+		return
+	}
+	b.end += n
+	b.base, b.first = b.end, b.end
+	b.buf = b.buf[:0]
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
 // Close ends the stream: readers that reach its end get io.EOF.
 func (b *Buffer) Close() {
 	b.mu.Lock()
@@ -103,7 +125,7 @@ func (b *Buffer) Bounds() (start, end int64, closed bool) {
 	return b.start(), b.end, b.closed
 }
 
-func (b *Buffer) start() int64 { return max(0, b.end-int64(b.size)) }
+func (b *Buffer) start() int64 { return max(b.first, b.end-int64(b.size)) }
 
 // Changed returns a channel that is closed at the next Write or at Close.
 func (b *Buffer) Changed() <-chan struct{} {
@@ -130,7 +152,7 @@ func (b *Buffer) readAt(p []byte, off int64) (int, int64) {
 	want := int(min(int64(len(p)), b.end-from))
 	n := 0
 	for n < want {
-		pos := int((from + int64(n)) % int64(b.size))
+		pos := int((from + int64(n) - b.base) % int64(b.size))
 		n += copy(p[n:want], b.buf[pos:])
 	}
 	return n, from

@@ -209,3 +209,57 @@ func TestFollowers(t *testing.T) {
 		t.Errorf("the slowest reader missed nothing: the writer waited for it (writing took %v)", took)
 	}
 }
+
+// TestSkip: a buffer that continues another's stream starts at that
+// stream's offset; a skip in the middle drops what was held, and readers
+// learn what they missed; writes after it wrap as before.
+func TestSkip(t *testing.T) {
+	all := stream(300)
+	tests := []struct {
+		name string
+		size int
+		// ops: a positive number writes that many bytes of the stream, a
+		// negative one skips that many.
+		ops      []int
+		off      int64
+		wantFrom int64
+		wantN    int
+	}{
+		{name: "skip on an empty buffer", size: 10, ops: []int{-100}, off: 0, wantFrom: 100, wantN: 0},
+		{name: "then writes", size: 10, ops: []int{-100, 4}, off: 0, wantFrom: 100, wantN: 4},
+		{name: "then writes that wrap", size: 10, ops: []int{-95, 8, 8}, off: 0, wantFrom: 101, wantN: 10},
+		{name: "a skip drops what was held", size: 10, ops: []int{6, -3, 2}, off: 0, wantFrom: 9, wantN: 2},
+		{name: "a skip of a full buffer", size: 10, ops: []int{25, -7, 12}, off: 30, wantFrom: 34, wantN: 10},
+		{name: "zero skips nothing", size: 10, ops: []int{5, 0}, off: 0, wantFrom: 0, wantN: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(tt.size)
+			var ref []byte // what every offset holds; nil where skipped
+			var w int
+			for _, op := range tt.ops {
+				if op < 0 {
+					b.Skip(int64(-op))
+					ref = append(ref, make([]byte, -op)...)
+					continue
+				}
+				if _, err := b.Write(all[w : w+op]); err != nil {
+					t.Fatal(err)
+				}
+				ref = append(ref, all[w:w+op]...)
+				w += op
+			}
+			p := make([]byte, 64)
+			n, from := b.ReadAt(p, tt.off)
+			if n != tt.wantN || from != tt.wantFrom {
+				t.Fatalf("ReadAt(%d) = %d bytes from %d, want %d from %d", tt.off, n, from, tt.wantN, tt.wantFrom)
+			}
+			if !bytes.Equal(p[:n], ref[from:from+int64(n)]) {
+				t.Errorf("read %q, want %q", p[:n], ref[from:from+int64(n)])
+			}
+			if start, end, _ := b.Bounds(); end != int64(len(ref)) || start != tt.wantFrom && n > 0 {
+				t.Errorf("bounds %d..%d, want ..%d", start, end, len(ref))
+			}
+		})
+	}
+}
