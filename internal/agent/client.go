@@ -35,10 +35,31 @@ type Client struct {
 	rename    *connect.Client[PathRequest, Empty]
 	symlink   *connect.Client[PathRequest, Empty]
 	resolve   *connect.Client[PathRequest, PathRequest]
+	list      *connect.Client[Empty, ExecList]
+	forget    *connect.Client[ForgetRequest, Empty]
+	helloResp HelloResponse
+}
+
+// VersionError is an agent that speaks another protocol version than this
+// airlock: a sandbox made by an airlock of another version.
+type VersionError struct {
+	// Agent is the agent's version; 0 when it did not say (an agent of
+	// protocol 3 or before refuses a host of another version outright).
+	Agent int
+	// Host is this airlock's, Version.
+	Host int
+}
+
+func (e *VersionError) Error() string {
+	if e.Agent == 0 {
+		return fmt.Sprintf("the sandbox's agent speaks another protocol than this airlock's (%d)", e.Host)
+	}
+	return fmt.Sprintf("the sandbox's agent speaks protocol %d, this airlock %d", e.Agent, e.Host)
 }
 
 // Dial speaks to the agent at the other end of c and performs the version
-// handshake. It returns the layers the agent put in place.
+// handshake. It returns the layers the agent put in place. An agent of
+// another protocol version is a *VersionError.
 func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 	hc, cc, err := dialConn(c)
 	if err != nil {
@@ -59,17 +80,45 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		rename:    connect.NewClient[PathRequest, Empty](hc, baseURL+ProcRename, o...),
 		symlink:   connect.NewClient[PathRequest, Empty](hc, baseURL+ProcSymlink, o...),
 		resolve:   connect.NewClient[PathRequest, PathRequest](hc, baseURL+ProcResolve, o...),
+		list:      connect.NewClient[Empty, ExecList](hc, baseURL+ProcList, o...),
+		forget:    connect.NewClient[ForgetRequest, Empty](hc, baseURL+ProcForget, o...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
 		cc.Close()
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			return nil, nil, fmt.Errorf("agent handshake: %w", &VersionError{Host: Version})
+		}
 		return nil, nil, fmt.Errorf("agent handshake: %w", hostError(err))
 	}
 	if resp.Msg.Version != Version {
 		cc.Close()
-		return nil, nil, fmt.Errorf("agent speaks protocol %d, this airlock %d", resp.Msg.Version, Version)
+		return nil, nil, &VersionError{Agent: resp.Msg.Version, Host: Version}
 	}
+	cl.helloResp = *resp.Msg
 	return cl, resp.Msg.Layers, nil
+}
+
+// Hello is what the agent said in the handshake.
+func (c *Client) Hello() HelloResponse { return c.helloResp }
+
+// List lists the execs the agent holds.
+func (c *Client) List(ctx context.Context) ([]ExecInfo, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := c.list.CallUnary(ctx, connect.NewRequest(&Empty{}))
+	if err != nil {
+		return nil, callError(ctx, "list execs", err)
+	}
+	return resp.Msg.Execs, nil
+}
+
+// Forget drops the ended exec id, whose result the host has.
+func (c *Client) Forget(ctx context.Context, id string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	_, err := c.forget.CallUnary(ctx, connect.NewRequest(&ForgetRequest{ID: id}))
+	return callError(ctx, "forget exec", err)
 }
 
 // Close ends the connection; the agent then kills every command and exits.
@@ -87,35 +136,49 @@ type Exec struct {
 	// Cgroup is the exec's group below the workload group, as the agent
 	// says; the caller must validate it before using it.
 	Cgroup string
+	// StdoutOffset and StderrOffset are the offsets in each output stream
+	// of the first byte the stream carries (0 unless attached).
+	StdoutOffset, StderrOffset int64
 }
 
 // StartExec starts a command and returns once it runs. A command that
 // cannot start (not found, not executable) is a *sandbox.CommandError.
 // The returned Exec must be read to the end with Next.
 func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
+	return c.openExec(ctx, &ExecInput{Start: s}, !s.Stdin && s.PTY == nil, s.PTY != nil, "start exec")
+}
+
+// AttachExec attaches to exec id, which the agent holds (see List), from
+// the given offsets of its output. keepInput keeps the input half open for
+// stdin and resizes; pty says the exec runs on a terminal.
+func (c *Client) AttachExec(ctx context.Context, a *ExecAttach, keepInput, pty bool) (*Exec, error) {
+	return c.openExec(ctx, &ExecInput{Attach: a}, !keepInput, pty, "attach to exec "+a.ID)
+}
+
+func (c *Client) openExec(ctx context.Context, first *ExecInput, closeInput, pty bool, what string) (*Exec, error) {
 	st := c.exec.CallBidiStream(ctx)
-	if err := st.Send(&ExecInput{Start: s}); err != nil {
+	if err := st.Send(first); err != nil {
 		st.CloseRequest()
 		st.CloseResponse()
-		return nil, fmt.Errorf("start exec: %w", hostError(err))
+		return nil, fmt.Errorf("%s: %w", what, hostError(err))
 	}
-	if !s.Stdin && s.PTY == nil {
+	if closeInput {
 		_ = st.CloseRequest()
 	}
 	ev, err := st.Receive()
 	if err != nil {
 		st.CloseResponse()
-		return nil, fmt.Errorf("start exec: %w", hostError(err))
+		return nil, fmt.Errorf("%s: %w", what, hostError(err))
 	}
 	if ev.Exit != nil {
 		st.CloseResponse()
 		return nil, &sandbox.CommandError{Code: ev.Exit.ExitCode, Msg: ev.Exit.Message}
 	}
-	if ev.Started <= 0 {
+	if ev.Started <= 0 || ev.StdoutOffset < 0 || ev.StderrOffset < 0 {
 		st.CloseResponse()
-		return nil, errors.New("start exec: the agent answered out of order")
+		return nil, fmt.Errorf("%s: the agent answered out of order", what)
 	}
-	return &Exec{stream: st, Pid: ev.Started, Cgroup: ev.Cgroup, pty: s.PTY != nil}, nil
+	return &Exec{stream: st, Pid: ev.Started, Cgroup: ev.Cgroup, pty: pty, StdoutOffset: ev.StdoutOffset, StderrOffset: ev.StderrOffset}, nil
 }
 
 // SendStdin passes data to the command's stdin; eof closes it (on a

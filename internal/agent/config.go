@@ -80,7 +80,34 @@ type Config struct {
 	// starts the agent proper with the rest (see GuestConfig). Nil
 	// everywhere else.
 	Guest *GuestConfig `json:"guest,omitempty"`
+	// Listen, when set, makes the sandbox outlive its host: the agent
+	// serves host sessions from a listening unix socket, one at a time (a
+	// new one closes the one before), and the end of a session ends
+	// nothing: commands run on, their output kept (ExecStart.OutputBuffer)
+	// for the next session to attach to, until the host kills the
+	// sandbox. Nil: the agent serves the one connection it was started
+	// with, and kills every command and exits when it ends (a one-shot
+	// run's sandbox dies with its run).
+	Listen *ListenConfig `json:"listen,omitempty"`
 }
+
+// ListenConfig is where the agent takes host sessions from.
+type ListenConfig struct {
+	// FD is a unix stream socket the host bound (native: at a root-only
+	// path outside the sandbox) and passed as FDConn; the agent calls
+	// listen on it as its first act (it is started with ListenArg), so
+	// that the credentials a host reads from a session (SO_PEERCRED) are
+	// the agent's own.
+	FD int `json:"fd,omitempty"`
+	// Path is where the agent binds and listens itself: a directory of
+	// the host's bound into the sandbox (gVisor, with --host-uds=create),
+	// denied to the workload.
+	Path string `json:"path,omitempty"`
+}
+
+// ListenArg, as the agent's first argument, says that FDConn is a bound
+// socket to listen on (ListenConfig.FD), not a connection.
+const ListenArg = "--listen"
 
 // ContainedConfig is what the agent sets up inside an environment that
 // already isolates (see Config.Contained).
@@ -113,12 +140,13 @@ type ContainedConfig struct {
 	ChrootDir string `json:"chroot_dir,omitempty"`
 	// Listen, when set, is a unix socket the agent listens on for later
 	// host sessions, reached with RelayArg: a host that reattaches after
-	// its first session ended. The sandbox then outlives its sessions: it
-	// ends when its runtime stops it, never because a session ended; a
-	// new session closes the one before; and an exec whose session ended
-	// runs on to its own end (or its timeout), its output dropped. Only
-	// uid 0 inside may connect. Empty: the first session is the only one,
-	// and its end ends the sandbox.
+	// its first session (standard input and output) ended. The sandbox
+	// then outlives its sessions as with Config.Listen: it ends when its
+	// runtime stops it, never because a session ended; a new session
+	// closes the one before; and an exec whose session ended runs on to
+	// its own end (or its timeout), its output kept for the next session.
+	// Only uid 0 inside may connect. Empty: the first session is the only
+	// one, and its end ends the sandbox.
 	Listen string `json:"listen,omitempty"`
 	// ReadOnlyRoot makes the agent remount the root read-only once it has
 	// removed its mount points: for a runtime that gives it a writable

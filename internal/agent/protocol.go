@@ -14,11 +14,32 @@
 package agent
 
 import (
+	"strconv"
+
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Version is the protocol version. The host refuses an agent that speaks another.
-const Version = 3
+// Version is the protocol version. The host refuses to work with an agent
+// that speaks another: a sandbox reattached after an upgrade whose agent
+// speaks another version runs on, but only ends.
+//
+// It is a variable, set from protocolVersion, so that a build can claim
+// another version (-ldflags "-X
+// github.com/airlock-sandbox/airlock/internal/agent.protocolVersion=99"),
+// which is how the upgrade test makes a daemon of a different protocol.
+// The daemon and its agent must be built with the same value.
+var Version = versionOf(protocolVersion)
+
+// protocolVersion is Version as text, for -ldflags -X.
+var protocolVersion = "4"
+
+func versionOf(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		panic("agent: protocol version " + strconv.Quote(s) + " is not a positive number")
+	}
+	return n
+}
 
 // Procedure paths.
 const (
@@ -35,6 +56,8 @@ const (
 	ProcRename    = service + "Rename"
 	ProcSymlink   = service + "Symlink"
 	ProcResolve   = service + "Resolve"
+	ProcList      = service + "List"
+	ProcForget    = service + "Forget"
 )
 
 // MaxMessage caps every message either side accepts.
@@ -48,11 +71,20 @@ type HelloRequest struct {
 	Version int `json:"version"`
 }
 
-// HelloResponse says who answered.
+// HelloResponse says who answered. An agent answers whatever version the
+// host speaks; the host decides whether it can work with it. (Agents of
+// protocol 3 and before refused a host of another version instead.)
 type HelloResponse struct {
 	Version int `json:"version"`
 	// Layers the agent put in place inside the sandbox.
 	Layers []sandbox.Layer `json:"layers"`
+	// ExecSeq is the highest N of the exec ids "eN" the agent has started:
+	// a host that reattaches continues from there, so that an id names
+	// one exec for the sandbox's life.
+	ExecSeq int64 `json:"exec_seq,omitempty"`
+	// Persistent says the sandbox outlives its host sessions (see
+	// Config.Listen).
+	Persistent bool `json:"persistent,omitempty"`
 }
 
 // ExecStart is the first message of an Exec stream.
@@ -74,6 +106,26 @@ type ExecStart struct {
 	// output comes as Stdout; the host keeps the input half of the stream
 	// open for stdin and resizes.
 	PTY *sandbox.TermSize `json:"pty,omitempty"`
+	// OutputBuffer is how many of the latest bytes of each output stream
+	// the agent keeps, for a host that attaches to the exec later (after a
+	// restart); 0 means min(OutputLimit, DefaultOutputBuffer). While a
+	// stream is attached nothing is dropped: the command waits for it.
+	OutputBuffer int64 `json:"output_buffer,omitempty"`
+}
+
+// DefaultOutputBuffer is the agent's buffer per output stream when the host
+// names none.
+const DefaultOutputBuffer = 1 << 20
+
+// ExecAttach, as the first message of an Exec stream instead of a start,
+// attaches to a running or ended exec that the agent still holds: the
+// stream then carries its output from the given offsets of each stream
+// (from the oldest byte held, when those are gone) and its end, and feeds
+// its stdin and terminal. A new attachment replaces the one before.
+type ExecAttach struct {
+	ID           string `json:"id"`
+	StdoutOffset int64  `json:"stdout_offset"`
+	StderrOffset int64  `json:"stderr_offset"`
 }
 
 // ExecInput is a message of the host's half of an Exec stream: the start,
@@ -81,9 +133,10 @@ type ExecStart struct {
 // of stdin. On a terminal the end of stdin changes nothing: the terminal
 // stays open, and typing Ctrl-D is how a program reads an end of file.
 type ExecInput struct {
-	Start    *ExecStart `json:"start,omitempty"`
-	Stdin    []byte     `json:"stdin,omitempty"`
-	StdinEOF bool       `json:"stdin_eof,omitempty"`
+	Start    *ExecStart  `json:"start,omitempty"`
+	Attach   *ExecAttach `json:"attach,omitempty"`
+	Stdin    []byte      `json:"stdin,omitempty"`
+	StdinEOF bool        `json:"stdin_eof,omitempty"`
 	// Resize sets the size of the exec's terminal.
 	Resize *sandbox.TermSize `json:"resize,omitempty"`
 }
@@ -95,10 +148,45 @@ type ExecEvent struct {
 	// Cgroup names the exec's group below the sandbox's workload group,
 	// sent with Started.
 	Cgroup string `json:"cgroup,omitempty"`
-	Stdout []byte `json:"stdout,omitempty"`
-	Stderr []byte `json:"stderr,omitempty"`
+	// StdoutOffset and StderrOffset, sent with Started, are the offsets in
+	// each output stream of the first byte the stream carries: 0 for a new
+	// exec; for an attachment, where it begins.
+	StdoutOffset int64  `json:"stdout_offset,omitempty"`
+	StderrOffset int64  `json:"stderr_offset,omitempty"`
+	Stdout       []byte `json:"stdout,omitempty"`
+	Stderr       []byte `json:"stderr,omitempty"`
 	// Exit is the last event.
 	Exit *sandbox.Result `json:"exit,omitempty"`
+}
+
+// ExecList is the answer to List: every exec the agent holds, running or
+// ended and not yet forgotten (see Forget), oldest first.
+type ExecList struct {
+	Execs []ExecInfo `json:"execs"`
+}
+
+// ExecInfo describes an exec the agent holds.
+type ExecInfo struct {
+	ID         string            `json:"id"`
+	Argv       []string          `json:"argv"`
+	Background bool              `json:"background,omitempty"`
+	PTY        *sandbox.TermSize `json:"pty,omitempty"`
+	Pid        int               `json:"pid"`
+	Cgroup     string            `json:"cgroup,omitempty"`
+	// StartedMS is when it started, in Unix milliseconds.
+	StartedMS   int64 `json:"started_ms"`
+	TimeoutMS   int64 `json:"timeout_ms,omitempty"`
+	CPUTimeMS   int64 `json:"cpu_time_ms,omitempty"`
+	OutputLimit int64 `json:"output_limit,omitempty"`
+	// Stdin says its standard input is still open for the host's data.
+	Stdin bool `json:"stdin,omitempty"`
+	// Result is set once it has ended.
+	Result *sandbox.Result `json:"result,omitempty"`
+}
+
+// ForgetRequest drops an ended exec the host has the result of.
+type ForgetRequest struct {
+	ID string `json:"id"`
 }
 
 // SignalRequest sends a signal to an exec.

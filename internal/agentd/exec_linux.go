@@ -33,10 +33,12 @@ type engine struct {
 	// commands are chrooted into (see setupContained).
 	workloadRoot int
 
+	// execs holds every exec the host may still attach to.
+	execs execBook
+
 	mu       sync.Mutex
 	procs    map[string]*proc
 	next     *spawner // ready for the next command
-	closing  bool
 	spawnSeq atomic.Int64
 	// protected is set when the host gave the agent oom_score_adj -1000;
 	// forkMu serializes the switch to 0 and back around each fork.
@@ -187,7 +189,7 @@ func (e *engine) prepare() {
 	sp := e.newSpawner()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.next != nil || e.closing {
+	if e.next != nil {
 		close(sp.jobs)
 		return
 	}
@@ -466,16 +468,3 @@ func (e *engine) remove(p *proc) {
 	}
 }
 
-// killAll ends every exec; the agent is going away.
-func (e *engine) killAll() {
-	e.mu.Lock()
-	e.closing = true
-	ps := make([]*proc, 0, len(e.procs))
-	for _, p := range e.procs {
-		ps = append(ps, p)
-	}
-	e.mu.Unlock()
-	for _, p := range ps {
-		e.kill(p, sandbox.ReasonKilled)
-	}
-}

@@ -13,7 +13,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -26,7 +25,9 @@ import (
 )
 
 // Main is the agent's entry point: read the agent.Config, build the sandbox,
-// serve the host until the connection ends, then kill everything.
+// serve the host until the connection ends (or, for a sandbox that
+// outlives its host, until the host kills it), then exit, which ends
+// everything in the sandbox.
 func Main() int {
 	if len(os.Args) == 3 && os.Args[1] == agent.RelayArg {
 		return relay(os.Args[2])
@@ -49,16 +50,33 @@ func run() error {
 	}
 	var cfg agent.Config
 	var conn net.Conn // set here in stdio mode, below otherwise
-	if len(os.Args) > 1 && os.Args[1] == agent.StdioArg {
-		c, sc, err := openStdio()
+	stdio := len(os.Args) > 1 && os.Args[1] == agent.StdioArg
+	if stdio {
+		c, in, out, err := openStdio()
 		if err != nil {
 			return err
 		}
-		cfg, conn = *c, sc
+		cfg = *c
+		if cfg.Listen == nil {
+			conn = agent.PipeConn(in, out)
+		} else {
+			// Standard input carried the config only; sessions come
+			// from the listener. Both stay open as /dev/null, held for
+			// good: a descriptor number freed here would be reused, and
+			// later pointed at /dev/null too (see quiet).
+			if err := toNull(0, 1); err != nil {
+				return err
+			}
+			heldStdio = []*os.File{in, out}
+		}
+	} else if len(os.Args) > 1 && os.Args[1] == agent.ListenArg {
+		if err := listenEarly(); err != nil {
+			return err
+		}
 	}
 	var cfgFile *os.File
 	var cfgDec *json.Decoder
-	if conn == nil {
+	if !stdio {
 		cfgFile = os.NewFile(agent.FDConfig, "config")
 		cfgDec = json.NewDecoder(io.LimitReader(cfgFile, agent.MaxMessage))
 		err := cfgDec.Decode(&cfg)
@@ -67,6 +85,15 @@ func run() error {
 		}
 		if !cfg.Template {
 			cfgFile.Close()
+		}
+	}
+	var sessions net.Listener
+	if cfg.Listen != nil {
+		// Before the root is finished: the path is in a directory that
+		// setup hides from commands.
+		var err error
+		if sessions, err = sessionListener(cfg.Listen); err != nil {
+			return err
 		}
 	}
 	workloadRoot := 0
@@ -96,9 +123,10 @@ func run() error {
 	}
 	eng.workloadRoot = workloadRoot
 	s := &server{cfg: &cfg, eng: eng}
-	var sessions *net.UnixListener
-	if cfg.Contained != nil && cfg.Contained.Listen != "" {
-		s.persistent = true
+	if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
+		// A container engine's: the first session is the attach stream,
+		// later ones come through relays to the socket in the agent's
+		// home, which setupContained made.
 		if sessions, err = listenSessions(cfg.Contained.Listen); err != nil {
 			return err
 		}
@@ -136,7 +164,7 @@ func run() error {
 		return err
 	}
 	s.mux = s.handler()
-	if conn == nil {
+	if conn == nil && cfg.Listen == nil {
 		if conn, err = hostConn(agent.FDConn); err != nil {
 			return fmt.Errorf("open the host connection: %w", err)
 		}
@@ -148,22 +176,37 @@ func run() error {
 		debug.SetGCPercent(25)
 		debug.FreeOSMemory()
 	})
+	if sessions != nil {
+		if cfg.Listen != nil {
+			// The agent's standard output and error go to a log file on
+			// the host, which nothing bounds: once the sandbox is built
+			// they go nowhere, so that nothing in the sandbox can fill the
+			// host's disk through them.
+			if err := quiet(); err != nil {
+				return err
+			}
+		}
+		if conn != nil {
+			go s.serveSession(conn)
+		}
+		// The sandbox outlives its sessions: it ends when the host (or
+		// its runtime) kills it. The main goroutine keeps the main
+		// thread (see cmd/airlock-agent) and waits here.
+		return s.serveSessions(sessions)
+	}
 	// The main goroutine is locked to the main thread (see cmd/airlock-agent);
 	// the connection is served from another, so that the hot path never
 	// waits for that one thread to be woken.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.serveSession(conn)
+		agent.ServeConn(context.Background(), conn, s.mux)
 	}()
-	if sessions != nil {
-		// The sandbox outlives its sessions: it ends when its runtime
-		// stops it.
-		go s.acceptSessions(sessions)
-		select {}
-	}
 	<-done
-	eng.killAll()
+	// The agent's exit ends the sandbox: as PID 1 of its pid namespace
+	// its death kills every process in it. Killing the execs first would
+	// only race the host's kill of the agent, and an agent killed while it
+	// froze an exec's group for a kill would leave that group frozen.
 	return nil
 }
 
@@ -212,21 +255,26 @@ func hostConn(fd int) (net.Conn, error) {
 	return agent.PipeConn(f, f), nil
 }
 
-// openStdio reads the agent.Config from standard input and returns the host
-// connection on standard input and output (see agent.StdioArg).
-func openStdio() (*agent.Config, net.Conn, error) {
+// heldStdio keeps standard input and output of a persistent stdio agent
+// from being closed by their finalizers.
+var heldStdio []*os.File
+
+// openStdio reads the agent.Config from standard input and returns it with
+// standard input and output, the host connection unless the config says
+// otherwise (see agent.StdioArg).
+func openStdio() (*agent.Config, *os.File, *os.File, error) {
 	// Pollable descriptors give the connection deadlines.
 	for _, fd := range []int{0, 1} {
 		if err := unix.SetNonblock(fd, true); err != nil {
-			return nil, nil, fmt.Errorf("prepare the host connection: %w", err)
+			return nil, nil, nil, fmt.Errorf("prepare the host connection: %w", err)
 		}
 	}
 	in, out := os.NewFile(0, "stdin"), os.NewFile(1, "stdout")
 	cfg, err := agent.ReadConfig(in)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return cfg, agent.PipeConn(in, out), nil
+	return cfg, in, out, nil
 }
 
 type server struct {
@@ -240,13 +288,11 @@ type server struct {
 	rootErr error
 	// egress serves the tunnels of network mode egress; nil otherwise.
 	egress *egressServer
-	// mux serves every session.
+	// mux serves every host session.
 	mux http.Handler
-	// persistent says the sandbox outlives its sessions (see
-	// agent.ContainedConfig.Listen).
-	persistent bool
-	sessMu     sync.Mutex
-	current    *session
+	// sessMu guards current, the host session being served: one at a time.
+	sessMu  sync.Mutex
+	current net.Conn
 }
 
 // files runs the file operation f with the workload's identity.
@@ -275,14 +321,16 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcRename, connect.NewUnaryHandlerSimple(agent.ProcRename, s.rename, o...))
 	mux.Handle(agent.ProcSymlink, connect.NewUnaryHandlerSimple(agent.ProcSymlink, s.symlink, o...))
 	mux.Handle(agent.ProcResolve, connect.NewUnaryHandlerSimple(agent.ProcResolve, s.resolve, o...))
+	mux.Handle(agent.ProcList, connect.NewUnaryHandlerSimple(agent.ProcList, s.list, o...))
+	mux.Handle(agent.ProcForget, connect.NewUnaryHandlerSimple(agent.ProcForget, s.forget, o...))
 	s.egress.register(mux)
 	return mux
 }
 
-func (s *server) hello(_ context.Context, req *agent.HelloRequest) (*agent.HelloResponse, error) {
-	if req.Version != agent.Version {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent speaks protocol %d, host %d: use the agent built with this airlock", agent.Version, req.Version))
-	}
+// hello answers the handshake with the agent's own version, whatever the
+// host's: the host decides whether it can work with it (a daemon of another
+// version reattaching after an upgrade only ends the sandbox).
+func (s *server) hello(context.Context, *agent.HelloRequest) (*agent.HelloResponse, error) {
 	var layers []sandbox.Layer
 	layers = append(layers, sandbox.LayerRootFS, sandbox.LayerNoNewPrivs, sandbox.LayerCaps)
 	if s.eng.filter != nil {
@@ -291,7 +339,7 @@ func (s *server) hello(_ context.Context, req *agent.HelloRequest) (*agent.Hello
 	if s.eng.landlock {
 		layers = append(layers, sandbox.LayerLandlock)
 	}
-	return &agent.HelloResponse{Version: agent.Version, Layers: layers}, nil
+	return &agent.HelloResponse{Version: agent.Version, Layers: layers, ExecSeq: s.eng.execs.lastSeq(), Persistent: s.cfg.Listen != nil || s.cfg.Contained != nil && s.cfg.Contained.Listen != ""}, nil
 }
 
 func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Empty, error) {
@@ -301,19 +349,14 @@ func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Emp
 	return &agent.Empty{}, agent.WireError(s.eng.signal(req.ID, unix.Signal(req.Signal)))
 }
 
-// exec runs one command: the first message starts it, later ones feed its
-// stdin; the agent streams its output and ends with its Result.
+// exec serves an Exec stream: a first message that starts a command
+// starts it and follows it; one that attaches follows a command the agent
+// holds (see execs_linux.go). Later messages feed its stdin and terminal.
+// The end of the stream ends nothing but the following.
 func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent]) error {
 	first, err := stream.Receive()
 	if err != nil {
 		return err
-	}
-	st := first.Start
-	if st == nil || !sandbox.ValidID(st.ID) {
-		return agent.WireError(fmt.Errorf("exec needs a start message with a valid id: %w", sandbox.ErrInvalid))
-	}
-	if err := (sandbox.ExecRequest{Argv: st.Argv, Env: st.Env, Dir: st.Dir}).Validate(); err != nil {
-		return agent.WireError(err)
 	}
 	var sendMu sync.Mutex
 	send := func(ev *agent.ExecEvent) error {
@@ -321,113 +364,34 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 		defer sendMu.Unlock()
 		return stream.Send(ev)
 	}
-
-	eio, err := s.execIO(st)
-	if err != nil {
+	if first.Attach != nil {
+		return s.attachExec(ctx, stream, send, first.Attach)
+	}
+	st := first.Start
+	if st == nil || !sandbox.ValidID(st.ID) {
+		return agent.WireError(fmt.Errorf("%w: %w", errNoStart, sandbox.ErrInvalid))
+	}
+	if err := (sandbox.ExecRequest{Argv: st.Argv, Env: st.Env, Dir: st.Dir}).Validate(); err != nil {
 		return agent.WireError(err)
 	}
-	var pidsBefore int64
-	if s.eng.workload != nil {
-		pidsBefore = s.eng.workload.PidsMax()
-	}
-	p, err := s.eng.start(st, eio.stdin, eio.stdout, eio.stderr)
-	eio.closeCommandEnds()
+	es, att, err := s.startExec(st)
 	if err != nil {
-		eio.closeAll()
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
 			return send(&agent.ExecEvent{Exit: &sandbox.Result{ExitCode: ce.Code, Reason: sandbox.ReasonExit, Message: ce.Msg, LimitsHit: []sandbox.Limit{}}})
 		}
 		return agent.WireError(err)
 	}
-	if err := send(&agent.ExecEvent{Started: p.pid, Cgroup: p.cgroupName}); err != nil && !s.detached(ctx) {
-		s.eng.kill(p, sandbox.ReasonKilled)
+	// A host whose stream broke here learns of the exec from List, or
+	// kills it by id.
+	if err := send(&agent.ExecEvent{Started: es.p.pid, Cgroup: es.p.cgroupName}); err != nil {
+		es.detach(att)
+		return err
 	}
-	if eio.input != nil {
-		go feedInput(stream, eio)
+	if es.eio.input != nil {
+		go s.feed(stream, es)
 	}
-
-	// Output: each stream is counted; past the limit the exec is killed.
-	var outWG sync.WaitGroup
-	var written [2]atomic.Int64
-	var truncated [2]atomic.Bool
-	for i, r := range eio.outputs {
-		outWG.Add(1)
-		go func() {
-			defer outWG.Done()
-			if eio.master == nil {
-				defer r.Close()
-			}
-			buf := make([]byte, agent.ChunkSize)
-			for {
-				n, err := r.Read(buf)
-				if n > 0 {
-					data := buf[:n]
-					if left := st.OutputLimit - written[i].Load(); st.OutputLimit > 0 && int64(n) > left {
-						data = buf[:max(left, 0)]
-						if truncated[i].CompareAndSwap(false, true) {
-							go s.eng.kill(p, sandbox.ReasonOutputLimit)
-						}
-					}
-					written[i].Add(int64(len(data)))
-					if len(data) > 0 {
-						ev := &agent.ExecEvent{Stdout: data}
-						if i == 1 {
-							ev = &agent.ExecEvent{Stderr: data}
-						}
-						if send(ev) != nil && !s.detached(ctx) {
-							go s.eng.kill(p, sandbox.ReasonKilled)
-						}
-					}
-				}
-				if err != nil {
-					// A terminal whose last holder closed it answers EIO.
-					return
-				}
-			}
-		}()
-	}
-
-	ws := s.watch(ctx, p, st)
-	if p.group != nil && !st.Background {
-		// A command owns its whole tree: what it left running ends with it.
-		_ = p.group.Kill(5 * time.Second)
-	} else if !st.Background {
-		_ = unix.Kill(-p.pid, unix.SIGKILL)
-	}
-	drained := make(chan struct{})
-	go func() { outWG.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainGrace(st.Background)):
-	}
-	eio.closeAgentEnds()
-
-	var res sandbox.Result
-	res.ExitCode, res.Signal = exitOf(ws)
-	res.Usage.WallMS = time.Since(p.started).Milliseconds()
-	res.Usage.BytesWritten = written[0].Load() + written[1].Load()
-	res.StdoutTruncated, res.StderrTruncated = truncated[0].Load(), truncated[1].Load()
-	reason, _ := p.reason.Load().(sandbox.Reason)
-	var stats struct{ oom, pids bool }
-	if p.group != nil {
-		gs, _ := p.group.Stats()
-		res.Usage.CPUMS = gs.CPUNanos / 1e6
-		res.Usage.MemoryPeakBytes = gs.MemoryPeak
-		stats.oom = gs.OOMKills > 0
-		stats.pids = gs.PidsMax > 0 || s.eng.workload.PidsMax() > pidsBefore
-	}
-	res.Classify(reason, sandbox.Evidence{OOM: stats.oom, Pids: stats.pids, DiskFull: diskFull()})
-	if !st.Background {
-		s.eng.remove(p)
-	} else {
-		go func() { <-drained; s.eng.remove(p) }()
-	}
-	err = send(&agent.ExecEvent{Exit: &res})
-	// The next command's spawner is prepared while the sandbox is idle,
-	// not while a command starts or runs.
-	go s.eng.prepare()
-	return err
+	return s.follow(ctx, send, es, att, make([]int64, len(es.rings)))
 }
 
 // drainGrace is how long output may still arrive after the main process
@@ -441,8 +405,8 @@ func drainGrace(background bool) time.Duration {
 }
 
 // watch waits for the main process to exit, enforcing the wall-time and
-// CPU-time limits and the caller going away.
-func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.WaitStatus {
+// CPU-time limits.
+func (s *server) watch(p *proc, st *agent.ExecStart) unix.WaitStatus {
 	var timeout <-chan time.Time
 	if st.TimeoutMS > 0 {
 		t := time.NewTimer(time.Duration(st.TimeoutMS) * time.Millisecond)
@@ -455,7 +419,6 @@ func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.W
 		defer t.Stop()
 		tick = t.C
 	}
-	done := ctx.Done()
 	for {
 		select {
 		case ws := <-p.status:
@@ -467,11 +430,6 @@ func (s *server) watch(ctx context.Context, p *proc, st *agent.ExecStart) unix.W
 			if ns, err := p.group.CPUNanos(); err == nil && ns/1e6 >= st.CPUTimeMS {
 				tick = nil
 				go s.eng.kill(p, sandbox.ReasonCPUTime)
-			}
-		case <-done:
-			done = nil
-			if !s.detached(ctx) {
-				go s.eng.kill(p, sandbox.ReasonKilled)
 			}
 		}
 	}
@@ -557,31 +515,6 @@ func (x *execIO) closeAll() {
 	if x.master == nil {
 		for _, f := range x.outputs {
 			f.Close()
-		}
-	}
-}
-
-// feedInput passes the host's stdin to the command and applies resizes,
-// until the host's half of the stream ends, or (pipes) stdin ends.
-func feedInput(stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent], x *execIO) {
-	if x.master == nil {
-		defer x.input.Close()
-	}
-	for {
-		msg, err := stream.Receive()
-		if err != nil {
-			return
-		}
-		if len(msg.Stdin) > 0 {
-			if _, err := x.input.Write(msg.Stdin); err != nil {
-				return
-			}
-		}
-		if msg.Resize != nil && x.master != nil {
-			_ = resize(x.master, *msg.Resize)
-		}
-		if msg.StdinEOF && x.master == nil {
-			return
 		}
 	}
 }

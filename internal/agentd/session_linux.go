@@ -7,82 +7,65 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync/atomic"
+	"os/signal"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
-	"golang.org/x/sys/unix"
 )
 
-// A session is one connection from the host, served until it ends. The
-// first comes over the descriptor or the standard streams the agent was
-// started with; where the sandbox outlives its host (agent.ContainedConfig
-// Listen), later ones come over a unix socket, each through a relay the
-// host runs in the sandbox (RelayArg), and each new one closes the one
-// before: one host at a time.
-type session struct {
-	net.Conn
-	// ended is set once the connection failed or was closed: from then on
-	// nobody hears what is sent over it.
-	ended atomic.Bool
+// Host sessions of a sandbox that outlives its host (agent.Config.Listen,
+// agent.ContainedConfig.Listen).
+//
+// The agent listens on a unix socket that only root can reach and serves
+// one host session at a time: a new one closes the one before, and the end
+// of one ends nothing else (execs run on, their output kept: see
+// execs_linux.go). The sandbox lives until the host kills it. This is what
+// lets a daemon restart, be upgraded or be killed without losing its
+// sandboxes: the agent is its own holder, so no process is added per
+// sandbox (docs/decisions.md).
+//
+// Where the socket is: native, a root-only directory of the host's, the
+// listening descriptor passed by the host; gVisor, a root-only directory of
+// the host's bound into the sandbox (runsc --host-uds=create), where the
+// agent binds it; a container engine's, the agent's own root-only home
+// inside the container, reached through a relay the host runs there with
+// `docker exec` (RelayArg), the first session being the attach stream.
+
+// listenEarly, for native, starts listening on the socket the host bound
+// (agent.ListenArg) as the agent's first act, so that a host connecting
+// meanwhile waits in the backlog instead of being refused, and so that the
+// credentials it reads from the session are the agent's own (SO_PEERCRED
+// names whoever called listen).
+func listenEarly() error {
+	if err := unix.Listen(agent.FDConn, 16); err != nil {
+		return fmt.Errorf("listen for host sessions: %w", err)
+	}
+	return nil
 }
 
-func (s *session) Read(b []byte) (int, error) {
-	n, err := s.Conn.Read(b)
+// sessionListener returns the listener of host sessions: the descriptor
+// the host bound (native), or a socket the agent binds at the path
+// (gVisor).
+func sessionListener(cfg *agent.ListenConfig) (net.Listener, error) {
+	if cfg.Path != "" {
+		return listenSessions(cfg.Path)
+	}
+	f := os.NewFile(uintptr(cfg.FD), "sessions")
+	defer f.Close()
+	ln, err := net.FileListener(f)
 	if err != nil {
-		s.ended.Store(true)
+		return nil, fmt.Errorf("listen for host sessions: %w", err)
 	}
-	return n, err
+	return ln, nil
 }
 
-func (s *session) Write(b []byte) (int, error) {
-	n, err := s.Conn.Write(b)
-	if err != nil {
-		s.ended.Store(true)
-	}
-	return n, err
-}
-
-func (s *session) Close() error {
-	s.ended.Store(true)
-	return s.Conn.Close()
-}
-
-type sessionKey struct{}
-
-// sessionOf returns the session a request came over.
-func sessionOf(ctx context.Context) *session {
-	s, _ := ctx.Value(sessionKey{}).(*session)
-	return s
-}
-
-// serveSession serves one host connection until it ends, after closing the
-// session before it.
-func (s *server) serveSession(conn net.Conn) {
-	sess := &session{Conn: conn}
-	s.sessMu.Lock()
-	prev := s.current
-	s.current = sess
-	s.sessMu.Unlock()
-	if prev != nil {
-		prev.Close()
-	}
-	agent.ServeConn(context.WithValue(context.Background(), sessionKey{}, sess), sess, s.mux)
-}
-
-// detached says whether an exec of the request with ctx has lost its host
-// for good: its session ended, and the sandbox outlives its sessions. Such
-// an exec runs on; what it would send is dropped.
-func (s *server) detached(ctx context.Context) bool {
-	sess := sessionOf(ctx)
-	return s.persistent && sess != nil && sess.ended.Load()
-}
-
-// listenSessions listens on the unix socket path for later sessions; only
-// uid 0 (the relays the host starts) may use it.
+// listenSessions listens on the unix socket path, root's alone.
 func listenSessions(path string) (*net.UnixListener, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("listen for host sessions: %w", err)
+		return nil, fmt.Errorf("listen for host sessions at %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(false)
 	if err := os.Chmod(path, 0o600); err != nil {
@@ -92,19 +75,26 @@ func listenSessions(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// acceptSessions serves every connection to ln from uid 0, one after
-// another replacing the one before.
-func (s *server) acceptSessions(ln *net.UnixListener) {
+// serveSessions serves host sessions from ln, one at a time, until ln
+// fails; it never returns otherwise. A session must come from outside the
+// sandbox (its peer has no pid in the sandbox's pid namespace) or from
+// root inside it (a relay the host started); the workload is neither.
+func (s *server) serveSessions(ln net.Listener) error {
+	// The host's end of a session may die at any time (kill -9 of the
+	// daemon): a write to it must fail, not kill the agent. Notify, not
+	// Ignore: an ignored SIGPIPE would be inherited by every command.
+	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
 	for {
-		c, err := ln.AcceptUnix()
+		c, err := ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
-			continue
+			return fmt.Errorf("accept a host session: %w", err)
 		}
-		if uid, err := peerUID(c); err != nil || uid != 0 {
-			fmt.Fprintf(os.Stderr, "airlock-agent: refused a session from uid %d: %v\n", uid, err)
+		if cred, err := peerCred(c); err != nil || cred.Pid != 0 && cred.Uid != 0 {
 			c.Close()
 			continue
 		}
@@ -112,23 +102,56 @@ func (s *server) acceptSessions(ln *net.UnixListener) {
 	}
 }
 
-// peerUID is the uid of the process at the other end of c.
-func peerUID(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
+// serveSession serves one host connection until it ends, after closing
+// the session before it: one host at a time; the commands run on.
+func (s *server) serveSession(conn net.Conn) {
+	s.sessMu.Lock()
+	prev := s.current
+	s.current = conn
+	s.sessMu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
+	agent.ServeConn(context.Background(), conn, s.mux)
+}
+
+// quiet points standard output and error at /dev/null.
+func quiet() error { return toNull(1, 2) }
+
+// toNull points the descriptors fds, which are open, at /dev/null.
+func toNull(fds ...int) error {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		return -1, err
+		return fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	defer null.Close()
+	for _, fd := range fds {
+		if err := unix.Dup3(int(null.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("point descriptor %d at %s: %w", fd, os.DevNull, err)
+		}
+	}
+	return nil
+}
+
+// peerCred is who is at the other end of c, as this sandbox's pid and user
+// namespaces see it: pid 0 for a process outside the sandbox.
+func peerCred(c net.Conn) (*unix.Ucred, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return -1, err
+		return nil, err
 	}
-	if cerr != nil {
-		return -1, cerr
-	}
-	return int(cred.Uid), nil
+	return cred, cerr
 }
 
 // relay is the agent binary run as a relay (agent.RelayArg): it joins its

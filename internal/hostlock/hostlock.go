@@ -24,6 +24,30 @@ type Lock struct{ f *os.File }
 // Path is the lock file.
 func (l *Lock) Path() string { return l.f.Name() }
 
+// File is the lock's open file. The lock is held as long as any process
+// holds a descriptor of it: a process started with a copy (inherited)
+// keeps the lock after this one is gone, which is how a sandbox that
+// outlives the airlock process that made it keeps its id and uid range.
+func (l *Lock) File() *os.File { return l.f }
+
+// Held says whether a live process holds the lock dir/name.lock, without
+// taking it.
+func Held(dir, name string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
+// SandboxDir is where the sandbox-id locks below stateDir are.
+func SandboxDir(stateDir string) string { return filepath.Join(stateDir, "sandboxes") }
+
 // Release removes the lock file and drops the lock.
 func (l *Lock) Release() {
 	if l == nil || l.f == nil {
@@ -79,6 +103,11 @@ const (
 	rangeFirst = 0x10000000
 	rangeSlots = 4096
 )
+
+// IsRangeBase says whether uid is the first uid of one of the ranges.
+func IsRangeBase(uid int) bool {
+	return uid >= rangeFirst && uid < rangeFirst+rangeSlots*RangeSize && (uid-rangeFirst)%RangeSize == 0
+}
 
 // UIDRange takes one of the host uid ranges below stateDir and returns its
 // lock and its first uid.

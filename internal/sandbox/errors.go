@@ -16,6 +16,13 @@ var (
 	ErrClosed      = errors.New("sandbox is closed")
 	// ErrOutside is a path that would lead outside the sandbox's root.
 	ErrOutside = errors.New("path leads outside the sandbox")
+	// ErrDetached is what a process's Wait returns when this airlock let
+	// go of its sandbox (Detacher) before the process ended: it runs on,
+	// and its result is for whoever reattaches. It is not a result.
+	ErrDetached = errors.New("airlock let go of the sandbox; the command runs on")
+	// ErrMismatch is every call but Close on a sandbox whose agent speaks
+	// another protocol than this airlock (reattached after an upgrade).
+	ErrMismatch = errors.New("the sandbox's agent speaks another protocol version")
 )
 
 // LayerError says that an isolation layer is missing on this host, and how

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -50,4 +51,107 @@ type Resizer interface {
 	// the process has no terminal or the size is out of range; one
 	// wrapping ErrNotFound, that the process has ended.
 	Resize(ctx context.Context, size TermSize) error
+}
+
+// Surviving a restart of the process that made the sandboxes (the daemon):
+// a driver that declares Capabilities.SurvivesRestart implements
+// Recoverer, its instances StateHolder and Detacher, and, where commands
+// run on across the restart, ProcessAttacher.
+
+// Recoverer is a driver whose sandboxes outlive the process that made
+// them, and that reattaches to one from what that process kept.
+type Recoverer interface {
+	// Recover reattaches to sandbox id from state, what its instance's
+	// DriverState said when it was made, and returns it running: its
+	// files, processes and background commands as they were. Recover
+	// checks that what answers is the sandbox's own (the peer's
+	// credentials, the sandbox's lock) and gives up at ctx's deadline.
+	// State may be empty (a create that did not finish): the driver then
+	// reattaches as far as needed to end it.
+	//
+	// On an error nothing of the sandbox is left: a holder that did not
+	// answer in time has been killed, and what the sandbox left on the
+	// host removed. The error wraps ErrNotFound when the sandbox was gone
+	// already (its holder died). A driver that cannot reattach at all
+	// (Capabilities.SurvivesRestart false) fails with ErrUnsupported.
+	//
+	// A sandbox whose agent speaks another protocol version is returned
+	// too (AgentInstance says so): it runs on, and only ends (Close).
+	Recover(ctx context.Context, id string, state []byte) (Instance, error)
+}
+
+// StateHolder is an instance that can say what a later process needs to
+// reattach to it (Recoverer.Recover). The daemon keeps it in its registry.
+type StateHolder interface {
+	// DriverState is the state; nil when the sandbox cannot be reattached
+	// (a one-shot run's, which dies with its process).
+	DriverState() ([]byte, error)
+}
+
+// Detacher is an instance that this process can let go of without ending
+// it: its connection closes, and the sandbox and its commands run on until
+// a later process reattaches (Recoverer) or kills them. Calls on the
+// instance fail afterwards; the Wait of a process still running returns
+// ErrDetached. A daemon that stops cleanly detaches; a daemon killed with
+// -9 is the same thing, unannounced.
+type Detacher interface {
+	Detach(ctx context.Context) error
+}
+
+// ProcessAttacher is an instance, reattached after a restart, whose
+// commands started before it may still run, or have ended without anybody
+// collecting their result.
+type ProcessAttacher interface {
+	// Processes lists them, oldest first.
+	Processes(ctx context.Context) ([]ProcessState, error)
+	// Attach follows process id (from Processes) as Start does a new one:
+	// its output from where the sandbox's buffer of it begins goes to
+	// req's writers, req.Stdin (when its input is open) feeds it, and
+	// the returned Process waits for its end, signals and resizes it.
+	Attach(ctx context.Context, id string, req AttachRequest) (Process, error)
+}
+
+// ProcessState describes a process a reattached instance found.
+type ProcessState struct {
+	ID   string
+	Argv []string
+	// Started is when it started.
+	Started    time.Time
+	Background bool
+	// PTY is its terminal's size; nil on pipes.
+	PTY *TermSize
+	// Stdin says its standard input is open (it was started with input
+	// kept open, or on a terminal).
+	Stdin bool
+	// Result is set once it has ended.
+	Result *Result
+}
+
+// AttachRequest is where an attached process's output goes.
+type AttachRequest struct {
+	// Stdin feeds its standard input (or terminal), when it is open.
+	Stdin io.Reader
+	// Stdout and Stderr get its output, as ExecRequest's do.
+	Stdout, Stderr io.Writer
+	// Offsets, when set, is called before any output with the offsets in
+	// each stream (the terminal's is stdout) of the first bytes Stdout and
+	// Stderr get: the sandbox keeps only the latest output of a process.
+	Offsets func(stdout, stderr int64)
+}
+
+// AgentInstance is an instance whose sandbox runs airlock's agent.
+type AgentInstance interface {
+	// AgentProtocol is the protocol version the sandbox's agent speaks,
+	// and whether this airlock speaks it too. A sandbox reattached after
+	// an upgrade may run an agent of another version: it runs on, every
+	// call but Close fails with ErrMismatch, and Close ends it.
+	AgentProtocol() (version int, ok bool)
+}
+
+// EndCause is an instance that can say why its sandbox ended by itself
+// (its agent, or the runtime holding it, died), once Done is closed.
+type EndCause interface {
+	// Ended is the cause; nil when the sandbox was closed, or nothing is
+	// known.
+	Ended() error
 }

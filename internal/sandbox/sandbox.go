@@ -151,6 +151,11 @@ type ExecRequest struct {
 	// (Resizer). Nil means pipes. A driver without terminals (see
 	// Capabilities.PTY) refuses it with an UnsupportedError.
 	PTY *TermSize
+	// OutputBuffer is how many of the latest bytes of each output stream
+	// the sandbox itself keeps, for a process that reattaches after a
+	// restart (ProcessAttacher). Zero means the driver's default (the
+	// output limit, at most 1 MiB).
+	OutputBuffer int64
 }
 
 // TermSize is the size of a terminal, in characters.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -57,12 +58,21 @@ type Instance struct {
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
+	// detached is set once Detach let go of the sandbox.
+	detached atomic.Bool
+	// listed is what the last Processes found, by id.
+	listed map[string]agent.ExecInfo
 }
 
 var (
-	_ sandbox.Instance    = (*Instance)(nil)
-	_ sandbox.UsageReader = (*Instance)(nil)
-	_ egress.Reporter     = (*Instance)(nil)
+	_ sandbox.Instance        = (*Instance)(nil)
+	_ sandbox.UsageReader     = (*Instance)(nil)
+	_ sandbox.StateHolder     = (*Instance)(nil)
+	_ sandbox.Detacher        = (*Instance)(nil)
+	_ sandbox.ProcessAttacher = (*Instance)(nil)
+	_ sandbox.AgentInstance   = (*Instance)(nil)
+	_ sandbox.EndCause        = (*Instance)(nil)
+	_ egress.Reporter         = (*Instance)(nil)
 )
 
 // New returns the sandbox running: its egress tunnels serve, and its
@@ -78,6 +88,9 @@ func New(cfg Config) *Instance {
 	if in.execPrefix == "" {
 		in.execPrefix = "e"
 	}
+	// Exec ids go on from the highest the agent has seen: a reattached
+	// sandbox's earlier execs may still run.
+	in.execSeq.Store(cfg.Client.Hello().ExecSeq)
 	in.startEgress()
 	if l := cfg.Spec.Limits.Lifetime; l > 0 {
 		in.lifetime = time.AfterFunc(l, func() {
@@ -116,14 +129,8 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	in.mu.Lock()
-	closed := in.closed
-	in.mu.Unlock()
-	if closed {
-		return nil, sandbox.ErrClosed
-	}
-	if in.isDone() {
-		return nil, in.endedError()
+	if err := in.usable(); err != nil {
+		return nil, err
 	}
 	id := in.execPrefix + strconv.FormatInt(in.execSeq.Add(1), 10)
 	l := in.spec.Limits
@@ -135,7 +142,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if cpu == 0 {
 		cpu = l.CPUTime
 	}
-	p := &process{in: in, id: id, req: req, timeout: timeout, cpuTime: cpu, done: make(chan struct{}), eh: in.host.Exec(id)}
+	p := &process{in: in, id: id, timeout: timeout, cpuTime: cpu, background: req.Background, pty: req.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
 	// The stream lives as long as the exec, not as long as ctx.
 	sctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -148,18 +155,23 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
 		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
 		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: l.OutputBytes,
-		PTY: req.PTY,
+		PTY: req.PTY, OutputBuffer: req.OutputBuffer,
 	})
 	timer.Stop()
 	stop()
 	if err != nil {
 		cancel()
 		p.eh.Abandon()
+		var ce *sandbox.CommandError
+		if !errors.As(err, &ce) {
+			// The exec outlives its stream in the agent: one the agent may
+			// have started is killed by id.
+			go in.killLost(id)
+		}
 		if late.Load() {
 			return nil, fmt.Errorf("exec %s: the sandbox's agent did not start the command within %v: %w", id, agent.CallTimeout, err)
 		}
 		// A broken connection is a dead sandbox (say why) or a broken agent.
-		var ce *sandbox.CommandError
 		if !errors.As(err, &ce) && ctx.Err() == nil && in.waitDone(2*time.Second) {
 			return nil, in.endedError()
 		}
@@ -178,8 +190,39 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if req.Stdin != nil {
 		go ex.FeedStdin(req.Stdin)
 	}
-	go p.run()
+	go p.run(req.Stdout, req.Stderr)
 	return p, nil
+}
+
+// usable says why the instance takes no new work, if it does not.
+func (in *Instance) usable() error {
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	switch {
+	case closed:
+		return sandbox.ErrClosed
+	case in.detached.Load():
+		return fmt.Errorf("sandbox %s: %w", in.spec.ID, sandbox.ErrDetached)
+	case in.isDone():
+		return in.endedError()
+	}
+	return nil
+}
+
+// killLost kills exec id, whose start the host gave up on.
+func (in *Instance) killLost(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = in.client.Signal(ctx, id, int(syscall.SIGKILL))
+}
+
+// forget tells the agent that the host has exec id's result, so that it
+// no longer keeps it.
+func (in *Instance) forgetExec(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = in.client.Forget(ctx, id)
 }
 
 // Close kills everything in the sandbox and removes what it made on the
@@ -193,7 +236,9 @@ func (in *Instance) Close(ctx context.Context) error {
 			in.lifetime.Stop()
 		}
 		in.stopEgress()
-		// The agent kills every command and exits when its connection ends.
+		// The connection ends; the host's teardown kills the agent (a
+		// one-shot run's agent also kills every command and exits when it
+		// ends).
 		in.client.Close()
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

@@ -14,16 +14,17 @@ import (
 
 // process is one exec on the host's side.
 type process struct {
-	in       *Instance
-	id       string
-	req      sandbox.ExecRequest
-	timeout  time.Duration
-	cpuTime  time.Duration
-	ex       *agent.Exec
-	eh       ExecHost
-	started  time.Time
-	cancel   context.CancelFunc
-	killedBy atomic.Value // sandbox.Reason the host killed it for
+	in         *Instance
+	id         string
+	background bool
+	pty        bool
+	timeout    time.Duration
+	cpuTime    time.Duration
+	ex         *agent.Exec
+	eh         ExecHost
+	started    time.Time
+	cancel     context.CancelFunc
+	killedBy   atomic.Value // sandbox.Reason the host killed it for
 
 	done   chan struct{}
 	result sandbox.Result
@@ -73,7 +74,7 @@ func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 
 // Resize sets the size of the exec's terminal.
 func (p *process) Resize(ctx context.Context, size sandbox.TermSize) error {
-	if p.req.PTY == nil {
+	if !p.pty {
 		return fmt.Errorf("exec %s has no terminal: start it with a PTY: %w", p.id, sandbox.ErrInvalid)
 	}
 	if err := size.Validate(); err != nil {
@@ -99,8 +100,9 @@ func (p *process) Resize(ctx context.Context, size sandbox.TermSize) error {
 }
 
 // run reads the exec's events to the end, holding the agent to the limits
-// with the host's own clock and counters, and settles the result.
-func (p *process) run() {
+// with the host's own clock and counters, and settles the result; output
+// goes to stdout and stderr.
+func (p *process) run(stdout, stderr io.Writer) {
 	defer close(p.done)
 	defer p.cancel()
 	// The input half stays open on a terminal (and while stdin is fed):
@@ -110,13 +112,22 @@ func (p *process) run() {
 	if p.timeout > 0 {
 		// A backstop: the agent enforces the timeout; if it does not, the
 		// host kills the exec itself.
-		t := time.AfterFunc(p.timeout+2*time.Second, func() { p.hostKill(sandbox.ReasonTimeout) })
+		t := time.AfterFunc(time.Until(p.started.Add(p.timeout+2*time.Second)), func() { p.hostKill(sandbox.ReasonTimeout) })
 		defer t.Stop()
 	}
-	var outN, errN int64
+	// An attached exec's output begins where the agent's buffer of it
+	// does: what it printed before counts against the limit too.
+	outN, errN := p.ex.StdoutOffset, p.ex.StderrOffset
 	for {
 		ev, err := p.ex.Next()
 		if err != nil {
+			if p.in.detached.Load() {
+				// This airlock let go of the sandbox: the exec runs on,
+				// and its end is for whoever reattaches.
+				p.err = fmt.Errorf("exec %s: %w", p.id, sandbox.ErrDetached)
+				p.in.forget(p.id)
+				return
+			}
 			p.lost(err)
 			return
 		}
@@ -127,11 +138,13 @@ func (p *process) run() {
 			p.result.StdoutTruncated = p.result.StdoutTruncated || outCut
 			p.result.StderrTruncated = p.result.StderrTruncated || errCut
 			p.finish()
+			// The host has the result now: the agent need not keep it.
+			go p.in.forgetExec(p.id)
 			return
 		case len(ev.Stdout) > 0:
-			p.write(p.req.Stdout, ev.Stdout, &outN, l.OutputBytes, &p.result.StdoutTruncated)
+			p.write(stdout, ev.Stdout, &outN, l.OutputBytes, &p.result.StdoutTruncated)
 		case len(ev.Stderr) > 0:
-			p.write(p.req.Stderr, ev.Stderr, &errN, l.OutputBytes, &p.result.StderrTruncated)
+			p.write(stderr, ev.Stderr, &errN, l.OutputBytes, &p.result.StderrTruncated)
 		}
 	}
 }
@@ -171,7 +184,7 @@ func (p *process) finish() {
 		r.Usage.WallMS = time.Since(p.started).Milliseconds()
 	}
 	// The agent's evidence stands; the host adds what it saw itself.
-	ev := p.eh.Finish(r, p.req.Background)
+	ev := p.eh.Finish(r, p.background)
 	ev.OOM = ev.OOM || r.Hit(sandbox.LimitMemory)
 	ev.Pids = ev.Pids || r.Hit(sandbox.LimitPids)
 	// Why it ended: what the agent says, unless it says the command simply

@@ -19,8 +19,9 @@ type Unavailable struct {
 }
 
 var (
-	_ sandbox.Driver  = Unavailable{}
-	_ sandbox.Sweeper = Unavailable{}
+	_ sandbox.Driver    = Unavailable{}
+	_ sandbox.Sweeper   = Unavailable{}
+	_ sandbox.Recoverer = Unavailable{}
 )
 
 // Err is the error of every call that would need the driver to run.
@@ -36,6 +37,11 @@ func (u Unavailable) Probe(context.Context) error { return u.Err() }
 
 // Create fails with Err.
 func (u Unavailable) Create(context.Context, sandbox.Spec) (sandbox.Instance, error) {
+	return nil, u.Err()
+}
+
+// Recover fails with Err.
+func (u Unavailable) Recover(context.Context, string, []byte) (sandbox.Instance, error) {
 	return nil, u.Err()
 }
 

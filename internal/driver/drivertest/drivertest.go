@@ -49,6 +49,11 @@ func HostLeaks(id string) []string {
 	if lock := filepath.Join("/run/airlock/sandboxes", id+".lock"); exists(lock) {
 		found = append(found, "lock file "+lock)
 	}
+	for _, ext := range []string{".sock", ".log"} {
+		if p := filepath.Join("/run/airlock/sessions", id+ext); exists(p) {
+			found = append(found, "session file "+p)
+		}
+	}
 	return found
 }
 

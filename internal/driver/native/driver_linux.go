@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,8 +44,9 @@ type Driver struct {
 }
 
 var (
-	_ sandbox.Driver  = (*Driver)(nil)
-	_ sandbox.Sweeper = (*Driver)(nil)
+	_ sandbox.Driver    = (*Driver)(nil)
+	_ sandbox.Sweeper   = (*Driver)(nil)
+	_ sandbox.Recoverer = (*Driver)(nil)
 )
 
 // New returns a native driver. It fails only when the agent binary cannot
@@ -117,6 +120,7 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostMounts: true, PerExecUsage: true, PTY: true,
+		SurvivesRestart: d.opts.Persistent,
 	}
 }
 
@@ -225,17 +229,46 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		extra = append(extra, f)
 	}
 
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("make the agent connection: %w", err)
+	// The agent's end of its connection: a socketpair's, or (persistent) a
+	// socket bound at the sandbox's session path, which the agent listens
+	// on.
+	var agentEnd *os.File
+	args := []string{"airlock-agent"}
+	var hold []*os.File // what the agent keeps open for its life: the locks
+	var stderr any = &h.agentLog
+	if d.opts.Persistent {
+		h.persistent = true
+		if agentEnd, err = h.bindSession(); err != nil {
+			return nil, err
+		}
+		logFile, err := os.OpenFile(h.logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			agentEnd.Close()
+			return nil, fmt.Errorf("make the agent's log: %w", err)
+		}
+		defer logFile.Close()
+		stderr = logFile
+		args = append(args, agent.ListenArg)
+		cfg.Listen = &agent.ListenConfig{FD: agent.FDConn}
+		// The kernel drops a flock only when every descriptor of it is
+		// closed: the agent's copies keep the sandbox's id and uid range
+		// taken after this process is gone.
+		hold = []*os.File{h.lock.File(), h.slot.File()}
+	} else {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("make the agent connection: %w", err)
+		}
+		hostEnd := os.NewFile(uintptr(fds[0]), "agent-conn")
+		agentEnd = os.NewFile(uintptr(fds[1]), "agent-conn")
+		h.conn, err = net.FileConn(hostEnd)
+		hostEnd.Close()
+		if err != nil {
+			agentEnd.Close()
+			return nil, fmt.Errorf("make the agent connection: %w", err)
+		}
 	}
-	hostEnd, agentEnd := os.NewFile(uintptr(fds[0]), "agent-conn"), os.NewFile(uintptr(fds[1]), "agent-conn")
 	defer agentEnd.Close()
-	h.conn, err = net.FileConn(hostEnd)
-	hostEnd.Close()
-	if err != nil {
-		return nil, fmt.Errorf("make the agent connection: %w", err)
-	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -245,10 +278,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 
 	cmd := &exec.Cmd{
 		Path:       d.agent,
-		Args:       []string{"airlock-agent"},
+		Args:       args,
 		Env:        []string{}, // nothing of airlock's environment reaches the sandbox
-		Stderr:     &h.agentLog,
-		ExtraFiles: append([]*os.File{cfgR, agentEnd}, extra...),
+		ExtraFiles: append(append([]*os.File{cfgR, agentEnd}, extra...), hold...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
@@ -256,9 +288,16 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
 			GidMappingsEnableSetgroups: true,
 			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Pdeathsig:                  syscall.SIGKILL,
 			Setsid:                     true,
 		},
+	}
+	switch w := stderr.(type) {
+	case *os.File:
+		cmd.Stderr = w
+	case *agentdriver.LogBuffer:
+		cmd.Stderr = w
+		// A one-shot run's sandbox dies with its process.
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if d.hier != nil && d.hier.V2 {
 		fd, err := unix.Open(h.agentGroup.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -272,9 +311,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, fmt.Errorf("start the sandbox: %w", err)
 	}
 	h.cmd = cmd
+	h.agentPid = cmd.Process.Pid
 	go func() {
 		_ = cmd.Wait()
-		close(h.done)
+		h.closeDone()
 	}()
 	// The agent holds its ends now; once it exits, the host sees EOF at
 	// once instead of waiting for a handshake that cannot come.
@@ -299,6 +339,15 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	if h.persistent {
+		// The agent listens before it reads its config: the connection
+		// waits in its backlog until it serves.
+		c, err := agentdriver.DialSession(dctx, h.sockPath, h.done)
+		if err != nil {
+			return nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
+		}
+		h.conn = c
+	}
 	client, agentLayers, err := agent.Dial(dctx, h.conn)
 	if err != nil {
 		// An agent that failed says why on stderr; that is read to the end
@@ -316,9 +365,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 }
 
 // Sweep removes what sandboxes of airlock processes that died without
-// cleaning up left behind: their cgroups. A sandbox is stale when no live
-// process holds its lock.
+// cleaning up left behind: their cgroups and session sockets. A sandbox is
+// stale when no live process holds its lock (a persistent sandbox's agent
+// holds its own: it is alive, whoever made it).
 func (d *Driver) Sweep(context.Context) error {
+	d.sweepSessions()
 	if d.hier == nil {
 		return nil
 	}
@@ -343,4 +394,24 @@ func (d *Driver) Sweep(context.Context) error {
 		lock.Release()
 	}
 	return nil
+}
+
+// sweepSessions removes the session sockets and agent logs of stale
+// sandboxes.
+func (d *Driver) sweepSessions() {
+	dir := filepath.Join(d.opts.StateDir, "sessions")
+	socks, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
+	for _, p := range socks {
+		id := strings.TrimSuffix(filepath.Base(p), ".sock")
+		if !sandbox.ValidID(id) || hostlock.Held(hostlock.SandboxDir(d.opts.StateDir), id) {
+			continue
+		}
+		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
+		if err != nil {
+			continue // taken meanwhile
+		}
+		_ = os.Remove(p)
+		_ = os.Remove(filepath.Join(dir, id+".log"))
+		lock.Release()
+	}
 }

@@ -3,11 +3,18 @@ package native
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -20,10 +27,22 @@ import (
 type host struct {
 	d        *Driver
 	spec     sandbox.Spec
-	cmd      *exec.Cmd
+	cmd      *exec.Cmd // nil for a sandbox this process reattached to
 	conn     net.Conn
 	agentLog agentdriver.LogBuffer
 	done     chan struct{}
+	doneOnce sync.Once
+
+	// persistent: the sandbox outlives this process (Options.Persistent);
+	// its agent serves sessions at sockPath and writes its log to logPath.
+	persistent        bool
+	sockPath, logPath string
+	// agentPid is the agent's host pid; agentStart when it started.
+	agentPid   int
+	agentStart uint64
+	// watch tells a sandbox this process reattached to (its agent is not
+	// its child) that the agent has died, and kills it.
+	watch *agentdriver.PidWatch
 
 	lock, slot *hostlock.Lock
 	base       int
@@ -35,9 +54,14 @@ type host struct {
 }
 
 var (
-	_ agentdriver.Host    = (*host)(nil)
-	_ sandbox.UsageReader = (*host)(nil)
+	_ agentdriver.Host         = (*host)(nil)
+	_ agentdriver.HostDetacher = (*host)(nil)
+	_ agentdriver.HostState    = (*host)(nil)
+	_ sandbox.UsageReader      = (*host)(nil)
 )
+
+// closeDone says the agent has exited.
+func (h *host) closeDone() { h.doneOnce.Do(func() { close(h.done) }) }
 
 // Exec is the exec's own cgroup below the workload group, where the host
 // reads its counters and kills it without the agent.
@@ -47,7 +71,7 @@ func (h *host) Exec(string) agentdriver.ExecHost {
 	}
 	// A thread of the agent passes through each exec group, so kills of an
 	// exec group spare it.
-	return agentdriver.PerExecCgroup(h.workload, h.cmd.Process.Pid)
+	return agentdriver.PerExecCgroup(h.workload, h.agentPid)
 }
 
 func (h *host) Done() <-chan struct{} { return h.done }
@@ -70,7 +94,8 @@ func (h *host) Usage(context.Context) (sandbox.SandboxUsage, error) {
 
 // Teardown kills the agent (as PID 1 of the sandbox, its death takes every
 // process of the sandbox with it), removes the cgroups and drops the locks.
-// It works on a half-made sandbox too.
+// It works on a half-made sandbox too, and on one this process reattached
+// to, whose locks the agent held.
 func (h *host) Teardown(context.Context) error {
 	h.teardownOnce.Do(func() {
 		if h.conn != nil {
@@ -86,10 +111,92 @@ func (h *host) Teardown(context.Context) error {
 				h.teardownErr = fmt.Errorf("sandbox %s: cgroups remain after close", h.spec.ID)
 			}
 		}
+		if h.watch != nil {
+			h.watch.Stop()
+		}
 		h.slot.Drop()
+		if h.lock == nil && h.persistent {
+			// The dead agent held it: take it to remove it.
+			h.lock = h.takeLock(2 * time.Second)
+		}
+		if h.persistent {
+			_ = os.Remove(h.sockPath)
+			_ = os.Remove(h.logPath)
+		}
 		h.lock.Release()
 	})
 	return h.teardownErr
+}
+
+// takeLock takes the sandbox's lock once its holder is gone, within d.
+func (h *host) takeLock(d time.Duration) *hostlock.Lock {
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		l, err := hostlock.Sandbox(h.d.opts.StateDir, h.spec.ID)
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, sandbox.ErrExists) || time.Now().After(deadline) {
+			h.d.opts.Logger.Warn("the sandbox's lock is still held after its agent was killed", "sandbox_id", h.spec.ID, "err", err)
+			return nil
+		}
+	}
+}
+
+// Detach lets go of the sandbox: this process's copies of its locks close
+// (the agent holds them still) and the host stops watching the agent.
+func (h *host) Detach() {
+	if h.watch != nil {
+		h.watch.Stop()
+	}
+	h.slot.Drop()
+	h.lock.Drop()
+}
+
+// state is what a later process needs to reattach to a native sandbox.
+type state struct {
+	Spec    sandbox.Spec `json:"spec"`
+	UIDBase int          `json:"uid_base"`
+	// AgentPid and AgentStart name the agent's process.
+	AgentPid   int    `json:"agent_pid"`
+	AgentStart uint64 `json:"agent_start"`
+}
+
+// DriverState is what a later process needs to reattach (Driver.Recover).
+func (h *host) DriverState() ([]byte, error) {
+	if !h.persistent {
+		return nil, nil
+	}
+	if h.agentStart == 0 {
+		h.agentStart, _ = agentdriver.StartTime(h.agentPid)
+	}
+	return json.Marshal(state{Spec: h.spec, UIDBase: h.base, AgentPid: h.agentPid, AgentStart: h.agentStart})
+}
+
+// bindSession binds the socket the agent will listen on for host sessions
+// (StateDir/sessions/ID.sock, root's alone), and names the agent's log.
+func (h *host) bindSession() (*os.File, error) {
+	dir, err := agentdriver.SessionDir(h.d.opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	h.sockPath = filepath.Join(dir, h.spec.ID+".sock")
+	h.logPath = filepath.Join(dir, h.spec.ID+".log")
+	// A socket left by an earlier sandbox of this id is this one's to
+	// replace: this process holds the id's lock.
+	_ = os.Remove(h.sockPath)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("make the agent's session socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: h.sockPath}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("make the agent's session socket: %w", err)
+	}
+	if err := os.Chmod(h.sockPath, 0o600); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("make the agent's session socket root's alone: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "session"), nil
 }
 
 // rangeSize is the number of host uids (and gids) each sandbox gets.
@@ -123,10 +230,22 @@ func (h *host) makeCgroups() error {
 // stopAgent kills the agent; as PID 1 of the sandbox its death takes every
 // process of the sandbox with it.
 func (h *host) stopAgent() {
-	if h.cmd == nil || h.cmd.Process == nil {
+	switch {
+	case h.cmd != nil && h.cmd.Process != nil:
+		_ = h.cmd.Process.Kill()
+	case h.watch != nil:
+		_ = h.watch.Kill()
+	case h.agentPid > 0 && h.agentStart > 0:
+		// Reattaching failed before the agent was watched: kill it by pid
+		// if it is still the same process.
+		if f, err := agentdriver.OpenPid(h.agentPid, h.agentStart); err == nil {
+			_ = unix.PidfdSendSignal(int(f.Fd()), unix.SIGKILL, nil, 0)
+			f.Close()
+		}
+		return
+	default:
 		return
 	}
-	_ = h.cmd.Process.Kill()
 	select {
 	case <-h.done:
 	case <-time.After(10 * time.Second):
@@ -136,9 +255,27 @@ func (h *host) stopAgent() {
 
 // agentErr returns what the agent wrote to stderr, for an error message.
 func (h *host) agentErr() string {
-	b := bytes.TrimSpace(h.agentLog.Bytes())
+	b := h.agentLog.Bytes()
+	if h.persistent {
+		b = tail(h.logPath, 4<<10)
+	}
+	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return ""
 	}
 	return ": " + string(b)
+}
+
+// tail returns at most the last n bytes of the file at path.
+func tail(path string, n int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return b
 }

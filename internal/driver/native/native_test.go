@@ -61,15 +61,23 @@ func newDriver(t *testing.T) *Driver {
 	return d
 }
 
+// TestConformance runs the suite on the driver as the daemon makes it:
+// persistent, its sandboxes outliving the process that made them (the
+// suite's restart cases reattach to them). TestConformanceWithoutShell
+// runs it on the driver as a one-shot run makes it.
 func TestConformance(t *testing.T) {
 	requireNative(t)
 	lc := &leakChecker{sandboxes: map[string]sandboxRecord{}}
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
-		return &recordingDriver{Driver: newDriver(t), lc: lc}
+		d, err := New(Options{Persistent: true})
+		if err != nil {
+			t.Fatalf("native.New: %v", err)
+		}
+		return &recordingDriver{Driver: d, lc: lc}
 	}, sandboxtest.Options{
 		Leaks: lc.check,
 		Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
-			d, err := New(Options{Egress: proxy})
+			d, err := New(Options{Egress: proxy, Persistent: true})
 			if err != nil {
 				t.Fatalf("native.New: %v", err)
 			}

@@ -25,4 +25,11 @@ type Options struct {
 	// means one of the driver's own, with the default limits and no
 	// secrets.
 	Egress *egress.Proxy
+	// Persistent makes sandboxes outlive the process that made them, as a
+	// daemon's must: the agent is nobody's child to die with, it holds the
+	// sandbox's locks itself and serves the host on a root-only socket
+	// (StateDir/sessions/ID.sock), and a later process reattaches
+	// (Recover). False: a sandbox dies with its process, as a one-shot
+	// run's must (the agent has a parent-death signal).
+	Persistent bool
 }

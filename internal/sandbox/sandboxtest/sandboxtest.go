@@ -176,6 +176,7 @@ func groups() []group {
 		{"file_escapes", fileEscapeCases()},
 		{"mounts", mountCases()},
 		{"pty", ptyCases()},
+		{"restart", restartCases()},
 	}
 }
 
@@ -219,7 +220,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 // what c needs; a case whose need is missing fails.
 func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Driver, opts Options) *env {
 	t.Helper()
-	e := &env{opts: opts}
+	e := &env{opts: opts, newDriver: newDriver}
 	if slices.Contains(c.needs, needEgress) && opts.Egress != nil {
 		e.egress = startEgress(t)
 		e.driver = opts.Egress(t, e.egress.proxy)
@@ -323,6 +324,8 @@ type env struct {
 	ctx    context.Context
 	sb     sandbox.Instance // nil in a case that makes its own
 	driver sandbox.Driver
+	// newDriver makes another driver value like driver (restart cases).
+	newDriver func(t *testing.T) sandbox.Driver
 	caps   sandbox.Capabilities
 	w      Workload
 	spec   sandbox.Spec
