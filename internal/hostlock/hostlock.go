@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -92,6 +93,17 @@ func Sandbox(stateDir, id string) (*Lock, error) {
 		return nil, fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalid)
 	}
 	return Take(filepath.Join(stateDir, "sandboxes"), id)
+}
+
+// WaitSandbox takes the lock of sandbox id once the process that holds it
+// is gone (a sandbox's holder that was just killed), waiting at most d.
+func WaitSandbox(stateDir, id string, d time.Duration) (*Lock, error) {
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		l, err := Sandbox(stateDir, id)
+		if err == nil || !errors.Is(err, sandbox.ErrExists) || time.Now().After(deadline) {
+			return l, err
+		}
+	}
 }
 
 // RangeSize is the number of host uids (and gids) in each range.

@@ -1,6 +1,10 @@
 package agentdriver
 
-import "sync"
+import (
+	"io"
+	"os"
+	"sync"
+)
 
 // LogBuffer keeps the first 8 KiB written to it: what an agent (or the
 // runtime that starts it) writes to standard error, for error messages.
@@ -24,4 +28,20 @@ func (b *LogBuffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]byte(nil), b.buf...)
+}
+
+// Tail returns at most the last n bytes of the file at path: the end of a
+// log that a sandbox's holder writes (the agent's, runsc's), for an error
+// message.
+func Tail(path string, n int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return b
 }

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -35,8 +37,9 @@ type Driver struct {
 }
 
 var (
-	_ sandbox.Driver  = (*Driver)(nil)
-	_ sandbox.Sweeper = (*Driver)(nil)
+	_ sandbox.Driver    = (*Driver)(nil)
+	_ sandbox.Sweeper   = (*Driver)(nil)
+	_ sandbox.Recoverer = (*Driver)(nil)
 )
 
 // New returns a gVisor driver. It fails only when the agent binary cannot
@@ -156,7 +159,7 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, PTY: true,
+		Egress: true, HostMounts: true, PTY: true, SurvivesRestart: d.opts.Persistent,
 	}
 }
 
@@ -203,6 +206,14 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, fmt.Errorf("make the bundle of %s: %w", spec.ID, err)
 	}
 	b := bundle{Agent: d.agent, Limits: spec.Limits, Host: hostLimitsFor(spec.Limits, d.swap)}
+	if d.opts.Persistent {
+		h.persistent = true
+		h.session, h.logPath = filepath.Join(h.bundle, "session"), filepath.Join(h.bundle, "log")
+		if err := os.Mkdir(h.session, 0o700); err != nil {
+			return nil, fmt.Errorf("make the session directory of %s: %w", spec.ID, err)
+		}
+		b.Session = h.session
+	}
 	given, mounts, err := pin(h.bundle, spec.Root, spec.Mounts)
 	if err != nil {
 		return nil, err
@@ -232,6 +243,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		return nil, err
 	}
 	cfg := agentConfig(spec)
+	if h.persistent {
+		cfg.Listen = &agent.ListenConfig{Path: path.Join(sessionDir, sessionSock)}
+	}
 	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
 		return nil, err
 	}
@@ -271,6 +285,11 @@ func (d *Driver) runscArgs() []string {
 	}
 	if d.runsc.HasFlag("host-settings") {
 		args = append(args, "--host-settings=ignore")
+	}
+	if d.opts.Persistent {
+		// The agent listens on a socket it makes in the bundle's session
+		// directory, bound in (and closed to the workload).
+		args = append(args, "--host-uds=create")
 	}
 	// airlock starts runsc inside the sandbox's cgroup, which it made and
 	// limited itself (see startInGroup); runsc leaves cgroups alone.

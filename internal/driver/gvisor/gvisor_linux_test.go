@@ -83,15 +83,22 @@ func newDriver(t *testing.T) *Driver {
 // as an OOM, with no result lost.
 var Unsupported = map[string]string{}
 
+// TestConformance runs the suite on the driver as the daemon makes it:
+// persistent, its sandboxes outliving the process that made them (the
+// suite's restart cases reattach to them).
 func TestConformance(t *testing.T) {
 	requireGVisor(t)
 	lc := &leakChecker{}
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
-		return newDriver(t)
+		d, err := New(Options{Persistent: true})
+		if err != nil {
+			t.Fatalf("gvisor.New: %v", err)
+		}
+		return d
 	}, sandboxtest.Options{
 		Unsupported: Unsupported, Leaks: lc.check,
 		Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
-			d, err := New(Options{Egress: proxy})
+			d, err := New(Options{Egress: proxy, Persistent: true})
 			if err != nil {
 				t.Fatalf("gvisor.New: %v", err)
 			}

@@ -3,6 +3,8 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
@@ -46,11 +50,25 @@ type host struct {
 	closeOnce    sync.Once
 	teardownErr  error
 	teardownOnce sync.Once
+
+	// persistent: the sandbox outlives this process (Options.Persistent):
+	// the agent listens in the session directory, and runsc's output goes
+	// to the log file.
+	persistent       bool
+	session, logPath string
+	// runscPid and runscStart name `runsc run`, the sandbox's holder.
+	runscPid   int
+	runscStart uint64
+	// watch tells a sandbox this process reattached to (runsc is not its
+	// child) that runsc has exited, and kills it.
+	watch *agentdriver.PidWatch
 }
 
 var (
-	_ agentdriver.Host    = (*host)(nil)
-	_ sandbox.UsageReader = (*host)(nil)
+	_ agentdriver.Host         = (*host)(nil)
+	_ agentdriver.HostDetacher = (*host)(nil)
+	_ agentdriver.HostState    = (*host)(nil)
+	_ sandbox.UsageReader      = (*host)(nil)
 )
 
 // Exec: the host sees the sandbox's cgroup only, which holds gVisor's
@@ -106,6 +124,9 @@ func (h *host) limitCPU(hl hostLimits) error {
 // start runs `runsc run` on the bundle, sends the agent cfg and performs
 // the handshake.
 func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []sandbox.Layer, error) {
+	if h.persistent {
+		return h.startPersistent(ctx, cfg)
+	}
 	d := h.d
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
@@ -157,6 +178,140 @@ func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []s
 	return client, layers, nil
 }
 
+// startPersistent runs `runsc run` for a sandbox that outlives this
+// process: runsc's standard input carries the agent's config and ends,
+// its output goes to the bundle's log (a pipe to this process would break
+// with it), it keeps a copy of the sandbox's lock for its life, and the
+// agent serves the host on its session socket.
+func (h *host) startPersistent(ctx context.Context, cfg *agent.Config) (*agent.Client, []sandbox.Layer, error) {
+	d := h.d
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("make the agent's config pipe: %w", err)
+	}
+	defer stdinW.Close()
+	logf, err := os.OpenFile(h.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		stdinR.Close()
+		return nil, nil, fmt.Errorf("make the sandbox's log: %w", err)
+	}
+	args := append(d.runscArgs(), "run", "--bundle", h.bundle, h.spec.ID)
+	cmd := &exec.Cmd{
+		Path:   d.runsc.Path,
+		Args:   append([]string{"runsc"}, args...),
+		Env:    []string{},
+		Dir:    "/",
+		Stdin:  stdinR,
+		Stdout: logf,
+		Stderr: logf,
+		// The kernel drops the lock only when every descriptor of it is
+		// closed: runsc's copy keeps the sandbox's id taken while it runs.
+		ExtraFiles:  []*os.File{h.lock.File()},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	err = h.startInGroup(cmd)
+	stdinR.Close()
+	logf.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start runsc: %w", err)
+	}
+	h.cmd, h.runscPid = cmd, cmd.Process.Pid
+	go h.wait()
+	if err := agent.WriteConfig(stdinW, cfg); err != nil {
+		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
+	}
+	stdinW.Close()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.done)
+	if err != nil {
+		return nil, nil, h.startError(err)
+	}
+	h.conn = c
+	peer, err := agentdriver.PeerOf(c)
+	if err == nil {
+		peer.Pidfd.Close()
+		err = h.checkPeer(peer)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
+	client, layers, err := agent.Dial(dctx, h.conn)
+	stop()
+	if err != nil {
+		if dctx.Err() != nil {
+			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
+		}
+		return nil, nil, h.startError(err)
+	}
+	return client, layers, nil
+}
+
+// sockPath is the agent's session socket on the host.
+func (h *host) sockPath() string { return filepath.Join(h.session, sessionSock) }
+
+// checkPeer refuses a session socket whose listener is not this
+// sandbox's: gVisor's gofer makes the socket on the host, and it runs in
+// the sandbox's host cgroup (or, without cgroups, is runsc's child).
+func (h *host) checkPeer(peer agentdriver.Peer) error {
+	if h.group != nil {
+		if !agentdriver.InCgroup(peer.Pid, h.d.opts.CgroupParent+"/"+h.spec.ID) {
+			return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's cgroup", h.spec.ID, peer.Pid)
+		}
+		return nil
+	}
+	if ppid, err := parentOf(peer.Pid); err != nil || ppid != h.runscPid {
+		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not runsc's", h.spec.ID, peer.Pid)
+	}
+	return nil
+}
+
+// parentOf is the parent of process pid.
+func parentOf(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) < 2 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	var ppid int
+	_, err = fmt.Sscan(string(f[1]), &ppid)
+	return ppid, err
+}
+
+// state is what a later process needs to reattach to a gVisor sandbox.
+type state struct {
+	Spec sandbox.Spec `json:"spec"`
+	// RunscPid and RunscStart name `runsc run`.
+	RunscPid   int    `json:"runsc_pid"`
+	RunscStart uint64 `json:"runsc_start"`
+}
+
+// DriverState is what a later process needs to reattach (Driver.Recover).
+func (h *host) DriverState() ([]byte, error) {
+	if !h.persistent {
+		return nil, nil
+	}
+	if h.runscStart == 0 {
+		h.runscStart, _ = agentdriver.StartTime(h.runscPid)
+	}
+	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart})
+}
+
+// Detach lets go of the sandbox: this process's copy of its lock closes
+// (runsc holds it still) and the host stops watching runsc.
+func (h *host) Detach() {
+	h.closing.Store(true)
+	if h.watch != nil {
+		h.watch.Stop()
+	}
+	h.lock.Drop()
+}
+
 // startInGroup starts cmd (runsc) inside the sandbox's host cgroup, so
 // that runsc, its gofer, the Sentry and every stub process they fork are
 // in it from their first instruction. runsc itself is told to leave
@@ -189,8 +344,10 @@ func (h *host) startError(err error) error {
 
 // wait waits for `runsc run` to exit: the sandbox has ended. If nobody
 // closed it, it died; the host's counters say why.
-func (h *host) wait() {
-	err := h.cmd.Wait()
+func (h *host) wait() { h.exited(h.cmd.Wait()) }
+
+// exited records that runsc has exited, with err.
+func (h *host) exited(err error) {
 	if !h.closing.Load() {
 		dt := h.deathCause(err)
 		h.mu.Lock()
@@ -216,7 +373,11 @@ func (h *host) deathCause(waitErr error) *agentdriver.Death {
 // stderr returns what runsc and the agent wrote to standard error, for an
 // error message.
 func (h *host) stderr() string {
-	b := bytes.TrimSpace(h.log.Bytes())
+	b := h.log.Bytes()
+	if h.persistent {
+		b = agentdriver.Tail(h.logPath, 4<<10)
+	}
+	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return ""
 	}
@@ -259,7 +420,18 @@ func (h *host) teardown() {
 		if h.conn != nil {
 			h.conn.Close()
 		}
-		if h.cmd != nil && !h.waitDone(5*time.Second) {
+		if h.persistent {
+			// The agent outlives its sessions: runsc is killed at once.
+			switch {
+			case h.cmd != nil:
+				_ = h.cmd.Process.Kill()
+			case h.watch != nil:
+				_ = h.watch.Kill()
+			}
+			if (h.cmd != nil || h.watch != nil) && !h.waitDone(10*time.Second) {
+				log.Error("runsc did not exit after SIGKILL")
+			}
+		} else if h.cmd != nil && !h.waitDone(5*time.Second) {
 			log.Warn("runsc did not exit after its agent was told to: killing it")
 			_ = h.cmd.Process.Kill()
 			if h.group != nil {
@@ -300,6 +472,16 @@ func (h *host) teardown() {
 		}
 		if h.bundle != "" {
 			h.removeBundle(log)
+		}
+		if h.watch != nil {
+			h.watch.Stop()
+		}
+		if h.lock == nil && h.persistent {
+			// runsc held it: take it to remove it.
+			var err error
+			if h.lock, err = hostlock.WaitSandbox(h.d.opts.StateDir, h.spec.ID, 2*time.Second); err != nil {
+				log.Warn("the sandbox's lock is still held after runsc was killed", "err", err)
+			}
 		}
 		h.lock.Release()
 		if h.cmd == nil {

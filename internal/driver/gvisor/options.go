@@ -40,4 +40,12 @@ type Options struct {
 	// means one of the driver's own, with the default limits and no
 	// secrets.
 	Egress *egress.Proxy
+	// Persistent makes sandboxes outlive the process that made them, as a
+	// daemon's must: `runsc run` is nobody's child to die with and holds
+	// the sandbox's lock, its output goes to a log file in the bundle, and
+	// the agent serves the host on a unix socket it makes in a root-only
+	// directory of the bundle (runsc --host-uds=create); a later process
+	// reattaches (Recover). False: a sandbox dies with its process, as a
+	// one-shot run's must (the agent talks over runsc's stdio).
+	Persistent bool
 }

@@ -24,6 +24,11 @@ const (
 	agentDir = "/tmp/.agent"
 	// agentName is the binary's name there, and the agent's argv[0].
 	agentName = "airlock-agent"
+	// sessionDir is where a persistent sandbox's session directory (the
+	// bundle's, root's alone) is bound; the agent listens on sessionSock
+	// in it. Below agentDir, which the agent closes to everybody else.
+	sessionDir  = agentDir + "/session"
+	sessionSock = "agent.sock"
 	// hostname is every sandbox's host name.
 	hostname = "sandbox"
 	// Workload uid and gid inside every sandbox; the agent is uid 0 there.
@@ -102,6 +107,9 @@ type bundle struct {
 	CgroupsPath string
 	Limits      sandbox.Limits // with defaults
 	Host        hostLimits
+	// Session is the host directory of a persistent sandbox's session
+	// socket; empty for a one-shot run's sandbox.
+	Session string
 }
 
 // spec returns the OCI runtime spec of b: a read-only root with the
@@ -146,6 +154,9 @@ func (b bundle) spec() *specs.Spec {
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt, "nosuid", "nodev"}})
 	}
 	mounts = append(mounts, specs.Mount{Destination: path.Join(agentDir, agentName), Type: "bind", Source: b.Agent, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	if b.Session != "" {
+		mounts = append(mounts, specs.Mount{Destination: sessionDir, Type: "bind", Source: b.Session, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
 
 	memory := b.Host.MemoryBytes
 	quota := int64(b.Host.CPUs * cpuPeriod)

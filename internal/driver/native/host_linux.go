@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -117,7 +115,10 @@ func (h *host) Teardown(context.Context) error {
 		h.slot.Drop()
 		if h.lock == nil && h.persistent {
 			// The dead agent held it: take it to remove it.
-			h.lock = h.takeLock(2 * time.Second)
+			var err error
+			if h.lock, err = hostlock.WaitSandbox(h.d.opts.StateDir, h.spec.ID, 2*time.Second); err != nil {
+				h.d.opts.Logger.Warn("the sandbox's lock is still held after its agent was killed", "sandbox_id", h.spec.ID, "err", err)
+			}
 		}
 		if h.persistent {
 			_ = os.Remove(h.sockPath)
@@ -126,20 +127,6 @@ func (h *host) Teardown(context.Context) error {
 		h.lock.Release()
 	})
 	return h.teardownErr
-}
-
-// takeLock takes the sandbox's lock once its holder is gone, within d.
-func (h *host) takeLock(d time.Duration) *hostlock.Lock {
-	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
-		l, err := hostlock.Sandbox(h.d.opts.StateDir, h.spec.ID)
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, sandbox.ErrExists) || time.Now().After(deadline) {
-			h.d.opts.Logger.Warn("the sandbox's lock is still held after its agent was killed", "sandbox_id", h.spec.ID, "err", err)
-			return nil
-		}
-	}
 }
 
 // Detach lets go of the sandbox: this process's copies of its locks close
@@ -257,25 +244,11 @@ func (h *host) stopAgent() {
 func (h *host) agentErr() string {
 	b := h.agentLog.Bytes()
 	if h.persistent {
-		b = tail(h.logPath, 4<<10)
+		b = agentdriver.Tail(h.logPath, 4<<10)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return ""
 	}
 	return ": " + string(b)
-}
-
-// tail returns at most the last n bytes of the file at path.
-func tail(path string, n int64) []byte {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return b
 }

@@ -22,19 +22,16 @@ import (
 
 func restartCases() []testCase {
 	return []testCase{
-		{name: "reattach", closes: true, needs: []need{needFiles, needBackground}, run: reattach},
-		{name: "gone", closes: true, run: reattachGone},
-		{name: "refused", run: reattachRefused},
+		{name: "reattach", closes: true, needs: []need{needRestart, needFiles, needBackground}, run: reattach},
+		{name: "gone", closes: true, needs: []need{needRestart}, run: reattachGone},
+		{name: "refused", needs: []need{needNoRestart}, run: reattachRefused},
 	}
 }
 
-// survives skips a case of a driver that does not declare that its
-// sandboxes survive a restart (restart/refused checks that declaration).
+// survives returns what a case needs of a driver whose sandboxes survive a
+// restart (needRestart).
 func survives(t *testing.T, e *env) (sandbox.Recoverer, sandbox.StateHolder, sandbox.Detacher) {
 	t.Helper()
-	if !e.caps.SurvivesRestart {
-		t.Skip("the driver declares that its sandboxes do not survive a restart (restart/refused checks that)")
-	}
 	rc, ok := e.driver.(sandbox.Recoverer)
 	if !ok {
 		t.Fatalf("the %s driver declares SurvivesRestart but is no sandbox.Recoverer", e.driver.Name())
@@ -224,9 +221,6 @@ func reattachGone(t *testing.T, e *env) {
 }
 
 func reattachRefused(t *testing.T, e *env) {
-	if e.caps.SurvivesRestart {
-		t.Skip("the driver declares that its sandboxes survive a restart (restart/reattach checks that)")
-	}
 	rc, ok := e.driver.(sandbox.Recoverer)
 	if !ok {
 		return // it cannot even try: the declaration holds

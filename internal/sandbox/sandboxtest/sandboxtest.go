@@ -86,6 +86,13 @@ const (
 	needHostMounts                 // Capabilities.HostMounts
 	needFreeze                     // Options.FreezeAgent
 	needPTY                        // Capabilities.PTY
+	// needRestart is Capabilities.SurvivesRestart; a driver that does
+	// not declare it skips the case (restart/refused checks the
+	// declaration).
+	needRestart
+	// needNoRestart is the opposite: a driver that declares
+	// SurvivesRestart skips the case (restart/reattach checks that).
+	needNoRestart
 )
 
 // missing says which of needs the driver's capabilities or the options
@@ -228,6 +235,12 @@ func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Drive
 		e.driver = newDriver(t)
 	}
 	e.caps = e.driver.Capabilities()
+	if slices.Contains(c.needs, needRestart) && !e.caps.SurvivesRestart {
+		t.Skip("the driver declares that its sandboxes do not survive a restart (restart/refused checks that)")
+	}
+	if slices.Contains(c.needs, needNoRestart) && e.caps.SurvivesRestart {
+		t.Skip("the driver declares that its sandboxes survive a restart (restart/reattach checks that)")
+	}
 	if m, capability := missing(e.caps, opts, c.needs); capability {
 		t.Fatalf("this case needs %s, which the %s driver does not declare: declare the case in Options.Unsupported with the reason", m, e.driver.Name())
 	} else if m != "" {
