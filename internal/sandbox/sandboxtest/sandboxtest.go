@@ -339,10 +339,10 @@ type env struct {
 	driver sandbox.Driver
 	// newDriver makes another driver value like driver (restart cases).
 	newDriver func(t *testing.T) sandbox.Driver
-	caps   sandbox.Capabilities
-	w      Workload
-	spec   sandbox.Spec
-	opts   Options
+	caps      sandbox.Capabilities
+	w         Workload
+	spec      sandbox.Spec
+	opts      Options
 	// egress is the proxy and servers of an egress case; nil otherwise.
 	egress *egressEnv
 
