@@ -379,6 +379,19 @@ func (c *Client) WaitProcess(ctx context.Context, id, pid string, timeout time.D
 	return w.process()
 }
 
+// ExecResult returns exec (or process) pid of sandbox id as it is now,
+// without waiting: Running, or its Result and the tail of its output. It
+// is how a caller whose stream broke (the daemon restarted) fetches the
+// result of its exec, by the id of the stream's start event; an ended one
+// stays readable for an hour, then IsNotFound.
+func (c *Client) ExecResult(ctx context.Context, id, pid string) (*Process, error) {
+	var w wireProcess
+	if err := c.call(ctx, request{method: "GET", path: sandboxPath(id, "execs", url.PathEscape(pid))}, &w); err != nil {
+		return nil, err
+	}
+	return w.process()
+}
+
 // Offsets say where in a process's output streams a caller starts: byte
 // offsets in stdout (a terminal's output is stdout) and stderr, or Now
 // for only what comes next.

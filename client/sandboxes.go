@@ -43,8 +43,8 @@ const (
 	StatePooled    = "pooled"
 	StateRunning   = "running"
 	StateDestroyed = "destroyed"
-	// StateLost: the sandbox was live when the daemon stopped; its processes
-	// ended with the daemon.
+	// StateLost: the sandbox was live when a daemon stopped, and the next
+	// one could not take it up again (it had died meanwhile).
 	StateLost = "lost"
 )
 
@@ -61,8 +61,16 @@ type Sandbox struct {
 	LastActiveAt       time.Time `json:"last_active_at"`
 	EndedAt            time.Time `json:"ended_at"`
 	EndReason          string    `json:"end_reason,omitempty"`
-	Limits             Limits    `json:"limits"`
-	Layers             []string  `json:"layers,omitempty"`
+	// EndMessage says why it ended, in words.
+	EndMessage string `json:"end_message,omitempty"`
+	// AgentProtocol is the protocol version of the sandbox's agent (0: no
+	// agent, or not known).
+	AgentProtocol int `json:"agent_protocol,omitempty"`
+	// Mismatch, when set, says why the sandbox only ends: a daemon of
+	// another agent protocol made it (after an upgrade).
+	Mismatch string   `json:"mismatch,omitempty"`
+	Limits   Limits   `json:"limits"`
+	Layers   []string `json:"layers,omitempty"`
 	// FromPool says the create was served by a warm pool.
 	FromPool bool `json:"from_pool,omitempty"`
 	// DriverRule says, in a create's answer, what chose the driver:

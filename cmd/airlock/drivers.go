@@ -31,7 +31,9 @@ type driverOptions struct {
 	egress *egress.Proxy
 	// instance names the airlock process that owns what a driver makes
 	// where it outlives the process (docker's label airlock.daemon); empty
-	// means the one-shot CLI's.
+	// means the one-shot CLI's. A daemon's drivers make sandboxes that
+	// outlive it (Persistent), for it to reattach to after a restart;
+	// otherwise a sandbox dies with its process (run, mcp).
 	instance string
 }
 

@@ -9,7 +9,7 @@ import (
 
 func init() {
 	registerDriver("gvisor", func(o driverOptions) (sandbox.Driver, error) {
-		d, err := gvisor.New(gvisor.Options{Logger: o.logger, Egress: o.egress})
+		d, err := gvisor.New(gvisor.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
 		if err != nil {
 			return nil, err // not a typed nil in an interface
 		}

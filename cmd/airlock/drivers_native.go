@@ -9,7 +9,7 @@ import (
 
 func init() {
 	registerDriver("native", func(o driverOptions) (sandbox.Driver, error) {
-		d, err := native.New(native.Options{Logger: o.logger, Egress: o.egress})
+		d, err := native.New(native.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
 		if err != nil {
 			return nil, err // not a typed nil in an interface
 		}

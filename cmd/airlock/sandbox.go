@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -441,15 +442,32 @@ func newSandboxLsCmd() *cobra.Command {
 				return enc.Encode(sbs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tCREATED\tEXPIRES\tEND REASON")
+			fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tPROTOCOL\tCREATED\tEXPIRES\tEND REASON")
+			var mismatched []client.Sandbox
 			for _, s := range sbs {
 				exp := ""
 				if !s.ExpiresAt.IsZero() && (s.State == client.StateRunning) {
 					exp = time.Until(s.ExpiresAt).Round(time.Second).String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Template, s.CreatedAt.Local().Format(time.DateTime), exp, s.EndReason)
+				// The agent protocol each sandbox runs: after an upgrade,
+				// sandboxes of another version run on but only end.
+				proto := "-"
+				if s.AgentProtocol > 0 {
+					proto = strconv.Itoa(s.AgentProtocol)
+				}
+				if s.Mismatch != "" {
+					proto += " (mismatch)"
+					mismatched = append(mismatched, s)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Template, proto, s.CreatedAt.Local().Format(time.DateTime), exp, s.EndReason)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, s := range mismatched {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", s.ID, s.Mismatch)
+			}
+			return nil
 		},
 	}
 	fl := cmd.Flags()

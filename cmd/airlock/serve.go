@@ -28,7 +28,7 @@ const defaultStateDir = "/var/lib/airlock"
 
 type serveFlags struct {
 	listen, stateDir, config, logFormat, policy, auditKey string
-	checkConfig                                           bool
+	checkConfig, shutdownSandboxes                        bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -37,10 +37,16 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve [--config FILE] [--listen ADDR] [--state-dir DIR] [--check-config]",
 		Short: "Run the daemon: HTTP API, registry, reaper, warm pools",
 		Long: `Run the airlock daemon. It serves the HTTP API under /v1 (OpenAPI document
-at /v1/openapi.json), /healthz and /metrics, keeps its registry in
-STATE-DIR/airlock.db, and on start recovers from a previous daemon that
-died: the sandboxes it ran are marked lost (their processes died with it)
-and their leftovers on the host are removed.
+at /v1/openapi.json), /healthz and /metrics, and keeps its registry in
+STATE-DIR/airlock.db.
+
+Its sandboxes outlive it: a stop (SIGTERM, SIGINT), an upgrade, a crash or a
+kill -9 leaves them running, with their files, background processes and
+running commands, and the next airlock serve on the same state directory
+reattaches to them before it serves. One whose time to live passed
+meanwhile is destroyed; one that died meanwhile is recorded as lost and its
+leftovers removed. With --shutdown-sandboxes a stop destroys every sandbox
+instead (as airlock reap does while no daemon runs).
 
 Make a key first:  airlock keys create --state-dir DIR --role operator
 
@@ -65,6 +71,7 @@ exits without serving. Logs go to stderr (the journal, under systemd).`,
 	fl.StringVar(&f.policy, "policy", "", "policy file (TOML, see examples/policies); without one the safe defaults apply (config: policy)")
 	fl.StringVar(&f.auditKey, "audit-key", "", "the audit log's checkpoint signing key (default $XDG_CONFIG_HOME/airlock/audit.key, or /var/lib/airlock-keys/audit.key as root: never in the state directory, next to the log; config: audit_key)")
 	fl.BoolVar(&f.checkConfig, "check-config", false, "check the --config file and the flags, print what is wrong (key and line) or ok, and exit")
+	fl.BoolVar(&f.shutdownSandboxes, "shutdown-sandboxes", false, "on a stop (SIGTERM, SIGINT), destroy every sandbox instead of leaving them running for the next daemon")
 	return cmd
 }
 
@@ -120,6 +127,8 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if err != nil {
 		return err
 	}
+	// Every sandbox of the daemon before is reattached (or ended) before
+	// the API takes a request.
 	if _, err := sup.Recover(ctx); err != nil {
 		return err
 	}
@@ -148,14 +157,22 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 		_ = sup.Close(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	}
-	log.Info("shutting down: destroying every sandbox")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Sandboxes first: that ends the execs whose streams would hold the
-	// server's shutdown.
-	err = sup.Close(sctx)
-	_ = hs.Shutdown(sctx)
-	return err
+	if f.shutdownSandboxes {
+		log.Info("shutting down: destroying every sandbox")
+		// Sandboxes first: that ends the execs whose streams would hold
+		// the server's shutdown.
+		err = sup.Close(sctx)
+		_ = hs.Shutdown(sctx)
+		return err
+	}
+	log.Info("shutting down: the sandboxes run on for the next daemon")
+	// The connections first, streams in flight too: a caller follows its
+	// exec again by id from the next daemon. Then the sandboxes are let go
+	// of, their commands running on.
+	_ = hs.Close()
+	return sup.Detach(sctx)
 }
 
 func newKeysCmd() *cobra.Command {
@@ -299,12 +316,14 @@ func newReapCmd() *cobra.Command {
 	var stateDir, auditKey string
 	cmd := &cobra.Command{
 		Use:   "reap --state-dir DIR",
-		Short: "Clean up after a daemon that died: mark its sandboxes lost, remove their leftovers",
-		Long: `Do offline what 'airlock serve' does when it starts: every sandbox the
-registry holds as live belonged to a daemon that is gone, and its processes
-died with it; mark each one lost, then remove the cgroups and locks that
-sandboxes of dead airlock processes left on the host. Fails at once if a
-daemon is running on the state directory (it reaps by itself).`,
+		Short: "End every sandbox of a daemon that is not running, and remove their leftovers",
+		Long: `End every sandbox the registry holds as live, while no daemon runs on the
+state directory: the sandboxes of a daemon outlive it, and this is how to
+end them all (those of any airlock version: one whose agent speaks another
+protocol than this airlock's is ended too). Each is recorded as destroyed
+(reason reaped), or as lost when it had died already; then the leftovers
+of dead sandboxes (cgroups, sockets, locks) are removed. Fails at once if a
+daemon is running on the state directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := openOffline(stateDir)
@@ -323,18 +342,27 @@ daemon is running on the state directory (it reaps by itself).`,
 			if err != nil {
 				return err
 			}
+			// The registry's templates may name drivers this host has:
+			// every driver offered, no template needed.
 			sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Audit: alog})
 			if err != nil {
 				return err
 			}
-			rep, err := sup.Recover(cmd.Context())
+			rep, err := sup.Reap(cmd.Context())
 			if err != nil {
 				return err
+			}
+			for _, id := range rep.Reattached {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\treaped\n", id)
+			}
+			for _, id := range rep.Expired {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\texpired\n", id)
 			}
 			for _, id := range rep.Lost {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s\tlost\n", id)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d sandboxes marked lost; leftovers of stale sandboxes removed (drivers: %v)\n", len(rep.Lost), rep.Reaped)
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d sandboxes ended, %d had expired, %d lost; leftovers of dead sandboxes removed (drivers: %v)\n",
+				len(rep.Reattached), len(rep.Expired), len(rep.Lost), rep.Reaped)
 			return nil
 		},
 	}

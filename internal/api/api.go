@@ -129,6 +129,7 @@ var routes = []route{
 	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/wait", op: opExec, h: (*Server).processWait},
 	{method: "GET", path: "/v1/sandboxes/{id}/processes/{pid}/output", op: opExec, h: (*Server).processOutput},
 	{method: "POST", path: "/v1/sandboxes/{id}/processes/{pid}/resize", op: opExec, h: (*Server).processResize},
+	{method: "GET", path: "/v1/sandboxes/{id}/execs/{pid}", op: opExec, h: (*Server).execResult},
 
 	{method: "GET", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).readFile},
 	{method: "PUT", path: "/v1/sandboxes/{id}/files", op: opFiles, h: (*Server).writeFile},
@@ -372,8 +373,10 @@ func classify(err error) *Error {
 		return &Error{http.StatusTooManyRequests, "quota_exceeded", m, 0}
 	case errors.Is(err, supervisor.ErrCapacity):
 		return &Error{http.StatusServiceUnavailable, "insufficient_capacity", m, 0}
-	case errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, sandbox.ErrClosed):
+	case errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, sandbox.ErrClosed), errors.Is(err, sandbox.ErrDetached):
 		return &Error{http.StatusConflict, "not_running", m, 0}
+	case errors.Is(err, sandbox.ErrMismatch):
+		return &Error{http.StatusConflict, "version_mismatch", m, 0}
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &Error{http.StatusNotFound, "not_found", m, 0}
 	case errors.Is(err, sandbox.ErrOutside):

@@ -323,3 +323,25 @@ func (s *Server) processResize(w http.ResponseWriter, r *http.Request, c *caller
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// execResult answers GET …/execs/{pid}: the exec (or process) as it is
+// now, at once: running, or ended with its result and the tail of its
+// output. The result of an exec whose caller's connection died (with the
+// daemon, say) is fetched this way, by the id its stream's start event
+// carried, for an hour after it ended.
+func (s *Server) execResult(w http.ResponseWriter, r *http.Request, c *caller) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	pid, err := processID(r)
+	if err != nil {
+		return err
+	}
+	p, err := s.sup.ExecResult(r.Context(), c.sup, id, pid)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wireProcess(p, true))
+	return nil
+}

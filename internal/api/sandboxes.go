@@ -94,20 +94,27 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 
 // Sandbox is the wire form of a sandbox.
 type Sandbox struct {
-	ID                 string          `json:"id"`
-	Template           string          `json:"template"`
-	Driver             string          `json:"driver"`
-	State              store.State     `json:"state"`
-	Owner              string          `json:"owner,omitempty"`
-	CreatedAt          time.Time       `json:"created_at"`
-	ExpiresAt          time.Time       `json:"expires_at,omitzero"`
-	IdleTimeoutSeconds int64           `json:"idle_timeout_seconds,omitempty"`
-	LastActiveAt       time.Time       `json:"last_active_at,omitzero"`
-	EndedAt            time.Time       `json:"ended_at,omitzero"`
-	EndReason          string          `json:"end_reason,omitempty"`
-	Limits             Limits          `json:"limits"`
-	Layers             []sandbox.Layer `json:"layers,omitempty"`
-	FromPool           bool            `json:"from_pool,omitempty"`
+	ID                 string      `json:"id"`
+	Template           string      `json:"template"`
+	Driver             string      `json:"driver"`
+	State              store.State `json:"state"`
+	Owner              string      `json:"owner,omitempty"`
+	CreatedAt          time.Time   `json:"created_at"`
+	ExpiresAt          time.Time   `json:"expires_at,omitzero"`
+	IdleTimeoutSeconds int64       `json:"idle_timeout_seconds,omitempty"`
+	LastActiveAt       time.Time   `json:"last_active_at,omitzero"`
+	EndedAt            time.Time   `json:"ended_at,omitzero"`
+	EndReason          string      `json:"end_reason,omitempty"`
+	EndMessage         string      `json:"end_message,omitempty"`
+	// AgentProtocol is the protocol version of the sandbox's agent (0 or
+	// absent: no agent, or not known).
+	AgentProtocol int `json:"agent_protocol,omitempty"`
+	// Mismatch, when set, says why the sandbox only ends: a daemon of
+	// another agent protocol made it (see docs/daemon.md).
+	Mismatch string          `json:"mismatch,omitempty"`
+	Limits   Limits          `json:"limits"`
+	Layers   []sandbox.Layer `json:"layers,omitempty"`
+	FromPool bool            `json:"from_pool,omitempty"`
 	// DriverRule and DriverReason say, in a create's answer, what chose
 	// the driver: "tier:NAME" (the policy), "request" or "template".
 	DriverRule   string `json:"driver_rule,omitempty"`
@@ -118,7 +125,8 @@ func wireSandbox(in supervisor.Info) Sandbox {
 	return Sandbox{
 		ID: in.ID, Template: in.Template, Driver: in.Driver, State: in.State, Owner: in.Owner,
 		CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, IdleTimeoutSeconds: int64(in.IdleTimeout / time.Second),
-		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason,
+		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason, EndMessage: in.EndMessage,
+		AgentProtocol: in.AgentProtocol, Mismatch: in.Mismatch,
 		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
 		DriverRule: in.DriverRule, DriverReason: in.DriverReason,
 	}

@@ -56,6 +56,9 @@ const (
 	KindCheckpoint Kind = "checkpoint"
 	// KindRecover records a torn tail that Open cut off after a crash.
 	KindRecover Kind = "recover"
+	// KindReattach records a sandbox that a daemon took up again on start:
+	// it outlived the daemon before.
+	KindReattach Kind = "reattach"
 )
 
 // Event is one line of the log. The writer fills Seq, Time (when zero) and

@@ -9,6 +9,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ var ErrLocked = errors.New("the state directory is in use by another airlock pro
 
 var (
 	bucketSandboxes = []byte("sandboxes")
+	bucketActivity  = []byte("activity") // sandbox id -> last use, Unix nanoseconds
 	bucketKeys      = []byte("keys")
 	bucketKeyHashes = []byte("key_hashes") // hex SHA-256 -> key id
 )
@@ -57,7 +59,7 @@ func Open(dir string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open the registry in %s: %w", dir, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketKeys, bucketKeyHashes} {
+		for _, b := range [][]byte{bucketSandboxes, bucketActivity, bucketKeys, bucketKeyHashes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -87,8 +89,9 @@ const (
 	// StateDestroyed: ended while the daemon ran (deleted, timed out, or its
 	// agent died); nothing of it remains.
 	StateDestroyed State = "destroyed"
-	// StateLost: it was live when a previous daemon died; its processes died
-	// with that daemon and the next start removed what was left.
+	// StateLost: it was live when a previous daemon stopped, and the next
+	// one could not reattach to it (whatever held it had died, or did not
+	// answer) or it was still being made; what was left of it is removed.
 	StateLost State = "lost"
 )
 
@@ -119,8 +122,14 @@ type Sandbox struct {
 	Ended time.Time `json:"ended,omitzero"`
 	// EndReason says why it ended ("deleted", "ttl", "idle", "lost", …).
 	EndReason string `json:"end_reason,omitempty"`
+	// EndMessage says why it ended in words a model can act on, when the
+	// reason alone does not ("error": what the driver saw).
+	EndMessage string `json:"end_message,omitempty"`
 	// DriverState is the driver's own data to reattach with, if it can.
 	DriverState []byte `json:"driver_state,omitempty"`
+	// AgentProtocol is the protocol version of the sandbox's agent; 0 for
+	// a driver without one, or a record older than protocol 4.
+	AgentProtocol int `json:"agent_protocol,omitempty"`
 }
 
 // PutSandbox creates or replaces the record of sb.
@@ -198,8 +207,45 @@ func (s *Store) Sandboxes(keep func(*Sandbox) bool) ([]Sandbox, error) {
 // DeleteSandbox removes the record of id; a missing record is no error.
 func (s *Store) DeleteSandbox(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketActivity).Delete([]byte(id)); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
 	})
+}
+
+// SetActivity records when each sandbox of last was last used, in one
+// transaction. It is kept apart from the records, which are larger and
+// change rarely, so that a daemon can write it often: a restarted daemon
+// reads it to go on with each sandbox's idle timeout.
+func (s *Store) SetActivity(last map[string]time.Time) error {
+	if len(last) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketActivity)
+		for id, t := range last {
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], uint64(t.UnixNano()))
+			if err := bk.Put([]byte(id), b[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Activity returns when sandbox id was last used, as SetActivity recorded
+// it; zero when it never did.
+func (s *Store) Activity(id string) time.Time {
+	var t time.Time
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketActivity).Get([]byte(id)); len(v) == 8 {
+			t = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+		}
+		return nil
+	})
+	return t
 }
 
 // MarkLost marks every live record (creating, pooled, running) as lost,
@@ -263,6 +309,9 @@ func (s *Store) PruneEnded(cutoff time.Time) (int, error) {
 		}
 		for _, k := range dead {
 			if err := bk.Delete(k); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketActivity).Delete(k); err != nil {
 				return err
 			}
 		}

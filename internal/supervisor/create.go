@@ -272,7 +272,18 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	if l.rec.Owner == "" {
 		state = store.StatePooled
 	}
-	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.State = state; return nil })
+	// What a restarted daemon needs to reattach (see reattach.go).
+	var driverState []byte
+	if sh, ok := inst.(sandbox.StateHolder); ok {
+		if driverState, err = sh.DriverState(); err != nil {
+			s.log.Warn("the sandbox's driver state cannot be kept: a restart of the daemon will lose it", "sandbox_id", id, "err", err)
+		}
+	}
+	protocol, _ := agentProtocol(inst)
+	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
+		r.State, r.DriverState, r.AgentProtocol = state, driverState, protocol
+		return nil
+	})
 	if err != nil {
 		_ = inst.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("record sandbox: %w", err)
@@ -314,12 +325,28 @@ var errDriver = errors.New("driver error")
 // driverLifetime is the driver's backstop lifetime of a sandbox.
 const driverLifetime = 30 * 24 * time.Hour
 
-// watch notices a sandbox that ended by itself (its agent died).
+// watch notices a sandbox that ended by itself: its agent, or whatever
+// held it (runsc, a container), died.
 func (s *Supervisor) watch(l *live, inst sandbox.Instance) {
 	defer s.wg.Done()
 	select {
 	case <-inst.Done():
-		s.end(l, "ended", "the sandbox ended by itself (its agent exited)")
+		why := "the sandbox ended by itself (what held it exited)"
+		if ec, ok := inst.(sandbox.EndCause); ok {
+			if err := ec.Ended(); err != nil {
+				why = "the sandbox ended by itself: " + err.Error()
+			}
+		}
+		s.end(l, "error", why)
 	case <-s.stop:
 	}
+}
+
+// agentProtocol is the protocol of inst's agent and whether this airlock
+// speaks it; 0 and true for a sandbox without an agent.
+func agentProtocol(inst sandbox.Instance) (int, bool) {
+	if ai, ok := inst.(sandbox.AgentInstance); ok {
+		return ai.AgentProtocol()
+	}
+	return 0, true
 }

@@ -88,7 +88,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 	}
 	now := s.opts.Now().UTC()
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
-		r.State, r.Ended, r.EndReason = store.StateDestroyed, now, reason
+		r.State, r.Ended, r.EndReason, r.EndMessage = store.StateDestroyed, now, reason, why
 		return nil
 	})
 	if err != nil {

@@ -408,3 +408,20 @@ func (s *Supervisor) Wait(ctx context.Context, c Caller, id, pid string) (Proces
 	}
 	return p.info(true), nil
 }
+
+// ExecResult returns exec (or process) pid of sandbox id as it is now,
+// without waiting: running, or ended with its result and the tail of its
+// output its buffers hold. An ended one stays readable for an hour (within
+// the sandbox's bounds on ended processes), then it is not found.
+func (s *Supervisor) ExecResult(ctx context.Context, c Caller, id, pid string) (ProcessInfo, error) {
+	_, done, err := s.Begin(ctx, c, OpExec)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	defer done()
+	_, p, err := s.process(c, id, pid)
+	if err != nil {
+		return ProcessInfo{}, err
+	}
+	return p.info(true), nil
+}

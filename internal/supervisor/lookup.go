@@ -26,7 +26,15 @@ type Info struct {
 	LastActive time.Time
 	Ended      time.Time
 	EndReason  string
-	Limits     sandbox.Limits
+	// EndMessage says why it ended, in words.
+	EndMessage string
+	// AgentProtocol is the protocol version its agent speaks (0: no
+	// agent, or not known).
+	AgentProtocol int
+	// Mismatch, when set, says why the sandbox only ends: a daemon of
+	// another protocol version made it.
+	Mismatch string
+	Limits   sandbox.Limits
 	Env        []string
 	Layers     []sandbox.Layer
 	// FromPool says the create was a claim from a warm pool.
@@ -150,8 +158,8 @@ func recInfo(r store.Sandbox) Info {
 	return Info{
 		ID: r.ID, Owner: r.Owner, Template: r.Template, Driver: r.Driver, State: r.State,
 		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
-		Ended: r.Ended, EndReason: r.EndReason, Limits: r.Spec.Limits, Env: r.Spec.Env,
-		DriverRule: r.DriverRule, DriverReason: r.DriverReason,
+		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
+		Limits: r.Spec.Limits, Env: r.Spec.Env, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 	}
 }
 
@@ -161,8 +169,12 @@ func (s *Supervisor) info(l *live) Info {
 	in := recInfo(l.rec)
 	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
 	in.Execs = l.execs.Load()
+	in.Mismatch = l.mismatch
 	if l.inst != nil {
 		in.Layers = l.inst.Layers()
+		if v, _ := agentProtocol(l.inst); v != 0 {
+			in.AgentProtocol = v
+		}
 	}
 	return in
 }

@@ -63,6 +63,7 @@ type proc struct {
 	done   chan struct{}
 	result sandbox.Result
 	err    error
+	ended  time.Time
 }
 
 // closeStdin drops what waits for the process's standard input: it has
@@ -136,20 +137,11 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 	} else {
 		p.errOut = ring.New(size)
 	}
-	hout, herr := newHashWriter(req.Stdout), newHashWriter(req.Stderr)
-	red := s.policy.Redactor()
-	rout := red.Writer(tee{p.out, hout})
-	var rerr interface {
-		io.Writer
-		Flush() error
+	w := s.procWriters(p, req.Stdout, req.Stderr)
+	req.Stdout, req.Stderr = w.out, nil
+	if w.err != nil {
+		req.Stderr = w.err
 	}
-	if p.errOut != nil {
-		rerr = red.Writer(tee{p.errOut, herr})
-		req.Stderr = rerr
-	} else {
-		req.Stderr = nil
-	}
-	req.Stdout = rout
 	req.Stdin = nil
 	if ps.keepStdin || req.PTY != nil {
 		p.stdin = newStdinQueue(ps.stdin)
@@ -157,6 +149,9 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 	} else if len(ps.stdin) > 0 {
 		req.Stdin = bytes.NewReader(ps.stdin)
 	}
+	// The sandbox keeps as much of the output as this daemon does, for
+	// the next daemon after a restart.
+	req.OutputBuffer = int64(size)
 	sp, err := l.inst.Start(ctx, req)
 	if err != nil {
 		p.closeStdin()
@@ -166,23 +161,57 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 	l.mu.Lock()
 	l.procs[p.id] = p
 	l.mu.Unlock()
-	go func() { //nolint:gosec // the process outlives the request that started it
-		res, err := sp.Wait(context.Background())
-		_ = rout.Flush()
-		if rerr != nil {
-			_ = rerr.Flush()
-		}
-		p.closeStdin()
-		p.result, p.err = res, err
-		p.out.Close()
-		if p.errOut != nil {
-			p.errOut.Close()
-		}
-		s.recordExec(context.Background(), c, ps.pr, res, hout.sum(), herr.sum(), err)
-		close(p.done)
-		l.finish(p)
-	}()
+	go s.track(l, c, ps.pr, p, sp, w) //nolint:gosec // the process outlives the request that started it
 	return p, nil
+}
+
+// procOutput is where a process's output goes: through the policy's
+// redactor into its rings, hashed for the audit log, and on to the
+// caller's writers.
+type procOutput struct {
+	out, err   flushWriter // err is nil on a terminal
+	hout, herr *hashWriter
+}
+
+type flushWriter interface {
+	io.Writer
+	Flush() error
+}
+
+// procWriters makes p's output writers, passing output on to stdout and
+// stderr when they are set.
+func (s *Supervisor) procWriters(p *proc, stdout, stderr io.Writer) procOutput {
+	w := procOutput{hout: newHashWriter(stdout), herr: newHashWriter(stderr)}
+	red := s.policy.Redactor()
+	w.out = red.Writer(tee{p.out, w.hout})
+	if p.errOut != nil {
+		w.err = red.Writer(tee{p.errOut, w.herr})
+	}
+	return w
+}
+
+// track waits for sp, p's process in l, to end, settles p and records its
+// end in the audit log. A process whose sandbox this daemon let go of
+// (sandbox.ErrDetached) has not ended: nothing is recorded.
+func (s *Supervisor) track(l *live, c Caller, pr policy.Request, p *proc, sp sandbox.Process, w procOutput) {
+	res, err := sp.Wait(context.Background())
+	_ = w.out.Flush()
+	if w.err != nil {
+		_ = w.err.Flush()
+	}
+	p.closeStdin()
+	p.result, p.err, p.ended = res, err, time.Now()
+	p.out.Close()
+	if p.errOut != nil {
+		p.errOut.Close()
+	}
+	if errors.Is(err, sandbox.ErrDetached) {
+		close(p.done)
+		return
+	}
+	s.recordExec(context.Background(), c, pr, res, w.hout.sum(), w.herr.sum(), err)
+	close(p.done)
+	l.finish(p)
 }
 
 // finish puts p among l's ended processes, and forgets the oldest ones past

@@ -10,47 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
-
-// RecoverReport says what Recover found.
-type RecoverReport struct {
-	// Lost lists the sandboxes that were live when the previous daemon
-	// stopped; they are now recorded as lost.
-	Lost []string
-	// Reaped lists the drivers whose orphans were swept.
-	Reaped []string
-}
-
-// lostReason is the end reason of sandboxes found live on start.
-const lostReason = "lost"
-
-// Recover runs before the daemon serves: every sandbox the registry holds
-// as live belonged to a previous daemon. Its processes are already dead —
-// the native driver's sandbox agents die with the process that made them —
-// so each record is marked lost, and each driver then reaps the cgroups
-// and locks those sandboxes left behind. No sandbox is reattached.
-func (s *Supervisor) Recover(ctx context.Context) (RecoverReport, error) {
-	var rep RecoverReport
-	lost, err := s.store.MarkLost(s.opts.Now().UTC(), lostReason)
-	if err != nil {
-		return rep, fmt.Errorf("recover: %w", err)
-	}
-	for _, r := range lost {
-		rep.Lost = append(rep.Lost, r.ID)
-		s.m.Kills.WithLabelValues(lostReason).Inc()
-		s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", r.ID, "owner", r.Owner, "state_before", "live")
-		// Every sandbox the daemon ends leaves an audit event, these too:
-		// its execs and background processes ended with it.
-		s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: r.Owner, Sandbox: r.ID, Template: r.Template,
-			Reason: lostReason + ": the previous daemon died; the sandbox and every exec and process it ran ended with it"})
-	}
-	rep.Reaped = s.sweep(ctx)
-	s.log.Info("recovered", "lost", len(rep.Lost), "reaped_drivers", rep.Reaped)
-	return rep, nil
-}
 
 // sweep has every driver that can remove the leftovers of dead sandboxes
 // do so, and returns their names.
@@ -86,6 +48,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 			return
 		case <-reap.C:
 			s.ReapExpired()
+			s.flushActivity()
 		case <-sweep.C:
 			s.sweep(ctx)
 			if n, err := s.store.PruneEnded(s.opts.Now().Add(-time.Duration(s.cfg.Retention))); err != nil {
@@ -108,6 +71,7 @@ func (s *Supervisor) ReapExpired() int {
 	var vs []victim
 	s.mu.Lock()
 	for _, l := range s.live {
+		l.expireProcs(now)
 		l.mu.Lock()
 		rec, ready := l.rec, l.inst != nil && !l.ending
 		l.mu.Unlock()

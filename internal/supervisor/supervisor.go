@@ -3,20 +3,19 @@
 // a warm one from the template's pool when it can), checks each key's
 // quotas and the host's memory before it creates, tracks the background
 // processes of every sandbox, enforces TTLs and idle timeouts, sweeps
-// orphans, and recovers after a crash.
+// orphans, and takes its sandboxes up again after a restart.
 //
-// # Recovery
+// # Restarts
 //
-// The native driver's sandboxes cannot outlive the daemon that made them:
-// each sandbox's agent is the daemon's child, dies with it (PDEATHSIG) and
-// is PID 1 of the sandbox's PID namespace, so its death kills every process
-// of the sandbox. After a crash or kill -9 of the daemon, what remains is
-// the registry's records and, on the host, the sandboxes' cgroups. Recover
-// therefore marks every record that was live as lost, then has each driver
-// reap what its stale sandboxes left behind (native.Driver.Reap removes the
-// cgroups of every sandbox no live process holds the lock of). A lost
-// sandbox's record stays readable (state "lost") for Config.Retention, then
-// it is pruned and GET answers 404.
+// The sandboxes of a daemon outlive it (a driver that declares
+// Capabilities.SurvivesRestart, as native and gVisor do in the daemon):
+// a clean stop lets go of them (Detach), a crash or kill -9 just leaves
+// them, and the next daemon reattaches to each one from the driver state
+// its registry record keeps (Recover, reattach.go), its processes and
+// their output included. A sandbox that could not be reattached (whatever
+// held it died meanwhile) is recorded as lost; its record stays readable
+// (state "lost") for Config.Retention, then it is pruned and GET answers
+// 404.
 package supervisor
 
 import (
@@ -130,9 +129,14 @@ type live struct {
 	ending bool
 
 	lastActive atomic.Int64 // unix nanoseconds
-	busy       atomic.Int32 // foreground execs and file transfers in flight
-	execs      atomic.Int64 // execs and processes the policy let run
-	cpuRef     cpuSample    // the reference of the next CPU rate (usage.go)
+	// flushed is the lastActive the registry has (flushActivity).
+	flushed atomic.Int64
+	busy    atomic.Int32 // foreground execs and file transfers in flight
+	execs   atomic.Int64 // execs and processes the policy let run
+	cpuRef  cpuSample    // the reference of the next CPU rate (usage.go)
+	// mismatch, when set, says why the sandbox only ends: it was
+	// reattached after an upgrade and its agent speaks another protocol.
+	mismatch string
 
 	procs    map[string]*proc
 	finished []string // ids of ended processes, oldest first
