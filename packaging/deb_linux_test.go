@@ -156,7 +156,12 @@ func TestDebianPackage(t *testing.T) {
 		t.Error("the audit key is in the state directory, beside the log")
 	}
 
-	// Stop as systemd does: SIGTERM; the daemon ends its sandboxes and exits.
+	// Stop as systemd does: SIGTERM; the daemon lets go of its sandboxes
+	// (they outlive it) and exits. This one is deleted first: nothing of
+	// it may stay on the host.
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Errorf("delete the sandbox: %v", err)
+	}
 	d.stop(t)
 	if !strings.Contains(d.log(), "shutting down") {
 		t.Errorf("no shutdown in the log:\n%s", d.log())

@@ -297,10 +297,10 @@ func TestSystemdService(t *testing.T) {
 		t.Errorf("the journal lacks the daemon's log:\n%s", out)
 	}
 
-	// Restart=on-failure: a daemon killed with SIGKILL comes back, and finds
-	// its sandbox lost (the kill ended it).
+	// Restart=on-failure: a daemon killed with SIGKILL comes back, and
+	// takes its sandbox up again: sandboxes outlive their daemon.
 	mainPID := strings.TrimSpace(c.must(t, "systemctl", "show", "-P", "MainPID", "airlock"))
-	c.must(t, "systemctl", "kill", "-s", "KILL", "airlock")
+	c.must(t, "kill", "-KILL", mainPID)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pid := strings.TrimSpace(c.must(t, "systemctl", "show", "-P", "MainPID", "airlock"))
@@ -314,13 +314,18 @@ func TestSystemdService(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	waitPort(t, port)
-	if sb, err := cl.GetSandbox(ctx, native); err != nil || sb.State != "lost" {
-		t.Errorf("after the restart, sandbox %s: %+v, %v; want lost", native, sb, err)
+	if sb, err := cl.GetSandbox(ctx, native); err != nil || sb.State != "running" {
+		t.Errorf("after the restart, sandbox %s: %+v, %v; want running", native, sb, err)
 	}
-	last := run("default")
+	if res, err := cl.Exec(ctx, native, client.ExecRequest{Argv: []string{"echo", "again"}}); err != nil || string(res.Stdout) != "again\n" {
+		t.Errorf("exec in sandbox %s after the restart: %v %+v", native, err, res)
+	}
+	last := native
 
-	// Stop: the daemon ends its sandboxes, systemd the rest of the unit's
-	// cgroup; nothing of the sandbox is left on the host.
+	// Stop: the daemon lets go of its sandboxes, and systemd of the daemon
+	// only (KillMode=process): the sandbox runs on, and the next start
+	// takes it up again. airlock reap, with the unit stopped, ends it:
+	// nothing of it is left on the host.
 	procs := func() string {
 		var out []string
 		_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/pids", c.cgroup, "airlock", last), func(p string, d fs.DirEntry, err error) error {
@@ -339,8 +344,19 @@ func TestSystemdService(t *testing.T) {
 	if out, _ := c.exec("systemctl", "is-active", "airlock"); strings.TrimSpace(out) != "inactive" {
 		t.Errorf("after stop: %q", out)
 	}
+	if procs() == "" {
+		t.Errorf("sandbox %s has no processes after the daemon's stop: it should outlive it", last)
+	}
+	c.must(t, "systemctl", "start", "airlock")
+	waitActive(t, c)
+	waitPort(t, port)
+	if res, err := cl.Exec(ctx, last, client.ExecRequest{Argv: []string{"echo", "after a stop"}}); err != nil || string(res.Stdout) != "after a stop\n" {
+		t.Errorf("exec in sandbox %s after a stop and a start: %v %+v", last, err, res)
+	}
+	c.must(t, "systemctl", "stop", "airlock")
+	c.must(t, "airlock", "reap", "--state-dir", "/var/lib/airlock")
 	if p := procs(); p != "" {
-		t.Errorf("sandbox %s still has processes after the stop: %s", last, p)
+		t.Errorf("sandbox %s still has processes after airlock reap: %s", last, p)
 	}
 	if out := c.must(t, "journalctl", "-u", "airlock", "--no-pager"); !strings.Contains(out, "shutting down") {
 		t.Errorf("the journal does not show the daemon's shutdown:\n%s", out)

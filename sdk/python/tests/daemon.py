@@ -120,6 +120,8 @@ class Daemon:
         args = [self.bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", self.state]
         args += ["--audit-key", os.path.join(self.state + "-keys", "audit.key")]
         args += ["--config", os.path.join(self.state, "config.toml"), "--policy", os.path.join(self.state, "policy.toml")]
+        # A stop ends the sandboxes too (a daemon's outlive it otherwise).
+        args += ["--shutdown-sandboxes"]
         # Started before any thread of ours: preexec_fn is not safe with threads.
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, preexec_fn=_pdeathsig)
         threading.Thread(target=self.web.serve_forever, daemon=True).start()
