@@ -49,12 +49,13 @@ func testMain(m *testing.M) int {
 // the whole binary (a Docker engine).
 var afterTests []func()
 
-func buildBinaries(dir string) error {
+func buildBinaries(dir string, flags ...string) error {
 	for _, b := range []struct{ out, pkg string }{
 		{"airlock-agent", "github.com/airlock-sandbox/airlock/cmd/airlock-agent"},
 		{"airlock", "github.com/airlock-sandbox/airlock/cmd/airlock"},
 	} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, b.out), b.pkg)
+		args := append(append([]string{"build", "-trimpath"}, flags...), "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd := exec.Command("go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
@@ -77,6 +78,9 @@ type invocation struct {
 	args  []string
 	stdin io.Reader // nil: /dev/null
 	env   []string  // added to the test's environment
+	// bin is the directory of the airlock and airlock-agent binaries to
+	// run; "" is binDir.
+	bin string
 }
 
 type outcomeOf struct {
@@ -87,8 +91,12 @@ type outcomeOf struct {
 
 // airlockCmd prepares the airlock binary with args.
 func airlockCmd(ctx context.Context, inv invocation) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "airlock"), inv.args...)
-	cmd.Env = append(os.Environ(), agentbin.Env+"="+filepath.Join(binDir, "airlock-agent"))
+	dir := inv.bin
+	if dir == "" {
+		dir = binDir
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "airlock"), inv.args...)
+	cmd.Env = append(os.Environ(), agentbin.Env+"="+filepath.Join(dir, "airlock-agent"))
 	cmd.Env = append(cmd.Env, inv.env...)
 	cmd.Stdin = inv.stdin
 	return cmd

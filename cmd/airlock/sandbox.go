@@ -11,8 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
