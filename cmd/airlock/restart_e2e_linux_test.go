@@ -280,6 +280,8 @@ func restartRound(t *testing.T, f *fault, round int) string {
 	if err := <-streamErr; !errors.Is(err, client.ErrStreamBroken) {
 		t.Errorf("round %d: the exec's stream after kill -9: %v; want it broken", round, err)
 	}
+	// The client's request still waits for the rest of its body.
+	pw.CloseWithError(errors.New("the upload stops"))
 	if err := <-uploadErr; err == nil {
 		t.Errorf("round %d: the half-done upload succeeded", round)
 	}
@@ -459,7 +461,7 @@ func TestServeRestartEgress(t *testing.T) {
 		go srv.Serve(ln)
 		t.Cleanup(func() { close(released); srv.Close() })
 		addr := ln.Addr().String()
-		f := newFault(t, driver, fmt.Sprintf("\n[[template]]\nname = \"egress\"\ndriver = %q\n[template.network]\nmode = \"egress\"\nallow_addresses = [%q]\n", driver, addr))
+		f := newFault(t, driver, fmt.Sprintf("\n[[template]]\nname = \"egress\"\ndriver = %q\ntimeout = \"5m\"\n[template.network]\nmode = \"egress\"\nallow_addresses = [%q]\n", driver, addr))
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
