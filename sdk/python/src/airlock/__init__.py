@@ -47,6 +47,7 @@ from .errors import (
     Unauthorized,
     UnsafeArchive,
     Unsupported,
+    VersionMismatch,
 )
 from .models import (
     Approval,
@@ -124,4 +125,5 @@ __all__ = [
     "Unauthorized",
     "UnsafeArchive",
     "Unsupported",
+    "VersionMismatch",
 ]

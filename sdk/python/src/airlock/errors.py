@@ -213,6 +213,14 @@ class NotRunning(Conflict):
     code_name = "not_running"
 
 
+class VersionMismatch(Conflict):
+    """409 ``version_mismatch``: a daemon of another agent protocol made the
+    sandbox (before an upgrade); it runs until its TTL and can only be
+    deleted."""
+
+    code_name = "version_mismatch"
+
+
 class Exists(Conflict):
     """409 ``exists``: the path exists already (or a directory is not empty)."""
 
