@@ -327,7 +327,8 @@ func restartRound(t *testing.T, f *fault, round int) string {
 }
 
 // TestServeRestartTTL: a sandbox whose TTL passes while no daemon runs is
-// destroyed when the next one starts, before it serves.
+// destroyed when the next one starts, before it serves; idle timeouts go
+// on across the restart too, the time no daemon ran counting.
 func TestServeRestartTTL(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
 		f := newFault(t, driver, "")
@@ -336,13 +337,25 @@ func TestServeRestartTTL(t *testing.T) {
 		defer cancel()
 		short := f.create(ctx, client.CreateRequest{TTL: 2 * time.Second})
 		long := f.create(ctx, client.CreateRequest{})
+		idle := f.create(ctx, client.CreateRequest{IdleTimeout: 4 * time.Second})
+		f.sh(ctx, idle, "true")
 		f.kill9()
-		time.Sleep(3 * time.Second)
+		time.Sleep(5 * time.Second)
 		f.start()
 		if sb, err := f.c.GetSandbox(ctx, short); err != nil || sb.State != client.StateDestroyed || sb.EndReason != "ttl" {
 			t.Errorf("a sandbox whose TTL passed while no daemon ran: %+v, %v; want destroyed, ttl", sb, err)
 		}
 		noLeftovers(t, "after its TTL passed while no daemon ran", []string{short})
+		var sb *client.Sandbox
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if sb, err = f.c.GetSandbox(ctx, idle); err != nil || sb.State != client.StateRunning {
+				break
+			}
+		}
+		if err != nil || sb.State != client.StateDestroyed || sb.EndReason != "idle" {
+			t.Errorf("a sandbox idle for longer than its idle timeout, mostly while no daemon ran: %+v, %v; want destroyed, idle", sb, err)
+		}
 		if sb, err := f.c.GetSandbox(ctx, long); err != nil || sb.State != client.StateRunning {
 			t.Errorf("a sandbox whose TTL did not pass: %+v, %v; want running", sb, err)
 		}

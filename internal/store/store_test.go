@@ -174,3 +174,43 @@ func TestOpenLockedFailsFast(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestActivity: when each sandbox was last used is kept apart from its
+// record, and goes with it.
+func TestActivity(t *testing.T) {
+	s, err := Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, id := range []string{"sb-a", "sb-b"} {
+		if err := s.PutSandbox(Sandbox{ID: id, State: StateRunning, Created: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Activity("sb-a"); !got.IsZero() {
+		t.Errorf("activity before any: %v", got)
+	}
+	if err := s.SetActivity(map[string]time.Time{"sb-a": now, "sb-b": now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Activity("sb-b"); !got.Equal(now.Add(time.Second)) {
+		t.Errorf("activity of sb-b: %v, want %v", got, now.Add(time.Second))
+	}
+	if err := s.DeleteSandbox("sb-b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Activity("sb-b"); !got.IsZero() {
+		t.Errorf("activity of a deleted sandbox: %v", got)
+	}
+	if _, err := s.UpdateSandbox("sb-a", func(r *Sandbox) error { r.State, r.Ended = StateDestroyed, now; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneEnded(now.Add(time.Minute)); err != nil || n != 1 {
+		t.Fatalf("prune: %d, %v", n, err)
+	}
+	if got := s.Activity("sb-a"); !got.IsZero() {
+		t.Errorf("activity of a pruned sandbox: %v", got)
+	}
+}

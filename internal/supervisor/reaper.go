@@ -82,7 +82,9 @@ func (s *Supervisor) ReapExpired() int {
 		switch {
 		case !rec.ExpiresAt.IsZero() && now.After(rec.ExpiresAt):
 			vs = append(vs, victim{l, "ttl", "its time to live ran out"})
-		case rec.IdleTimeout > 0 && l.busy.Load() == 0 && idleFor > rec.IdleTimeout:
+		case rec.IdleTimeout > 0 && l.mismatch == "" && l.busy.Load() == 0 && idleFor > rec.IdleTimeout:
+			// (A sandbox of another agent protocol cannot be used, so it
+			// is never idle on purpose: it runs until its TTL.)
 			vs = append(vs, victim{l, "idle", fmt.Sprintf("unused for %s", idleFor.Round(time.Second))})
 		}
 	}
