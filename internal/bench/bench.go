@@ -2,9 +2,10 @@
 // one run, and reports every figure beside its baseline as a ratio: start
 // latency of one-shot commands (plain fork/exec, unshare, bwrap, runsc,
 // airlock run), the exec round trip in a live sandbox, the Docker driver
-// beside the bare engine, density (memory per
-// idle sandbox and exec latency as their number grows), egress, and
-// throughput with concurrent clients.
+// beside the bare engine, density (memory and kernel tasks per idle
+// sandbox, exec latency as their number grows), egress, throughput with
+// concurrent clients, and how long a restarted daemon takes to reattach to
+// its live sandboxes.
 //
 //	r, err := bench.Run(ctx, bench.Defaults(true))
 //	r.WriteTable(os.Stdout)
@@ -137,7 +138,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	var drv sandbox.Driver
-	d, drvErr := native.New(native.Options{})
+	// The native driver as the daemon makes it: its sandboxes outlive the
+	// process (the agent holds them; nothing else runs per sandbox).
+	d, drvErr := native.New(native.Options{Persistent: true})
 	if drvErr == nil {
 		drvErr = d.Probe(ctx)
 		drv = d
@@ -167,6 +170,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Rows = append(r.Rows, wasmR...)
 	r.Rows = append(r.Rows, tputR...)
 	r.Rows = append(r.Rows, wasmTput...)
+	if drvErr == nil {
+		r.Rows = append(r.Rows, restartRows(ctx, o, progress)...)
+	} else {
+		r.Rows = append(r.Rows, Row{Section: "restart", ID: "restart/reattach", What: "reattach sandboxes after a daemon restart (native)",
+			Unit: UnitMS, Status: StatusFailed, Detail: drvErr.Error()})
+	}
 	if steps != nil {
 		r.Density = steps
 	}

@@ -30,7 +30,7 @@ func wantRows(clients []int) []string {
 	ids = append(ids, "exec/native", "exec/http", idDockerRun, idAirlockDocker, idDockerExec, idDockerClaim,
 		"microvm/cold", "microvm/snapshot", "microvm/exec", "microvm/idle-pss",
 		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
-		"density/pss", "density/cgroup", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
+		"density/pss", "density/cgroup", "density/tasks", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
 		"wasm/instantiate", "wasm/python")
@@ -42,7 +42,7 @@ func wantRows(clients []int) []string {
 	for _, c := range clients {
 		ids = append(ids, fmt.Sprintf("throughput/wasm-python-c%d", c))
 	}
-	return ids
+	return append(ids, "restart/reattach")
 }
 
 // buildAirlock builds the airlock CLI whose `airlock run` the bench times;

@@ -168,19 +168,21 @@ func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*gu
 	step = DensityStep{Sandboxes: len(live)}
 	time.Sleep(o.Settle)
 	if h != nil {
-		var pss, cg uint64
+		var pss, cg, tasks uint64
 		for _, sb := range live {
-			p, c, err := sandboxMemory(h, sb.sb.ID())
+			p, c, k, err := sandboxMemory(h, sb.sb.ID())
 			if err != nil {
 				memErr = err
 				break
 			}
 			pss += p
 			cg += c
+			tasks += k
 		}
 		if memErr == nil {
 			step.PSSBytes = float64(pss) / float64(len(live))
 			step.CgroupBytes = float64(cg) / float64(len(live))
+			step.Tasks = float64(tasks) / float64(len(live))
 		}
 	}
 	// One untimed exec in every sandbox not used yet, so that the timed
@@ -210,23 +212,29 @@ func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*gu
 }
 
 // sandboxMemory returns the summed PSS of the processes in a native
-// sandbox's cgroups and the memory its memory cgroup charges.
-func sandboxMemory(h *cgroup.Hierarchy, id string) (pss, cg uint64, err error) {
+// sandbox's cgroups, the memory its memory cgroup charges, and how many
+// kernel tasks (threads) its processes have.
+func sandboxMemory(h *cgroup.Hierarchy, id string) (pss, cg, tasks uint64, err error) {
 	g := h.Open(cgroupParent + "/" + id)
 	pids, err := g.Procs()
 	if err != nil {
-		return 0, 0, fmt.Errorf("list processes of sandbox %s: %w", id, err)
+		return 0, 0, 0, fmt.Errorf("list processes of sandbox %s: %w", id, err)
 	}
 	if len(pids) == 0 {
-		return 0, 0, fmt.Errorf("sandbox %s: no process in its cgroup %s", id, g.Path("pids"))
+		return 0, 0, 0, fmt.Errorf("sandbox %s: no process in its cgroup %s", id, g.Path("pids"))
 	}
 	if pss, err = pssOf("/proc", pids); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if cg, err = cgroupMemory(g.Path("memory"), h.V2); err != nil {
-		return 0, 0, fmt.Errorf("sandbox %s: %w", id, err)
+		return 0, 0, 0, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	return pss, cg, nil
+	for _, p := range pids {
+		if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p)); err == nil {
+			tasks += uint64(len(ents))
+		}
+	}
+	return pss, cg, tasks, nil
 }
 
 // idleMemory is the memory per instance of an idle baseline.
@@ -437,6 +445,22 @@ func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr erro
 		memRow("pss", "idle sandbox memory, PSS of its processes", func(s DensityStep) float64 { return s.PSSBytes }, "pss"),
 		memRow("cgroup", "idle sandbox memory, its memory cgroup", func(s DensityStep) float64 { return s.CgroupBytes }, "cgroup"),
 	)
+	// What keeps a sandbox alive across a daemon restart is its agent:
+	// its threads are the sandbox's kernel tasks at rest.
+	tasks := row("tasks", fmt.Sprintf("idle sandbox kernel tasks (threads), its holder included (%d)", last), UnitTasks)
+	switch {
+	case dr.err != nil:
+		tasks = failed(tasks, dr.err)
+	case lastStep == nil:
+		tasks.Status, tasks.Detail = StatusSkipped, dr.stopped
+	case herr != nil:
+		tasks = failed(tasks, herr)
+	case dr.memErr != nil:
+		tasks = failed(tasks, dr.memErr)
+	default:
+		tasks.Status, tasks.Value = StatusOK, ptr(lastStep.Tasks)
+	}
+	rows = append(rows, tasks)
 	baseRow := func(id, what string, m idleMemory, v float64) Row {
 		r := row(id, fmt.Sprintf("%s (%d)", what, k), UnitMiB)
 		var me *missingError

@@ -38,6 +38,7 @@ const (
 	UnitSandboxes = "sandboxes"
 	UnitRequests  = "requests/s"
 	UnitMiBps     = "MiB/s"
+	UnitTasks     = "tasks"
 )
 
 // Report is the outcome of one bench run; `airlock bench --json FILE`
@@ -126,7 +127,7 @@ type Tool struct {
 // Row is one measurement.
 type Row struct {
 	// Section groups rows under a heading: start/true, start/python, exec,
-	// density, egress, throughput.
+	// density, egress, throughput, restart.
 	Section string `json:"section"`
 	// ID is the row's stable key: "<section>/<subject>".
 	ID string `json:"id"`
@@ -170,6 +171,9 @@ type DensityStep struct {
 	// CgroupBytes is the mean, per sandbox, of the memory its memory
 	// cgroup reports (user and kernel).
 	CgroupBytes float64 `json:"cgroup_bytes"`
+	// Tasks is the mean, per sandbox, of the kernel tasks (threads) of its
+	// processes: its agent, which is also what keeps it alive.
+	Tasks float64 `json:"tasks,omitempty"`
 	// Exec are the latencies of /bin/true execs spread round-robin over
 	// the sandboxes, in ms.
 	Exec         Stats `json:"exec"`

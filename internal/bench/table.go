@@ -18,6 +18,7 @@ var sectionTitles = map[string]string{
 	"egress":       "4. egress",
 	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",
 	"throughput":   "5. throughput: runs completed per second",
+	"restart":      "6. restart: a daemon that starts again takes up its live sandboxes",
 }
 
 // Column widths of the table.
@@ -164,6 +165,8 @@ func num(v float64, unit string) string {
 		return s + " req/s"
 	case UnitMiBps:
 		return s + " MiB/s"
+	case UnitTasks:
+		return s + " tasks"
 	}
 	return s
 }
