@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // daemon is an `airlock serve` subprocess.

@@ -467,4 +467,3 @@ func (e *engine) remove(p *proc) {
 		_ = p.group.Remove()
 	}
 }
-

@@ -35,8 +35,8 @@ type Info struct {
 	// another protocol version made it.
 	Mismatch string
 	Limits   sandbox.Limits
-	Env        []string
-	Layers     []sandbox.Layer
+	Env      []string
+	Layers   []sandbox.Layer
 	// FromPool says the create was a claim from a warm pool.
 	FromPool bool
 	// DriverRule says what chose the driver: "tier:NAME", "request" or
