@@ -257,7 +257,7 @@ func hostConn(fd int) (net.Conn, error) {
 
 // heldStdio keeps standard input and output of a persistent stdio agent
 // from being closed by their finalizers.
-var heldStdio []*os.File
+var heldStdio []*os.File //nolint:unused // written, never read: holding the files is the point
 
 // openStdio reads the agent.Config from standard input and returns it with
 // standard input and output, the host connection unless the config says

@@ -166,7 +166,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		if !errors.As(err, &ce) {
 			// The exec outlives its stream in the agent: one the agent may
 			// have started is killed by id.
-			go in.killLost(id)
+			go in.killLost(ctx, id)
 		}
 		if late.Load() {
 			return nil, fmt.Errorf("exec %s: the sandbox's agent did not start the command within %v: %w", id, agent.CallTimeout, err)
@@ -211,8 +211,8 @@ func (in *Instance) usable() error {
 }
 
 // killLost kills exec id, whose start the host gave up on.
-func (in *Instance) killLost(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (in *Instance) killLost(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = in.client.Signal(ctx, id, int(syscall.SIGKILL))
 }

@@ -178,7 +178,7 @@ func NewMismatched(spec sandbox.Spec, host Host, verr *agent.VersionError) *Mism
 
 // Err is the error of every call but Close.
 func (m *Mismatched) Err() error {
-	return fmt.Errorf("sandbox %s: %w: %v; it runs until its time to live ends or it is deleted; use it from an airlock of its version", m.spec.ID, sandbox.ErrMismatch, m.verr)
+	return fmt.Errorf("sandbox %s: %w: %w; it runs until its time to live ends or it is deleted; use it from an airlock of its version", m.spec.ID, sandbox.ErrMismatch, m.verr)
 }
 
 func (m *Mismatched) ID() string                 { return m.spec.ID }

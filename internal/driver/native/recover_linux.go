@@ -33,7 +33,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	var st state
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &st); err != nil || st.Spec.ID != id {
-			return nil, fmt.Errorf("sandbox %s: %w: its driver state does not name it (%v)", id, sandbox.ErrInvalid, err)
+			return nil, fmt.Errorf("sandbox %s: %w: its driver state does not name it (%w)", id, sandbox.ErrInvalid, err)
 		}
 	}
 	spec := st.Spec
