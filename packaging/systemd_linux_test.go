@@ -300,7 +300,7 @@ func TestSystemdService(t *testing.T) {
 	// Restart=on-failure: a daemon killed with SIGKILL comes back, and
 	// takes its sandbox up again: sandboxes outlive their daemon.
 	mainPID := strings.TrimSpace(c.must(t, "systemctl", "show", "-P", "MainPID", "airlock"))
-	c.must(t, "kill", "-KILL", mainPID)
+	c.must(t, "systemctl", "kill", "--signal=KILL", "--kill-who=main", "airlock")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pid := strings.TrimSpace(c.must(t, "systemctl", "show", "-P", "MainPID", "airlock"))

@@ -15,11 +15,23 @@ go test -count=1 -p 1 -timeout 20m -v -artifacts -outputdir "$out" ./... 2>&1 | 
 status=${PIPESTATUS[0]}
 echo
 # A skipped test's reason is the log line printed just before its
-# "--- SKIP" line.
+# "--- SKIP" line or, for a subtest whose output go test held back until
+# its parent ended, just after it.
 skips=$(awk '
-  /^=== (RUN|CONT|PAUSE|NAME)/ { why = ""; next }
-  /^ *[A-Za-z0-9_]+\.go:[0-9]+: / { sub(/^ */, ""); why = $0; next }
-  /^ *--- SKIP: / { name = $3; printf "  %s: %s\n", name, (why == "" ? "(no reason given)" : why); why = "" }
+  function flush() { if (pending != "") printf "  %s: (no reason given)\n", pending; pending = "" }
+  /^=== (RUN|CONT|PAUSE|NAME)/ { flush(); why = ""; next }
+  /^ *[A-Za-z0-9_]+\.go:[0-9]+: / {
+    sub(/^ */, "")
+    if (pending != "") { printf "  %s: %s\n", pending, $0; pending = ""; next }
+    why = $0; next
+  }
+  /^ *--- SKIP: / {
+    flush()
+    if (why != "") { printf "  %s: %s\n", $3, why; why = "" } else pending = $3
+    next
+  }
+  { flush() }
+  END { flush() }
 ' "$log")
 if [[ -n $skips ]]; then
   echo "Skipped tests and why (set AIRLOCK_TEST_REQUIRE to make them fail instead):"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -188,4 +189,60 @@ type doctorDriver struct {
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	Note string `json:"note"`
+}
+
+// TestServeRestartDocker is TestServeRestart on the docker driver: the
+// daemon is killed with SIGKILL during a streaming exec, a background
+// HTTP server and a half-done upload, and the next daemon reattaches to
+// the container (its agent reached again through `docker exec`). Three
+// rounds; afterwards no container of any of them is left.
+func TestServeRestartDocker(t *testing.T) {
+	image := requireDocker(t)
+	f := newFault(t, "docker", "")
+	conf := fmt.Sprintf("[[template]]\nname = \"default\"\ndriver = \"docker\"\nimage = %q\ntimeout = \"5m\"\n", image)
+	if err := os.WriteFile(f.cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, restartRound(t, f, i))
+		if t.Failed() {
+			break
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left := sandboxContainers(t, ids)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after the last DELETE, containers of these sandboxes remain: %v", left)
+			break
+		}
+	}
+}
+
+// sandboxContainers lists the containers, of any daemon or run, that carry
+// one of ids as their sandbox label.
+func sandboxContainers(t *testing.T, ids []string) []string {
+	t.Helper()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", docker.LabelSandbox)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range list.Items {
+		if id := c.Labels[docker.LabelSandbox]; slices.Contains(ids, id) {
+			out = append(out, id+" ("+string(c.State)+")")
+		}
+	}
+	return out
 }

@@ -95,8 +95,10 @@ func newDriver(name string, o driverOptions) (sandbox.Driver, error) {
 // every driver of the table that can run here. The default driver is
 // always offered, so that a create on a host that cannot run it says why;
 // the others are left out, with the reason logged (a template that names
-// one fails when the daemon starts). Each one sweeps what a previous
-// airlock left.
+// one fails when the daemon starts). None sweeps here: the supervisor's
+// Recover (or Reap) sweeps once the sandboxes of a previous daemon are
+// reattached, so that a sandbox whose lock only its daemon held (a Docker
+// container's) is not taken for a leftover.
 func availableDrivers(ctx context.Context, o driverOptions) (map[string]sandbox.Driver, error) {
 	log := o.logger
 	if log == nil {
@@ -114,11 +116,6 @@ func availableDrivers(ctx context.Context, o driverOptions) (map[string]sandbox.
 			}
 			log.Info("driver not available", "driver", e.name, "err", err)
 			continue
-		}
-		if sw, ok := d.(sandbox.Sweeper); ok {
-			if err := sw.Sweep(ctx); err != nil {
-				log.Warn("sweep the leftovers of dead sandboxes", "driver", e.name, "err", err)
-			}
 		}
 		drivers[e.name] = d
 	}

@@ -58,8 +58,9 @@ type host struct {
 }
 
 var (
-	_ agentdriver.Host    = (*host)(nil)
-	_ sandbox.UsageReader = (*host)(nil)
+	_ agentdriver.Host         = (*host)(nil)
+	_ agentdriver.HostDetacher = (*host)(nil)
+	_ sandbox.UsageReader      = (*host)(nil)
 )
 
 func newHost(d *Driver, spec sandbox.Spec, lock *hostlock.Lock) *host {
@@ -283,6 +284,19 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 		h.doneOnce.Do(func() { close(h.done) })
 	}()
 	return nil
+}
+
+// Detach lets go of the container without ending it: this process stops
+// watching it and drops its copy of the sandbox's lock, which a later
+// process takes again when it reattaches (Driver.Recover).
+func (h *host) Detach() {
+	h.closing.Store(true)
+	if h.waitStop != nil {
+		h.waitStop()
+	}
+	if h.lock != nil {
+		h.lock.Drop()
+	}
 }
 
 // deathCause reads why the container stopped: the engine's word on an
