@@ -138,7 +138,10 @@ type ExecRequest struct {
 	CPUTime time.Duration
 	// Background keeps the exec's other processes alive when its main process
 	// exits. Otherwise every process the command started is killed when it
-	// ends: a command owns its whole process tree.
+	// ends: a command owns its whole process tree. A background exec has no
+	// output limit (Limits.OutputBytes applies to foreground ones): its
+	// output flows to Stdout and Stderr as long as it runs, and whoever
+	// reads it keeps what it wants of it.
 	Background bool
 	// PTY, when set, runs the command on a terminal of that size, made
 	// inside the sandbox: the terminal is its standard input, output and

@@ -130,6 +130,12 @@ type Sandbox struct {
 	// AgentProtocol is the protocol version of the sandbox's agent; 0 for
 	// a driver without one, or a record older than protocol 4.
 	AgentProtocol int `json:"agent_protocol,omitempty"`
+	// Metadata is its owner's labels (key and value strings), kept as
+	// given; lists can filter by them.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Token is a secret its owner chose at create (the E2B endpoints'
+	// envd access token), returned only to its owner; empty: none.
+	Token string `json:"token,omitempty"`
 }
 
 // PutSandbox creates or replaces the record of sb.

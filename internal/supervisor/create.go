@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -36,6 +39,14 @@ type CreateRequest struct {
 	// Network replaces the template's network when set; it may ask only for
 	// what the template's network allows (see Template.network).
 	Network sandbox.Network
+	// Metadata labels the sandbox for its owner (see CheckMetadata); List
+	// filters by it. It changes nothing in the sandbox, so a pooled one
+	// can still be claimed.
+	Metadata map[string]string
+	// Token is a secret kept with the sandbox and returned only to its
+	// owner (Info.Token): the E2B endpoints' envd access token. At most
+	// 256 bytes; empty: none.
+	Token string
 }
 
 // Create makes a sandbox for caller, or claims a ready one from the
@@ -58,6 +69,12 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	spec, err := narrow(t, req)
 	if err != nil {
 		return Info{}, err
+	}
+	if err := CheckMetadata(req.Metadata); err != nil {
+		return Info{}, err
+	}
+	if len(req.Token) > maxToken {
+		return Info{}, fmt.Errorf("%w: token: at most %d bytes", sandbox.ErrInvalid, maxToken)
 	}
 	if spec.Network, err = t.network(req.Network); err != nil {
 		return Info{}, err
@@ -87,7 +104,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	s.policy.NarrowNetwork(&spec.Network)
 	if p := s.pools[name]; p != nil && choice.Driver == t.Driver {
 		if claimable(t, req) {
-			info, ok, err := s.claim(c, p, ttl, idle)
+			info, ok, err := s.claim(c, p, ttl, idle, req)
 			if err != nil || ok {
 				if ok {
 					s.m.PoolHits.WithLabelValues(name).Inc()
@@ -106,6 +123,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		ID: newID(), Owner: c.KeyID, Template: name, Driver: choice.Driver, Spec: spec,
 		DriverRule: choice.Rule, DriverReason: choice.Reason,
 		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
+		Metadata: maps.Clone(req.Metadata), Token: req.Token,
 	}
 	l, err := s.admit(c, rec)
 	if err != nil {
@@ -121,6 +139,41 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name, Rule: choice.Rule,
 		Reason: "driver " + choice.Driver + ": " + choice.Reason})
 	return s.info(l), nil
+}
+
+// Bounds of a sandbox's metadata and token.
+const (
+	maxMetadata      = 64
+	maxMetadataKey   = 256
+	maxMetadataValue = 4096
+	maxToken         = 256
+)
+
+// CheckMetadata checks a sandbox's metadata: at most 64 pairs, keys of 1 to
+// 256 bytes and values of at most 4 KiB, valid UTF-8 without NUL.
+func CheckMetadata(m map[string]string) error {
+	if len(m) > maxMetadata {
+		return fmt.Errorf("%w: metadata: at most %d keys", sandbox.ErrInvalid, maxMetadata)
+	}
+	for k, v := range m {
+		switch {
+		case k == "" || len(k) > maxMetadataKey:
+			return fmt.Errorf("%w: metadata key %q: give 1 to %d bytes", sandbox.ErrInvalid, truncated(k, 40), maxMetadataKey)
+		case len(v) > maxMetadataValue:
+			return fmt.Errorf("%w: metadata %q: values are at most %d bytes", sandbox.ErrInvalid, truncated(k, 40), maxMetadataValue)
+		case !utf8.ValidString(k) || !utf8.ValidString(v) || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0):
+			return fmt.Errorf("%w: metadata %q: keys and values are UTF-8 text without NUL", sandbox.ErrInvalid, truncated(k, 40))
+		}
+	}
+	return nil
+}
+
+// truncated shortens s for an error message.
+func truncated(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func (s *Supervisor) templateNames() []string {

@@ -202,15 +202,23 @@ type StartRequest struct {
 	KeepStdinOpen bool
 	// Foreground runs it as an exec runs: with the sandbox's default
 	// timeout, and every process it started ends with it. Otherwise it is
-	// a background process: no default timeout, and what it started
-	// lives on.
+	// a background process: no default timeout, no output limit (its rings
+	// keep the latest output), and what it started lives on.
 	Foreground bool
+	// Tag is the caller's label of the process, kept in its ProcessInfo
+	// (E2B's process tag). At most 256 bytes.
+	Tag string
 }
 
 // ProcessInfo describes a process of a sandbox.
 type ProcessInfo struct {
-	ID      string
-	Argv    []string
+	ID   string
+	Argv []string
+	// Env and Dir are the request's (Env adds to the sandbox's
+	// environment; an empty Dir is /workspace); Tag is its caller's label.
+	Env     []string
+	Dir     string
+	Tag     string
 	Started time.Time
 	Running bool
 	// Background says the processes it started outlive it.
@@ -240,6 +248,9 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	if len(r.Tag) > 256 {
+		return ProcessInfo{}, fmt.Errorf("%w: tag: at most 256 bytes", sandbox.ErrInvalid)
+	}
 	ctx, done, err := s.Begin(ctx, c, OpExec)
 	if err != nil {
 		return ProcessInfo{}, err
@@ -259,7 +270,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	}
 	l.touch(s.opts.Now())
 	req.Background = !r.Foreground
-	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, keepStdin: r.KeepStdinOpen, stdin: r.Stdin})
+	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, keepStdin: r.KeepStdinOpen, stdin: r.Stdin, tag: r.Tag})
 	if err != nil {
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
@@ -279,7 +290,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 
 // info describes p; with output, the tail of its output its buffers hold.
 func (p *proc) info(output bool) ProcessInfo {
-	in := ProcessInfo{ID: p.id, Argv: p.argv, Started: p.started, Running: true, Background: p.background}
+	in := ProcessInfo{ID: p.id, Argv: p.argv, Env: p.env, Dir: p.dir, Tag: p.tag, Started: p.started, Running: true, Background: p.background}
 	p.mu.Lock()
 	if p.pty != nil {
 		sz := *p.pty

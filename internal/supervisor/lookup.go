@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -45,6 +46,10 @@ type Info struct {
 	// Execs counts the execs and processes the policy let run in it while
 	// this daemon ran it; zero unless live.
 	Execs int64
+	// Metadata is the owner's labels (CreateRequest.Metadata).
+	Metadata map[string]string
+	// Token is the secret the owner chose at create (CreateRequest.Token).
+	Token string
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -124,6 +129,18 @@ type Filter struct {
 	// Owner is the owning key's id; Driver the driver's name.
 	Owner  string
 	Driver string
+	// Metadata matches the sandboxes that have every one of these pairs.
+	Metadata map[string]string
+}
+
+// matches says whether rec's metadata holds every pair of f's.
+func (f Filter) matches(rec *store.Sandbox) bool {
+	for k, v := range f.Metadata {
+		if got, ok := rec.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // List describes the sandboxes c may see that match f, live and ended, in
@@ -131,7 +148,7 @@ type Filter struct {
 func (s *Supervisor) List(ctx context.Context, c Caller, f Filter) ([]Info, error) {
 	recs, err := s.store.Sandboxes(func(r *store.Sandbox) bool {
 		return allowed(c, *r) == nil && (f.Template == "" || r.Template == f.Template) &&
-			(f.Owner == "" || r.Owner == f.Owner) && (f.Driver == "" || r.Driver == f.Driver)
+			(f.Owner == "" || r.Owner == f.Owner) && (f.Driver == "" || r.Driver == f.Driver) && f.matches(r)
 	})
 	if err != nil {
 		return nil, err
@@ -160,6 +177,7 @@ func recInfo(r store.Sandbox) Info {
 		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
 		Limits: r.Spec.Limits, Env: r.Spec.Env, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
+		Metadata: maps.Clone(r.Metadata), Token: r.Token,
 	}
 }
 

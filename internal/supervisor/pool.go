@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -53,7 +54,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 }
 
 // claim hands a ready sandbox of p to c. ok is false when none is ready.
-func (s *Supervisor) claim(c Caller, p *pool, ttl, idle time.Duration) (_ Info, ok bool, _ error) {
+func (s *Supervisor) claim(c Caller, p *pool, ttl, idle time.Duration, req CreateRequest) (_ Info, ok bool, _ error) {
 	now := s.opts.Now()
 	s.mu.Lock()
 	var l *live
@@ -92,6 +93,7 @@ func (s *Supervisor) claim(c Caller, p *pool, ttl, idle time.Duration) (_ Info, 
 	l.mu.Unlock()
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.Owner, r.State, r.ExpiresAt, r.IdleTimeout = c.KeyID, store.StateRunning, exp, idle
+		r.Metadata, r.Token = maps.Clone(req.Metadata), req.Token
 		return nil
 	})
 	if err != nil {

@@ -47,6 +47,9 @@ const maxFinishedOutput = 16 << 20
 type proc struct {
 	id         string
 	argv       []string
+	env        []string // as the request gave it, added to the sandbox's
+	dir        string
+	tag        string
 	started    time.Time
 	background bool
 	p          sandbox.Process
@@ -103,6 +106,8 @@ type procStart struct {
 	// terminal's input is always open.
 	keepStdin bool
 	stdin     []byte
+	// tag is the caller's label of the process (StartRequest.Tag).
+	tag string
 }
 
 // outputBuffer is the size of each output ring of l's processes.
@@ -130,7 +135,7 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 		}
 	}
 	size := s.outputBuffer(l)
-	p := &proc{argv: req.Argv, started: time.Now().UTC(), background: req.Background, out: ring.New(size), done: make(chan struct{})}
+	p := &proc{argv: req.Argv, env: req.Env, dir: req.Dir, tag: ps.tag, started: time.Now().UTC(), background: req.Background, out: ring.New(size), done: make(chan struct{})}
 	if req.PTY != nil {
 		sz := *req.PTY
 		p.pty = &sz

@@ -142,7 +142,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if cpu == 0 {
 		cpu = l.CPUTime
 	}
-	p := &process{in: in, id: id, timeout: timeout, cpuTime: cpu, background: req.Background, pty: req.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
+	p := &process{in: in, id: id, timeout: timeout, cpuTime: cpu, outputLimit: outputLimit(req, l), background: req.Background, pty: req.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
 	// The stream lives as long as the exec, not as long as ctx.
 	sctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -154,7 +154,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	ex, err := in.client.StartExec(sctx, &agent.ExecStart{
 		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
 		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
-		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: l.OutputBytes,
+		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: outputLimit(req, l),
 		PTY: req.PTY, OutputBuffer: req.OutputBuffer,
 	})
 	timer.Stop()
@@ -285,4 +285,15 @@ func (in *Instance) forget(id string) {
 	in.mu.Lock()
 	delete(in.procs, id)
 	in.mu.Unlock()
+}
+
+// outputLimit is the most each output stream of req may print before it
+// is killed: the sandbox's output limit for a foreground command, none for
+// a background one (whose reader keeps what it wants of it: the daemon's
+// rings keep the latest output).
+func outputLimit(req sandbox.ExecRequest, l sandbox.Limits) int64 {
+	if req.Background {
+		return 0
+	}
+	return l.OutputBytes
 }

@@ -20,11 +20,13 @@ type process struct {
 	pty        bool
 	timeout    time.Duration
 	cpuTime    time.Duration
-	ex         *agent.Exec
-	eh         ExecHost
-	started    time.Time
-	cancel     context.CancelFunc
-	killedBy   atomic.Value // sandbox.Reason the host killed it for
+	// outputLimit caps each output stream; 0: none (a background exec).
+	outputLimit int64
+	ex          *agent.Exec
+	eh          ExecHost
+	started     time.Time
+	cancel      context.CancelFunc
+	killedBy    atomic.Value // sandbox.Reason the host killed it for
 
 	done   chan struct{}
 	result sandbox.Result
@@ -108,7 +110,6 @@ func (p *process) run(stdout, stderr io.Writer) {
 	// The input half stays open on a terminal (and while stdin is fed):
 	// close it, which also ends a feed still waiting on the agent.
 	defer p.ex.Close()
-	l := p.in.spec.Limits
 	if p.timeout > 0 {
 		// A backstop: the agent enforces the timeout; if it does not, the
 		// host kills the exec itself.
@@ -142,16 +143,17 @@ func (p *process) run(stdout, stderr io.Writer) {
 			go p.in.forgetExec(p.id)
 			return
 		case len(ev.Stdout) > 0:
-			p.write(stdout, ev.Stdout, &outN, l.OutputBytes, &p.result.StdoutTruncated)
+			p.write(stdout, ev.Stdout, &outN, p.outputLimit, &p.result.StdoutTruncated)
 		case len(ev.Stderr) > 0:
-			p.write(stderr, ev.Stderr, &errN, l.OutputBytes, &p.result.StderrTruncated)
+			p.write(stderr, ev.Stderr, &errN, p.outputLimit, &p.result.StderrTruncated)
 		}
 	}
 }
 
-// write passes output on, and holds the agent to the output limit.
+// write passes output on, and holds the agent to the output limit (none
+// when limit is 0).
 func (p *process) write(w io.Writer, data []byte, n *int64, limit int64, truncated *bool) {
-	if left := limit - *n; int64(len(data)) > left {
+	if left := limit - *n; limit > 0 && int64(len(data)) > left {
 		data = data[:max(left, 0)]
 		if !*truncated {
 			*truncated = true

@@ -121,7 +121,7 @@ func (in *Instance) Attach(ctx context.Context, id string, req sandbox.AttachReq
 	if !ok {
 		return nil, fmt.Errorf("process %s of sandbox %s: %w", id, in.spec.ID, sandbox.ErrNotFound)
 	}
-	p := &process{in: in, id: id, timeout: time.Duration(e.TimeoutMS) * time.Millisecond, cpuTime: time.Duration(e.CPUTimeMS) * time.Millisecond,
+	p := &process{in: in, id: id, timeout: time.Duration(e.TimeoutMS) * time.Millisecond, cpuTime: time.Duration(e.CPUTimeMS) * time.Millisecond, outputLimit: e.OutputLimit,
 		background: e.Background, pty: e.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
 	sctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel

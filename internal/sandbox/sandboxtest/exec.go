@@ -10,8 +10,10 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -426,6 +428,32 @@ func testBackground(t *testing.T, e *env) {
 			t.Errorf("a foreground exec's child survived its end")
 		}
 	})
+	t.Run("no_output_limit", func(t *testing.T) {
+		// A background process (a server, a watcher) prints as long as it
+		// runs: the output limit is the foreground's, and its reader keeps
+		// what it wants of it.
+		n := 3*e.spec.Limits.WithDefaults().OutputBytes + 12345
+		var out countWriter
+		p, err := e.sb.Start(e.ctx, sandbox.ExecRequest{
+			Argv:       []string{"head", "-c", strconv.FormatInt(n, 10), "/dev/zero"},
+			Background: true, Stdout: &out,
+		})
+		if err != nil {
+			t.Fatalf("start a background exec: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		res, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+		if res.ExitCode != 0 || res.Reason != sandbox.ReasonExit || res.StdoutTruncated || res.Hit(sandbox.LimitOutput) {
+			t.Errorf("a background exec printing %d bytes, past the output limit: want exit 0, untruncated; got %s", n, describe(res))
+		}
+		if got := out.n.Load(); got != n {
+			t.Errorf("a background exec printed %d bytes; %d came through", n, got)
+		}
+	})
 	t.Run("server", func(t *testing.T) {
 		if err := e.sb.Files().Mkdir(e.ctx, "/workspace/www", 0o755); err != nil {
 			t.Fatalf("Mkdir: %v", err)
@@ -698,4 +726,12 @@ func (e *env) waitFile(t *testing.T, path string) {
 		}
 	}
 	t.Fatalf("%s never appeared in the sandbox", path)
+}
+
+// countWriter counts what is written to it.
+type countWriter struct{ n atomic.Int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }
