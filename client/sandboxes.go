@@ -202,6 +202,9 @@ type CreateKeyRequest struct {
 	Rate  RateLimits `json:"rate,omitzero"`
 	// Labels are read by the daemon's policy rules and tiers.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Format is how the secret is written: "airlock" (default) or "e2b"
+	// (e2b_ and hex digits, the form the E2B SDKs accept).
+	Format string `json:"format,omitempty"`
 }
 
 // CreateKey makes a key (operators only). The answer holds its secret,

@@ -183,14 +183,19 @@ func newKeysCmd() *cobra.Command {
 	var stateDir, name, role, maxMem string
 	var maxSandboxes int
 	var labelFlags []string
+	var e2bForm bool
 	create := &cobra.Command{
-		Use:   "create [--state-dir DIR | through AIRLOCK_URL] [--name N] [--role agent|operator]",
+		Use:   "create [--state-dir DIR | through AIRLOCK_URL] [--name N] [--role agent|operator] [--e2b]",
 		Short: "Make an API key and print it (once: only its hash is kept)",
 		Long: `Make an API key and print its secret on stdout; it is never shown again.
 
 With --state-dir the key goes straight into the registry of a daemon that
 is not running. While a daemon runs, go through it instead: set AIRLOCK_URL
-and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
+and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.
+
+--e2b writes the secret as e2b_ and hex digits, the form the E2B SDKs
+check for, so that it can be their E2B_API_KEY; it is an airlock key like
+any other and works on airlock's own API too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := store.Quota{MaxSandboxes: maxSandboxes}
@@ -219,13 +224,17 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 			if err := store.CheckLabels(labels); err != nil {
 				return err
 			}
+			format := store.FormatAirlock
+			if e2bForm {
+				format = store.FormatE2B
+			}
 			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if stateDir == "" {
 				c, err := client.FromEnv()
 				if err != nil {
 					return fmt.Errorf("give --state-dir DIR (daemon stopped) or set AIRLOCK_URL and an operator AIRLOCK_API_KEY (daemon running): %w", err)
 				}
-				k, err := c.CreateKey(cmd.Context(), client.CreateKeyRequest{Name: name, Role: string(r), Quota: client.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}, Labels: labels})
+				k, err := c.CreateKey(cmd.Context(), client.CreateKeyRequest{Name: name, Role: string(r), Quota: client.Quota{MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}, Labels: labels, Format: string(format)})
 				if err != nil {
 					return err
 				}
@@ -238,7 +247,7 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 				return err
 			}
 			defer st.Close()
-			k, secret, err := st.NewKey(name, r, q, store.RateLimits{}, time.Now())
+			k, secret, err := st.NewKeyFormat(nil, name, r, q, store.RateLimits{}, time.Now(), format)
 			if err != nil {
 				return err
 			}
@@ -259,6 +268,7 @@ and AIRLOCK_API_KEY (an operator key) and leave --state-dir out.`,
 	fl.StringArrayVar(&labelFlags, "label", nil, "a label the policy's rules and tiers read, NAME=VALUE (repeatable), e.g. trust=untrusted")
 	fl.IntVar(&maxSandboxes, "max-sandboxes", 0, "live sandboxes the key may hold (0: 10)")
 	fl.StringVar(&maxMem, "max-memory", "", "total memory limit of the key's live sandboxes (default 8G)")
+	fl.BoolVar(&e2bForm, "e2b", false, "write the secret as e2b_ and hex digits, the form the E2B SDKs accept (E2B_API_KEY); it works on airlock's own API too")
 
 	var lsDir string
 	ls := &cobra.Command{

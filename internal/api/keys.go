@@ -17,6 +17,10 @@ type CreateKeyRequest struct {
 	Rate  store.RateLimits `json:"rate,omitzero"`
 	// Labels are read by the policy's rules and tiers ("trust": "untrusted").
 	Labels map[string]string `json:"labels,omitempty"`
+	// Format is how the secret is written: "airlock" (default) or "e2b"
+	// (e2b_ and hex digits, the form the E2B SDKs check for). Both work
+	// everywhere.
+	Format string `json:"format,omitempty"`
 }
 
 // Key is the wire form of an API key; Secret is set only in the answer to
@@ -77,7 +81,11 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err != nil {
 		return err
 	}
-	k, secret, err := s.store.NewKeyBy(&c.key, body.Name, role, body.Quota, body.Rate, time.Now())
+	format, err := store.ParseSecretFormat(body.Format)
+	if err != nil {
+		return err
+	}
+	k, secret, err := s.store.NewKeyFormat(&c.key, body.Name, role, body.Quota, body.Rate, time.Now(), format)
 	if err != nil {
 		return err
 	}

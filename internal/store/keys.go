@@ -146,8 +146,12 @@ func (Secret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
 // String hides the secret from fmt's %v.
 func (Secret) String() string { return "REDACTED" }
 
-// secretPrefix starts every secret, so that scanners can find leaked ones.
-const secretPrefix = "airlock_"
+// secretPrefix starts every secret of FormatAirlock, so that scanners can
+// find leaked ones; e2bSecretPrefix starts those of FormatE2B.
+const (
+	secretPrefix    = "airlock_"
+	e2bSecretPrefix = "e2b_"
+)
 
 // HashSecret returns the hex SHA-256 of secret, as Key.Hash holds it.
 func HashSecret(secret string) string {
@@ -164,6 +168,38 @@ func (s *Store) NewKey(name string, role Role, q Quota, r RateLimits, now time.T
 // NewKeyBy is NewKey for a key made by the key maker (nil: made offline);
 // the new key's lineage is maker and maker's lineage.
 func (s *Store) NewKeyBy(maker *Key, name string, role Role, q Quota, r RateLimits, now time.Time) (Key, Secret, error) {
+	return s.NewKeyFormat(maker, name, role, q, r, now, FormatAirlock)
+}
+
+// SecretFormat is how a new key's secret is written. Every format works
+// everywhere a key is accepted; they differ only for clients that check a
+// key's form before they send it.
+type SecretFormat string
+
+const (
+	// FormatAirlock: "airlock_" and 43 characters of URL-safe base64.
+	FormatAirlock SecretFormat = "airlock"
+	// FormatE2B: "e2b_" and 64 lower-case hex digits, the form the E2B
+	// SDKs accept (they check `^e2b_[0-9a-f]+$`).
+	FormatE2B SecretFormat = "e2b"
+)
+
+// ParseSecretFormat reads a format name; empty means FormatAirlock.
+func ParseSecretFormat(s string) (SecretFormat, error) {
+	switch SecretFormat(s) {
+	case "", FormatAirlock:
+		return FormatAirlock, nil
+	case FormatE2B:
+		return FormatE2B, nil
+	}
+	return "", fmt.Errorf("%w: key format %q: use airlock or e2b", sandbox.ErrInvalid, s)
+}
+
+// NewKeyFormat is NewKeyBy with the secret written in format.
+func (s *Store) NewKeyFormat(maker *Key, name string, role Role, q Quota, r RateLimits, now time.Time, format SecretFormat) (Key, Secret, error) {
+	if _, err := ParseSecretFormat(string(format)); err != nil {
+		return Key{}, "", err
+	}
 	if _, err := ParseRole(string(role)); err != nil {
 		return Key{}, "", err
 	}
@@ -182,6 +218,9 @@ func (s *Store) NewKeyBy(maker *Key, name string, role Role, q Quota, r RateLimi
 		k.Lineage = append([]string{maker.ID}, maker.Lineage...)
 	}
 	secret := secretPrefix + base64.RawURLEncoding.EncodeToString(sec[:])
+	if format == FormatE2B {
+		secret = e2bSecretPrefix + hex.EncodeToString(sec[:])
+	}
 	k.Hash = HashSecret(secret)
 	b, err := json.Marshal(k)
 	if err != nil {

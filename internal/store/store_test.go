@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,25 @@ func TestSandboxRecords(t *testing.T) {
 	}
 	if _, err := s.GetSandbox("c"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatal("pruned record still there")
+	}
+}
+
+// TestE2BKeys: a key in the E2B SDKs' form is a key like any other.
+func TestE2BKeys(t *testing.T) {
+	s := open(t)
+	k, sec, err := s.NewKeyFormat(nil, "e2b", RoleAgent, Quota{}, RateLimits{}, time.Now(), FormatE2B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the SDKs check before they send a key.
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(string(sec)) || len(sec) != len("e2b_")+64 {
+		t.Fatalf("an e2b key's secret is %q, not e2b_ and 64 hex digits", string(sec))
+	}
+	if got, err := s.KeyBySecret(string(sec)); err != nil || got.ID != k.ID {
+		t.Fatalf("KeyBySecret = %+v, %v", got, err)
+	}
+	if _, _, err := s.NewKeyFormat(nil, "x", RoleAgent, Quota{}, RateLimits{}, time.Now(), "aws"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("an unknown key format was accepted: %v", err)
 	}
 }
 
