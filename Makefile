@@ -17,6 +17,9 @@ VERSION ?= 0.1.0~git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/d
 # node is on PATH already), and venv for the Python SDK's tests.
 DEBS  := python3 procps iproute2 util-linux bubblewrap runsc chromium curl
 DEBS  += python3-venv
+# The E2B code interpreter's Jupyter kernel, which sandboxes run from the
+# host's /usr (matplotlib for its plots, which come back as PNG).
+DEBS  += python3-ipykernel python3-jupyter-client python3-matplotlib
 # The Debian package's install test: a fresh Debian root, and the checks of
 # the systemd unit (systemd need not run).
 DEBS  += debootstrap systemd

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/api/e2b"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -140,11 +141,21 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if err != nil {
 		return err
 	}
+	// The E2B SDKs' API shares the listener (internal/api/e2b).
+	var handler http.Handler = srv
+	if !cfg.E2B.Disabled {
+		eh, err := e2b.New(e2b.Options{Supervisor: sup, Store: st, API: srv, Config: cfg.E2B, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer eh.Close(context.Background())
+		handler = eh
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go sup.Run(runCtx)

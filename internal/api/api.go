@@ -228,6 +228,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// CheckHost refuses requests a web page could have made the browser send
+// to this daemon (DNS rebinding, cross-site requests): handlers that share
+// the daemon's listener (the E2B endpoints) call it first, as the API's
+// own routes do.
+func (s *Server) CheckHost(r *http.Request) error { return s.checkHost(r) }
+
 // checkHost refuses requests a web page could have made the browser send
 // to this daemon (DNS rebinding, cross-site requests).
 func (s *Server) checkHost(r *http.Request) error {
@@ -306,7 +312,13 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &caller{key: k, sup: supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage, Labels: k.Labels}}, nil
+	return &caller{key: k, sup: KeyCaller(k)}, nil
+}
+
+// KeyCaller is the supervisor's caller for key k: its id, role, quotas,
+// rate limits, lineage and labels.
+func KeyCaller(k store.Key) supervisor.Caller {
+	return supervisor.Caller{KeyID: k.ID, Operator: k.Role == store.RoleOperator, Quota: k.Quota, Rate: k.Rate, Lineage: k.Lineage, Labels: k.Labels}
 }
 
 // releaseAtEOF calls done once the body has been read to its end or
@@ -346,6 +358,12 @@ type errorBody struct {
 		Message string `json:"message"`
 	} `json:"error"`
 }
+
+// Classify turns an error of the supervisor, the store or a driver into an
+// API error: its status, stable code and message. A server-side failure
+// has code "internal" and an empty message: its error may name host paths,
+// so it goes to the log only.
+func Classify(err error) *Error { return classify(err) }
 
 // classify turns an error of the supervisor, the store or a driver into an
 // API error. Messages of server-side failures are replaced by a generic one

@@ -54,6 +54,7 @@ var Names = []string{
 	"debroot",    // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
 	"kubernetes", // the one-node cluster of the tests (internal/testrig/kube), built by make kube-rig
 	"wasm",       // the wasm driver with python.wasm (make wasm-python)
+	"jupyter",    // a Jupyter kernel (python3-ipykernel, jupyter_client) that evaluates 1+1, for the E2B code interpreter
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

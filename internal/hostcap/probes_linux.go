@@ -31,6 +31,7 @@ var probes = map[string]probe{
 	"node":     {run: probeNode, timeout: 15 * time.Second},
 	"chromium": {run: probeChromium, timeout: 30 * time.Second},
 	"debroot":  {run: probeDebroot, timeout: 20 * time.Second},
+	"jupyter":  {run: probeJupyter, timeout: 50 * time.Second},
 	// Four 100 MB programs start once, cold.
 	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
 	"wasm":       {run: probeWasm, timeout: 60 * time.Second},

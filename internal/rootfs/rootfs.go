@@ -10,11 +10,13 @@ import (
 // driver builds the same on the host, as an OCI bundle.
 
 // EtcAllowlist is all of the host's /etc a composed root sees: what TLS,
-// the dynamic linker, time zones and name-service switch need.
+// the dynamic linker, time zones and name-service switch need, and
+// matplotlib's defaults (Debian keeps them only in /etc/matplotlibrc, and
+// matplotlib refuses to import without them).
 var EtcAllowlist = []string{
 	"alternatives", "ca-certificates", "ca-certificates.conf", "debian_version",
 	"gai.conf", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-	"localtime", "mime.types", "nsswitch.conf", "os-release", "protocols",
+	"localtime", "matplotlibrc", "mime.types", "nsswitch.conf", "os-release", "protocols",
 	"services", "ssl", "timezone",
 }
 

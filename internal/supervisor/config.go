@@ -58,6 +58,8 @@ type Config struct {
 	Templates      []Template `toml:"template"`
 	// Egress configures the egress proxy (see EgressConfig).
 	Egress EgressConfig `toml:"egress"`
+	// E2B configures the E2B-compatible endpoints (see E2BConfig).
+	E2B E2BConfig `toml:"e2b"`
 
 	// file is the file the Config was read from, and where finds a key's
 	// line in it (see KeyError).
@@ -216,6 +218,10 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if err := c.Egress.check(); err != nil {
+		return c, err
+	}
+	var err error
+	if c.E2B, err = c.E2B.withDefaults(c.Templates); err != nil {
 		return c, err
 	}
 	return c, nil

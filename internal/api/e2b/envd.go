@@ -1,0 +1,220 @@
+package e2b
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+)
+
+// This file routes the requests for one sandbox (E2b-Sandbox-Id) and
+// checks them against the sandbox's token: envd's routes (port 49983) and
+// the code interpreter's (49999). A sandbox that does not exist or has
+// ended answers 502 for every route, which the SDKs read as "the sandbox
+// is gone" (isRunning is false).
+
+// maxMessage bounds one Connect message each way.
+const maxMessage = 8 << 20
+
+// target is the sandbox a request is for, and whom it acts for.
+type target struct {
+	info supervisor.Info
+	c    *caller
+}
+
+type targetKey struct{}
+
+// targetOf returns the sandbox of a request that serveSandbox admitted.
+func targetOf(ctx context.Context) *target {
+	t, _ := ctx.Value(targetKey{}).(*target)
+	return t
+}
+
+func (h *Handler) routeEnvd() {
+	m := h.envd
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	m.HandleFunc("GET /files", h.withTarget(h.readFile))
+	m.HandleFunc("POST /files", h.withTarget(h.writeFiles))
+	opts := []connect.HandlerOption{connect.WithCodec(jsonCodec{}), connect.WithReadMaxBytes(maxMessage), connect.WithSendMaxBytes(maxMessage)}
+	for path, hd := range map[string]http.Handler{
+		"/process.Process/Start":      connect.NewServerStreamHandler("/process.Process/Start", h.start, opts...),
+		"/process.Process/Connect":    connect.NewServerStreamHandler("/process.Process/Connect", h.connectProcess, opts...),
+		"/process.Process/List":       connect.NewUnaryHandler("/process.Process/List", h.listProcesses, opts...),
+		"/process.Process/SendInput":  connect.NewUnaryHandler("/process.Process/SendInput", h.sendInput, opts...),
+		"/process.Process/SendSignal": connect.NewUnaryHandler("/process.Process/SendSignal", h.sendSignal, opts...),
+		"/process.Process/CloseStdin": connect.NewUnaryHandler("/process.Process/CloseStdin", h.closeStdin, opts...),
+		"/process.Process/Update":     connect.NewUnaryHandler("/process.Process/Update", h.update, opts...),
+
+		"/filesystem.Filesystem/Stat":             connect.NewUnaryHandler("/filesystem.Filesystem/Stat", h.stat, opts...),
+		"/filesystem.Filesystem/ListDir":          connect.NewUnaryHandler("/filesystem.Filesystem/ListDir", h.listDir, opts...),
+		"/filesystem.Filesystem/MakeDir":          connect.NewUnaryHandler("/filesystem.Filesystem/MakeDir", h.makeDir, opts...),
+		"/filesystem.Filesystem/Move":             connect.NewUnaryHandler("/filesystem.Filesystem/Move", h.move, opts...),
+		"/filesystem.Filesystem/Remove":           connect.NewUnaryHandler("/filesystem.Filesystem/Remove", h.remove, opts...),
+		"/filesystem.Filesystem/WatchDir":         connect.NewServerStreamHandler("/filesystem.Filesystem/WatchDir", h.watchDir, opts...),
+		"/filesystem.Filesystem/CreateWatcher":    connect.NewUnaryHandler("/filesystem.Filesystem/CreateWatcher", h.createWatcher, opts...),
+		"/filesystem.Filesystem/GetWatcherEvents": connect.NewUnaryHandler("/filesystem.Filesystem/GetWatcherEvents", h.watcherEvents, opts...),
+		"/filesystem.Filesystem/RemoveWatcher":    connect.NewUnaryHandler("/filesystem.Filesystem/RemoveWatcher", h.removeWatcher, opts...),
+	} {
+		m.Handle(path, hd)
+	}
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.writeError(w, r, errorf(http.StatusNotFound, "envd has no route %s %s here", r.Method, truncate(r.URL.Path, 200)))
+	})
+}
+
+// withTarget runs fn for an admitted request; an error it returns is
+// written in E2B's shape.
+func (h *Handler) withTarget(fn func(http.ResponseWriter, *http.Request, *target) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r, targetOf(r.Context())); err != nil {
+			h.writeError(w, r, err)
+		}
+	}
+}
+
+// serveSandbox admits a request for sandbox id and routes it by port.
+func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string) {
+	var mux *http.ServeMux
+	switch r.Header.Get("E2b-Sandbox-Port") {
+	case "", envdPort:
+		mux = h.envd
+	case interpreterPort:
+		mux = h.interp
+	default:
+		h.writeError(w, r, errorf(http.StatusBadGateway, "port %s of a sandbox is not reachable: airlock serves envd (49983) and the code interpreter (49999), and exposes no other port", truncate(r.Header.Get("E2b-Sandbox-Port"), 10)))
+		return
+	}
+	gone := func(why string) {
+		h.writeError(w, r, errorf(http.StatusBadGateway, "sandbox %q is not running: %s", truncate(id, 80), why))
+	}
+	if !sandbox.ValidID(id) {
+		gone("no sandbox has that id")
+		return
+	}
+	info, err := h.sup.Sandbox(r.Context(), id)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		gone("no sandbox has that id")
+		return
+	case err != nil:
+		h.writeError(w, r, err)
+		return
+	case info.State != store.StateRunning:
+		gone(string(info.State) + " (" + info.EndReason + ")")
+		return
+	}
+	if !h.authorized(r, info, mux == h.interp) {
+		h.writeError(w, r, errorf(http.StatusUnauthorized, "wrong or missing access token for sandbox %s: send the envdAccessToken that its create or connect answered (the SDKs do)", id))
+		return
+	}
+	c, err := h.ownerCaller(info)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	ctx := context.WithValue(r.Context(), targetKey{}, &target{info: info, c: c})
+	mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// authorized checks the request's proof: the sandbox's token in
+// X-Access-Token; for the code interpreter also in
+// E2B-Traffic-Access-Token (its context calls send only that); for /files
+// a signature made with the token (the SDKs' uploadUrl and downloadUrl).
+func (h *Handler) authorized(r *http.Request, info supervisor.Info, interp bool) bool {
+	if supervisor.TokenMatches(info, r.Header.Get("X-Access-Token")) {
+		return true
+	}
+	if interp && supervisor.TokenMatches(info, r.Header.Get("E2b-Traffic-Access-Token")) {
+		return true
+	}
+	q := r.URL.Query()
+	if interp || r.URL.Path != "/files" || q.Get("signature") == "" || info.Token == "" {
+		return false
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + info.Token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || time.Now().Unix() > n {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(want), []byte(q.Get("signature"))) == 1
+}
+
+// rpcError turns an error into a Connect error with the code the SDKs map
+// to their error classes (not_found: FileNotFoundError or false;
+// already_exists: makeDir's false; invalid_argument; resource_exhausted:
+// RateLimitError; unavailable: the sandbox is gone).
+func (h *Handler) rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	var he *httpError
+	if errors.As(err, &he) {
+		code := connect.CodeInvalidArgument
+		switch he.status {
+		case http.StatusNotFound:
+			code = connect.CodeNotFound
+		case http.StatusConflict:
+			code = connect.CodeAlreadyExists
+		case http.StatusUnauthorized:
+			code = connect.CodeUnauthenticated
+		case http.StatusForbidden:
+			code = connect.CodePermissionDenied
+		case http.StatusTooManyRequests, http.StatusInsufficientStorage, http.StatusRequestEntityTooLarge:
+			code = connect.CodeResourceExhausted
+		case http.StatusBadGateway, http.StatusServiceUnavailable:
+			code = connect.CodeUnavailable
+		case http.StatusNotImplemented:
+			code = connect.CodeUnimplemented
+		}
+		return connect.NewError(code, errors.New(he.msg))
+	}
+	e := api.Classify(err)
+	code := connect.CodeInternal
+	switch e.Code {
+	case "not_found", "not_running", "forbidden":
+		code = connect.CodeNotFound
+	case "invalid", "path_outside", "is_directory":
+		code = connect.CodeInvalidArgument
+	case "exists":
+		code = connect.CodeAlreadyExists
+	case "permission_denied", "denied":
+		code = connect.CodePermissionDenied
+	case "rate_limited", "quota_exceeded", "limit", "too_large":
+		code = connect.CodeResourceExhausted
+	case "unsupported":
+		code = connect.CodeUnimplemented
+	case "audit_unavailable", "insufficient_capacity":
+		code = connect.CodeUnavailable
+	default:
+		h.log.Error("e2b call failed", "err", err)
+		return connect.NewError(connect.CodeInternal, errors.New("internal error; the daemon's log has the details"))
+	}
+	return connect.NewError(code, errors.New(e.Message))
+}

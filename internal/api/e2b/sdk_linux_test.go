@@ -1,0 +1,346 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+)
+
+// This file runs the official E2B SDKs (e2b, @e2b/code-interpreter) and
+// OpenAI's E2B sandbox client, from npm at the versions of
+// sdktest/package-lock.json, against a real `airlock serve` with nothing
+// but E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing at it.
+
+// sdkDiskBytes is the workspace of the test's sandboxes: small, so that an
+// upload past it is quick.
+const sdkDiskBytes = 16 << 20
+
+// sdkPool is the warm pool of the test's "pooled" template.
+const sdkPool = 2
+
+// sdkDir is the npm project of the SDK tests.
+func sdkDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "sdktest")
+}
+
+// npmInstall installs the lock file's packages (npm ci) unless they are
+// installed already; test binaries that run at once take turns.
+func npmInstall(t *testing.T) string {
+	t.Helper()
+	dir := sdkDir()
+	lf, err := os.OpenFile(filepath.Join(os.TempDir(), "airlock-e2b-npm.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil && !inst.ModTime().Before(lock.ModTime()) {
+		return dir
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		testcap.SkipOrFail(t, "node", "npm ci in %s failed (no registry?): %v\n%s", dir, err, out)
+	}
+	t.Logf("npm ci: %s", time.Since(start).Round(time.Millisecond))
+	return dir
+}
+
+// built is airlock and its agent, built once per test binary.
+var built struct {
+	once      sync.Once
+	dir       string
+	err       error
+	bin       string
+	agentPath string
+}
+
+func buildAirlock(t *testing.T) (bin, agentPath string) {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "airlock-e2b-bin-")
+		if built.err != nil {
+			return
+		}
+		repo, _ := filepath.Abs(filepath.Join("..", "..", ".."))
+		for _, b := range []struct{ out, pkg string }{{"airlock-agent", "./cmd/airlock-agent"}, {"airlock", "./cmd/airlock"}} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(built.dir, b.out), b.pkg)
+			cmd.Dir = repo
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		built.bin, built.agentPath = filepath.Join(built.dir, "airlock"), filepath.Join(built.dir, "airlock-agent")
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin, built.agentPath
+}
+
+// daemon is a running `airlock serve`.
+type daemon struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+func (d *daemon) log() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.logs.String()
+}
+
+var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// startServe makes two E2B keys offline, then starts the daemon with the
+// test's config and waits for it to listen.
+func startServe(t *testing.T) (d *daemon, key, other string) {
+	t.Helper()
+	bin, agentPath := buildAirlock(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	newKey := func(name string) string {
+		cmd := exec.Command(bin, "keys", "create", "--e2b", "--state-dir", state, "--name", name)
+		cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+agentPath)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("airlock keys create --e2b: %v", err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	key, other = newKey("e2b-sdk"), newKey("other")
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key) {
+		t.Fatalf("keys create --e2b printed %q, not a key the E2B SDKs accept", key)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[[template]]
+name = "default"
+timeout = "60s"
+disk = "%d"
+
+[[template]]
+name = "pooled"
+pool = %d
+
+[e2b]
+templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
+`, sdkDiskBytes, sdkPool)), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = &daemon{done: make(chan struct{})}
+	d.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", state, "--audit-key", filepath.Join(dir, "keys", "audit.key"), "--config", cfg)
+	d.cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+agentPath)
+	pr, err := d.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			d.mu.Lock()
+			d.logs.WriteString(sc.Text() + "\n")
+			d.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		_ = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("daemon log (last lines):\n%s", tail(d.log(), 60))
+		}
+	})
+	select {
+	case a := <-addr:
+		d.url = "http://" + a
+	case <-d.done:
+		t.Fatalf("airlock serve exited: %s", d.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("airlock serve did not listen: %s", d.log())
+	}
+	return d, key, other
+}
+
+// health is the part of /healthz the test reads.
+type health struct {
+	Sandboxes int `json:"sandboxes"`
+	Pools     []struct {
+		Ready int `json:"ready"`
+	} `json:"pools"`
+}
+
+func (d *daemon) health(t *testing.T) health {
+	t.Helper()
+	res, err := http.Get(d.url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var h health
+	if err := json.NewDecoder(res.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// goroutines reads the daemon's go_goroutines from /metrics.
+func (d *daemon) goroutines(t *testing.T) int {
+	t.Helper()
+	res, err := http.Get(d.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	m := regexp.MustCompile(`(?m)^go_goroutines (\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("/metrics has no go_goroutines")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func (d *daemon) fds() int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid))
+	return len(ents)
+}
+
+// settled waits until only the pool's sandboxes live and it is full.
+func (d *daemon) settled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h := d.health(t)
+		if h.Sandboxes == sdkPool && len(h.Pools) == 1 && h.Pools[0].Ready == sdkPool {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon still has %d sandboxes (pool %+v): the SDK tests left some alive", h.Sandboxes, h.Pools)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sdkResult is one line of sdktest/run.mjs.
+type sdkResult struct {
+	Test  string `json:"test"`
+	OK    bool   `json:"ok"`
+	MS    int64  `json:"ms"`
+	Error string `json:"error"`
+}
+
+// TestSDKs drives airlock with the official E2B SDKs and OpenAI's E2B
+// sandbox client (sdktest/*.test.mjs), one Go subtest per SDK test, then
+// checks that nothing was left: no sandbox beyond the warm pool, and no
+// more of the daemon's goroutines or file descriptors than before.
+func TestSDKs(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "landlock", "node", "jupyter")
+	dir := npmInstall(t)
+	d, key, other := startServe(t)
+	d.settled(t)
+	g0, f0 := d.goroutines(t), d.fds()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "run.mjs", "sdk.test.mjs", "interpreter.test.mjs", "agents.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"E2B_API_KEY="+key, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url,
+		"AIRLOCK_OTHER_KEY="+other, "AIRLOCK_DISK_BYTES="+strconv.Itoa(sdkDiskBytes),
+		"AIRLOCK_E2B_RUN=go-"+strconv.Itoa(os.Getpid()),
+		"AIRLOCK_E2B_ONLY="+os.Getenv("AIRLOCK_E2B_ONLY"),
+	)
+	cmd.WaitDelay = 10 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		var r sdkResult
+		if json.Unmarshal([]byte(line), &r) != nil || r.Test == "" {
+			continue
+		}
+		n++
+		t.Run(r.Test, func(t *testing.T) {
+			t.Logf("%d ms", r.MS)
+			if !r.OK {
+				t.Error(r.Error)
+			}
+		})
+	}
+	switch {
+	case err != nil:
+		t.Fatalf("node run.mjs: %v\n%s\n%s", err, tail(string(out), 40), tail(stderr.String(), 40))
+	case n < 20:
+		t.Fatalf("node run.mjs reported %d tests:\n%s\n%s", n, tail(string(out), 40), tail(stderr.String(), 40))
+	}
+
+	d.settled(t)
+	var g, f int
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		g, f = d.goroutines(t), d.fds()
+		if (g <= g0+5 && f <= f0+5) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if g > g0+5 || f > f0+5 {
+		t.Errorf("the daemon holds more than before the SDK tests: %d goroutines (%d before), %d file descriptors (%d before)", g, g0, f, f0)
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
