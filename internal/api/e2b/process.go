@@ -280,10 +280,6 @@ func (h *Handler) sendInput(ctx context.Context, req *connect.Request[sendInputR
 
 func (h *Handler) sendSignal(ctx context.Context, req *connect.Request[sendSignalRequest]) (*connect.Response[empty], error) {
 	t := targetOf(ctx)
-	id, err := h.processID(ctx, t, req.Msg.Process, true)
-	if err != nil {
-		return nil, err
-	}
 	var sig syscall.Signal
 	switch req.Msg.Signal {
 	case 9:
@@ -292,6 +288,10 @@ func (h *Handler) sendSignal(ctx context.Context, req *connect.Request[sendSigna
 		sig = syscall.SIGTERM
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal: give SIGNAL_SIGKILL or SIGNAL_SIGTERM"))
+	}
+	id, err := h.processID(ctx, t, req.Msg.Process, true)
+	if err != nil {
+		return nil, err
 	}
 	if err := h.sup.Signal(ctx, t.c.sup, t.info.ID, id, sig); err != nil {
 		return nil, h.rpcError(err)
