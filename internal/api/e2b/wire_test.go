@@ -125,7 +125,11 @@ func TestLineReader(t *testing.T) {
 	var lr lineReader
 	var lines []string
 	var ends []int64
-	fn := func(l []byte, end int64) error { lines = append(lines, string(l)); ends = append(ends, end); return nil }
+	fn := func(l []byte, end int64) error {
+		lines = append(lines, string(l))
+		ends = append(ends, end)
+		return nil
+	}
 	feed := func(off, missed int64, s string) {
 		if err := lr.feed(supervisor.OutputEvent{Offset: off, Missed: missed, Data: []byte(s)}, fn); err != nil {
 			t.Fatal(err)
