@@ -17,6 +17,7 @@ type benchFlags struct {
 	runs, density   int
 	dockerImage     string
 	dockerRuntime   string
+	e2bSDK          string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -27,7 +28,8 @@ func newBenchCmd() *cobra.Command {
 		Long: `Measure, on this machine and in one run, how airlock compares with plain
 fork/exec, unshare, bubblewrap and gVisor's runsc: start latency of one-shot
 commands, the exec round trip in a live sandbox, memory per idle sandbox and
-exec latency as their number grows, and throughput with 1, 2 and 16 clients.
+exec latency as their number grows, throughput with 1, 2 and 16 clients, and
+the official E2B JS SDK against the daemon's E2B endpoints (--e2b-sdk).
 Every figure is printed beside its baseline as a ratio. Baselines that are not
 installed are reported as missing, with the command that installs them.
 
@@ -46,6 +48,7 @@ root: the native driver needs it.`,
 	fl.IntVar(&f.density, "density", 0, "grow to `N` idle sandboxes at once (default 200, --quick 20)")
 	fl.StringVar(&f.dockerImage, "docker-image", "", "time the docker driver beside `docker run` on `IMAGE`, one the engine has (without it those rows are missing)")
 	fl.StringVar(&f.dockerRuntime, "docker-runtime", "", `the engine's runtime of the docker rows (default "runc")`)
+	fl.StringVar(&f.e2bSDK, "e2b-sdk", "", "the npm project with the official E2B SDKs for the e2b rows (`DIR`; default internal/api/e2b/sdktest when run from the source tree and `npm ci` was run there)")
 	return cmd
 }
 
@@ -67,6 +70,12 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	o.Airlock = exe
 	o.DockerImage, o.DockerRuntime = f.dockerImage, f.dockerRuntime
 	o.Progress = cmd.ErrOrStderr()
+	o.E2BSDK = f.e2bSDK
+	if o.E2BSDK == "" {
+		if _, err := os.Stat("internal/api/e2b/sdktest/node_modules/e2b/package.json"); err == nil {
+			o.E2BSDK = "internal/api/e2b/sdktest"
+		}
+	}
 	r, err := bench.Run(cmd.Context(), o)
 	if err != nil {
 		return err

@@ -4,8 +4,9 @@
 // airlock run), the exec round trip in a live sandbox, the Docker driver
 // beside the bare engine, density (memory and kernel tasks per idle
 // sandbox, exec latency as their number grows), egress, throughput with
-// concurrent clients, and how long a restarted daemon takes to reattach to
-// its live sandboxes.
+// concurrent clients, how long a restarted daemon takes to reattach to
+// its live sandboxes, and the official E2B SDKs against the daemon's E2B
+// endpoints.
 //
 //	r, err := bench.Run(ctx, bench.Defaults(true))
 //	r.WriteTable(os.Stdout)
@@ -59,6 +60,10 @@ type Options struct {
 	DockerRuntime string
 	// Progress, when not nil, receives a line per step as the run goes.
 	Progress io.Writer
+	// E2BSDK is the npm project with the official E2B SDKs installed
+	// (internal/api/e2b/sdktest after `npm ci`) that the e2b rows drive
+	// airlock with; empty reports those rows as missing.
+	E2BSDK string
 }
 
 // Defaults returns the options of a full run, or of a quick one (under a
@@ -176,6 +181,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Rows = append(r.Rows, Row{Section: "restart", ID: "restart/reattach", What: "reattach sandboxes after a daemon restart (native)",
 			Unit: UnitMS, Status: StatusFailed, Detail: drvErr.Error()})
 	}
+	r.Rows = append(r.Rows, e2bRows(ctx, o, drv, drvErr, progress)...)
 	if steps != nil {
 		r.Density = steps
 	}

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/api/e2b/sdktest"
 	"github.com/airlock-sandbox/airlock/internal/driver/microvm"
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -42,7 +44,10 @@ func wantRows(clients []int) []string {
 	for _, c := range clients {
 		ids = append(ids, fmt.Sprintf("throughput/wasm-python-c%d", c))
 	}
-	return append(ids, "restart/reattach")
+	ids = append(ids, "restart/reattach")
+	ids = append(ids, "e2b/create-run-cold", "e2b/create-run-pool", "e2b/run-code",
+		"e2b/published-e2b", "e2b/published-computesdk", "e2b/published-cubesandbox")
+	return ids
 }
 
 // buildAirlock builds the airlock CLI whose `airlock run` the bench times;
@@ -70,6 +75,17 @@ func TestQuickBenchIsComplete(t *testing.T) {
 	}
 	o := Options{Quick: true, TrueRuns: 3, PythonRuns: 2, Density: 4, ThroughputTime: 200 * time.Millisecond,
 		Clients: []int{2}, RowTime: 10 * time.Second, Settle: 0, Airlock: buildAirlock(t), DockerImage: dockerImage}
+	// The e2b rows need Node.js, the SDKs and a Jupyter kernel: where the
+	// host has them they must be measured, elsewhere they say what is
+	// missing.
+	e2bReady := hostcap.Probe(context.Background(), "node").OK && hostcap.Probe(context.Background(), "jupyter").OK
+	if e2bReady {
+		dir, err := sdktest.Install(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.E2BSDK = dir
+	}
 	var progress bytes.Buffer
 	o.Progress = &progress
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -103,6 +119,8 @@ func TestQuickBenchIsComplete(t *testing.T) {
 		case strings.Contains(row.ID, "bwrap") && bwrapErr != nil:
 			want = []Status{StatusMissing}
 		case row.Section == "docker" && dockerImage == "":
+			want = []Status{StatusMissing}
+		case (strings.HasPrefix(row.ID, "e2b/create") || row.ID == "e2b/run-code") && !e2bReady:
 			want = []Status{StatusMissing}
 		default:
 			want = []Status{StatusOK}

@@ -19,6 +19,7 @@ var sectionTitles = map[string]string{
 	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",
 	"throughput":   "5. throughput: runs completed per second",
 	"restart":      "6. restart: a daemon that starts again takes up its live sandboxes",
+	"e2b":          "7. E2B SDKs: the official JS SDK against the daemon's E2B endpoints (native)",
 }
 
 // Column widths of the table.

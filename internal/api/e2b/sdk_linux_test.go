@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/api/e2b/sdktest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -35,42 +35,15 @@ const sdkDiskBytes = 16 << 20
 // sdkPool is the warm pool of the test's "pooled" template.
 const sdkPool = 2
 
-// sdkDir is the npm project of the SDK tests.
-func sdkDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "sdktest")
-}
-
-// npmInstall installs the lock file's packages (npm ci) unless they are
-// installed already; test binaries that run at once take turns.
+// npmInstall installs the SDKs (sdktest's lock file) unless they are.
 func npmInstall(t *testing.T) string {
 	t.Helper()
-	dir := sdkDir()
-	lf, err := os.OpenFile(filepath.Join(os.TempDir(), "airlock-e2b-npm.lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inst, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil && !inst.ModTime().Before(lock.ModTime()) {
-		return dir
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		testcap.SkipOrFail(t, "node", "npm ci in %s failed (no registry?): %v\n%s", dir, err, out)
+	dir, err := sdktest.Install(context.Background())
+	if err != nil {
+		testcap.SkipOrFail(t, "node", "%v", err)
 	}
-	t.Logf("npm ci: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("npm packages ready: %s", time.Since(start).Round(time.Millisecond))
 	return dir
 }
 
