@@ -99,8 +99,8 @@ func (d *daemon) log() string {
 var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startServe makes two E2B keys offline, then starts the daemon with the
-// test's config and waits for it to listen.
-func startServe(t *testing.T) (d *daemon, key, other string) {
+// test's config (its templates on driver) and waits for it to listen.
+func startServe(t *testing.T, driver string) (d *daemon, key, other string) {
 	t.Helper()
 	bin, agentPath := buildAirlock(t)
 	dir := t.TempDir()
@@ -122,16 +122,18 @@ func startServe(t *testing.T) (d *daemon, key, other string) {
 	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 [[template]]
 name = "default"
+driver = "%[3]s"
 timeout = "60s"
-disk = "%d"
+disk = "%[1]d"
 
 [[template]]
 name = "pooled"
-pool = %d
+driver = "%[3]s"
+pool = %[2]d
 
 [e2b]
 templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
-`, sdkDiskBytes, sdkPool)), 0o600)
+`, sdkDiskBytes, sdkPool, driver)), 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +258,19 @@ type sdkResult struct {
 // more of the daemon's goroutines or file descriptors than before.
 func TestSDKs(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "landlock", "node", "jupyter")
+	runSDKTests(t, "native", os.Getenv("AIRLOCK_E2B_ONLY"), 20)
+}
+
+// TestSDKsGVisor runs a part of the SDK tests on the gVisor driver:
+// commands, files and a kernel in a gVisor sandbox's composed root.
+func TestSDKsGVisor(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
+	runSDKTests(t, "gvisor", "^(create with options|commands: foreground|commands: background|files: text|pty|runCode: (create|values|a matplotlib|kill))", 8)
+}
+
+func runSDKTests(t *testing.T, driver, only string, least int) {
 	dir := npmInstall(t)
-	d, key, other := startServe(t)
+	d, key, other := startServe(t, driver)
 	d.settled(t)
 	g0, f0 := d.goroutines(t), d.fds()
 
@@ -269,7 +282,7 @@ func TestSDKs(t *testing.T) {
 		"E2B_API_KEY="+key, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url,
 		"AIRLOCK_OTHER_KEY="+other, "AIRLOCK_DISK_BYTES="+strconv.Itoa(sdkDiskBytes),
 		"AIRLOCK_E2B_RUN=go-"+strconv.Itoa(os.Getpid()),
-		"AIRLOCK_E2B_ONLY="+os.Getenv("AIRLOCK_E2B_ONLY"),
+		"AIRLOCK_E2B_ONLY="+only,
 	)
 	cmd.WaitDelay = 10 * time.Second
 	var stderr bytes.Buffer
@@ -292,8 +305,8 @@ func TestSDKs(t *testing.T) {
 	switch {
 	case err != nil:
 		t.Fatalf("node run.mjs: %v\n%s\n%s", err, tail(string(out), 40), tail(stderr.String(), 40))
-	case n < 20:
-		t.Fatalf("node run.mjs reported %d tests:\n%s\n%s", n, tail(string(out), 40), tail(stderr.String(), 40))
+	case n < least && os.Getenv("AIRLOCK_E2B_ONLY") == "":
+		t.Fatalf("node run.mjs reported %d tests, want at least %d:\n%s\n%s", n, least, tail(string(out), 40), tail(stderr.String(), 40))
 	}
 
 	d.settled(t)
