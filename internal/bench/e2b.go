@@ -152,7 +152,7 @@ func runE2BBench(ctx context.Context, o Options, drv sandbox.Driver, node string
 	}
 	defer eh.Close(context.WithoutCancel(ctx))
 	hs := &http.Server{Handler: eh, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
+	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	_, secret, err := st.NewKeyFormat(nil, "bench", store.RoleAgent, store.Quota{MaxSandboxes: 8},
 		store.RateLimits{CreatesPerSecond: 1e6, CreateBurst: 1e6, ExecsPerSecond: 1e6, ExecBurst: 1e6, FilesPerSecond: 1e6, FileBurst: 1e6}, time.Now(), store.FormatE2B)

@@ -196,7 +196,7 @@ func (h *Handler) rpcError(err error) error {
 		return connect.NewError(code, errors.New(he.msg))
 	}
 	e := api.Classify(err)
-	code := connect.CodeInternal
+	var code connect.Code
 	switch e.Code {
 	case "not_found", "not_running", "forbidden":
 		code = connect.CodeNotFound

@@ -69,7 +69,7 @@ func buildAirlock(t *testing.T) (bin, agentPath string) {
 			cmd.Dir = repo
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
-				built.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				built.err = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
 				return
 			}
 		}

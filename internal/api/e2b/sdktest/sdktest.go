@@ -45,7 +45,7 @@ func Install(ctx context.Context) (string, error) {
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		return "", err
 	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
 	if Installed(dir) {
 		return dir, nil
 	}
