@@ -307,8 +307,8 @@ test('pty: a shell on a terminal', async () => {
     await until('the shell to answer', () => /\b42\b/.test(out) && out.includes('/dev/pts/'))
     await sb.pty.resize(term.pid, { cols: 100, rows: 30 })
     await sb.pty.sendInput(term.pid, new TextEncoder().encode('stty size; id -u\n'))
-    await until('the new size', () => out.includes('30 100'))
-    assert.match(out, /\b1000\b/)
+    // The new size, and the shell's user: not root.
+    await until('the new size and the uid', () => out.includes('30 100') && /\b1000\b/.test(out.slice(out.indexOf('30 100'))))
     assert.equal(await sb.pty.kill(term.pid), true)
     const e = await rejects(term.wait(), 'a killed terminal')
     assert.equal(e.exitCode, -1)
