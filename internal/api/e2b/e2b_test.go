@@ -163,8 +163,12 @@ func TestControlAPI(t *testing.T) {
 	if sb.EnvdVersion != EnvdVersion || sb.EnvdAccessToken == "" || sb.TrafficAccessToken != sb.EnvdAccessToken || sb.ClientID == "" || sb.TemplateID != "default" {
 		t.Fatalf("create answered %+v", sb)
 	}
-	// An airlock key works too, as a bearer token.
+	// An airlock key works too: in X-API-KEY (SDKs that do not check a
+	// key's form) and as a bearer token.
 	airlockKey := e.newKey(store.FormatAirlock)
+	if mine := e.create(airlockKey, `{}`); mine.EnvdAccessToken == "" {
+		t.Fatalf("a create with an airlock key: %+v", mine)
+	}
 	st, b = e.do("GET", "/sandboxes/"+sb.SandboxID, map[string]string{"Authorization": "Bearer " + airlockKey}, nil)
 	e2bError(t, "another key (an airlock one) gets", 404, b, st)
 	st, b = e.do("GET", "/sandboxes/"+sb.SandboxID, key, nil)
