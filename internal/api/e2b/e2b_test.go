@@ -11,6 +11,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -25,9 +27,24 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
-// TestMain fails the package's tests when they leave goroutines behind:
-// every stream, watch and kernel start must be gone once it has ended.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain builds the agent for the native driver's tests, and fails the
+// package's tests when they leave goroutines behind: every stream, watch,
+// run and kernel start must be gone once it has ended.
+func TestMain(m *testing.M) { agenttest.Main(leakChecked{m}) }
+
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	code := l.m.Run()
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "the E2B tests leaked goroutines:\n%v\n", err)
+		return 1
+	}
+	return 0
+}
 
 // env is the E2B handler in front of the API, over a supervisor with the
 // fake driver, on 127.0.0.1.
@@ -42,12 +59,18 @@ type env struct {
 
 func newEnv(t *testing.T, tune func(*Options)) *env {
 	t.Helper()
+	return newEnvWith(t, &fake.Driver{}, supervisor.Config{Templates: []supervisor.Template{{Name: "default"}, {Name: "pooled", Pool: 1}}}, tune)
+}
+
+// newEnvWith is newEnv with a driver (named native) and templates of its
+// own.
+func newEnvWith(t *testing.T, drv sandbox.Driver, cfg supervisor.Config, tune func(*Options)) *env {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := supervisor.Config{Templates: []supervisor.Template{{Name: "default"}, {Name: "pooled", Pool: 1}}}
-	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}}, Config: cfg})
+	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
