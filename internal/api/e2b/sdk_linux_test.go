@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/api/e2b/sdktest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
@@ -96,17 +98,37 @@ func (d *daemon) log() string {
 	return d.logs.String()
 }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var (
+	listenRE     = regexp.MustCompile(`msg=listening addr=(\S+)`)
+	reattachedRE = regexp.MustCompile(`msg="sandbox reattached" sandbox_id=(\S+) state=(\S+)`)
+)
+
+// serveState is a state directory with two E2B keys and the test's
+// config, for daemons to serve.
+type serveState struct {
+	bin, agentPath   string
+	state, cfg, keys string
+	key, other       string
+}
 
 // startServe makes two E2B keys offline, then starts the daemon with the
-// test's config (its templates on driver) and waits for it to listen.
+// test's config (its templates on driver) and waits for it to listen; a
+// stop of it ends its sandboxes.
 func startServe(t *testing.T, driver string) (d *daemon, key, other string) {
+	t.Helper()
+	s := newServeState(t, driver)
+	return s.launch(t, "--shutdown-sandboxes"), s.key, s.other
+}
+
+// newServeState makes the state directory, its keys and the config whose
+// templates run on driver.
+func newServeState(t *testing.T, driver string) *serveState {
 	t.Helper()
 	bin, agentPath := buildAirlock(t)
 	dir := t.TempDir()
-	state := filepath.Join(dir, "state")
+	s := &serveState{bin: bin, agentPath: agentPath, state: filepath.Join(dir, "state"), cfg: filepath.Join(dir, "config.toml"), keys: filepath.Join(dir, "keys")}
 	newKey := func(name string) string {
-		cmd := exec.Command(bin, "keys", "create", "--e2b", "--state-dir", state, "--name", name)
+		cmd := exec.Command(bin, "keys", "create", "--e2b", "--state-dir", s.state, "--name", name)
 		cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+agentPath)
 		out, err := cmd.Output()
 		if err != nil {
@@ -114,12 +136,11 @@ func startServe(t *testing.T, driver string) (d *daemon, key, other string) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	key, other = newKey("e2b-sdk"), newKey("other")
-	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key) {
-		t.Fatalf("keys create --e2b printed %q, not a key the E2B SDKs accept", key)
+	s.key, s.other = newKey("e2b-sdk"), newKey("other")
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(s.key) {
+		t.Fatalf("keys create --e2b printed %q, not a key the E2B SDKs accept", s.key)
 	}
-	cfg := filepath.Join(dir, "config.toml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	err := os.WriteFile(s.cfg, []byte(fmt.Sprintf(`
 [[template]]
 name = "default"
 driver = "%[3]s"
@@ -137,9 +158,18 @@ templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	d = &daemon{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", state, "--audit-key", filepath.Join(dir, "keys", "audit.key"), "--config", cfg)
-	d.cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+agentPath)
+	return s
+}
+
+// launch starts a daemon on s with extra arguments and waits for it to
+// listen. The test's end stops it and ends, with airlock reap, whatever
+// sandboxes of s are left.
+func (s *serveState) launch(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	d := &daemon{done: make(chan struct{})}
+	d.cmd = exec.Command(s.bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", s.state,
+		"--audit-key", filepath.Join(s.keys, "audit.key"), "--config", s.cfg}, extra...)...)
+	d.cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+s.agentPath)
 	pr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +202,13 @@ templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
 		if t.Failed() {
 			t.Logf("daemon log (last lines):\n%s", tail(d.log(), 60))
 		}
+		// Sandboxes outlive a daemon that stops without
+		// --shutdown-sandboxes, or is killed: end what is left.
+		cmd := exec.Command(s.bin, "reap", "--state-dir", s.state, "--audit-key", filepath.Join(s.keys, "audit.key"))
+		cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+s.agentPath)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("airlock reap after the test: %v\n%s", err, out)
+		}
 	})
 	select {
 	case a := <-addr:
@@ -181,7 +218,7 @@ templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
 	case <-time.After(30 * time.Second):
 		t.Fatalf("airlock serve did not listen: %s", d.log())
 	}
-	return d, key, other
+	return d
 }
 
 // health is the part of /healthz the test reads.
@@ -274,16 +311,48 @@ func runSDKTests(t *testing.T, driver, only string, least int) {
 	d.settled(t)
 	g0, f0 := d.goroutines(t), d.fds()
 
+	n := runNode(t, dir, d, nodeEnv{key: key, other: other, only: only}, "sdk.test.mjs", "interpreter.test.mjs", "agents.test.mjs")
+	if n < least && os.Getenv("AIRLOCK_E2B_ONLY") == "" {
+		t.Fatalf("node run.mjs reported %d tests, want at least %d", n, least)
+	}
+
+	d.settled(t)
+	var g, f int
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		g, f = d.goroutines(t), d.fds()
+		if (g <= g0+5 && f <= f0+5) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if g > g0+5 || f > f0+5 {
+		t.Errorf("the daemon holds more than before the SDK tests: %d goroutines (%d before), %d file descriptors (%d before)", g, g0, f, f0)
+	}
+}
+
+// nodeEnv is what a run of sdktest/run.mjs is given besides the daemon's
+// URL.
+type nodeEnv struct {
+	key, other, only string
+	// extra are more variables, NAME=value.
+	extra []string
+}
+
+// runNode runs the SDK test files with sdktest/run.mjs against d, reports
+// each test it printed as a subtest, and returns how many it printed; a
+// run that fails (not a test) fails t.
+func runNode(t *testing.T, dir string, d *daemon, e nodeEnv, files ...string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "run.mjs", "sdk.test.mjs", "interpreter.test.mjs", "agents.test.mjs")
+	cmd := exec.CommandContext(ctx, "node", append([]string{"run.mjs"}, files...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
-		"E2B_API_KEY="+key, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url,
-		"AIRLOCK_OTHER_KEY="+other, "AIRLOCK_DISK_BYTES="+strconv.Itoa(sdkDiskBytes),
+		"E2B_API_KEY="+e.key, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url,
+		"AIRLOCK_OTHER_KEY="+e.other, "AIRLOCK_DISK_BYTES="+strconv.Itoa(sdkDiskBytes),
 		"AIRLOCK_E2B_RUN=go-"+strconv.Itoa(os.Getpid()),
-		"AIRLOCK_E2B_ONLY="+only,
+		"AIRLOCK_E2B_ONLY="+e.only,
 	)
+	cmd.Env = append(cmd.Env, e.extra...)
 	cmd.WaitDelay = 10 * time.Second
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -302,24 +371,75 @@ func runSDKTests(t *testing.T, driver, only string, least int) {
 			}
 		})
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		t.Fatalf("node run.mjs: %v\n%s\n%s", err, tail(string(out), 40), tail(stderr.String(), 40))
-	case n < least && os.Getenv("AIRLOCK_E2B_ONLY") == "":
-		t.Fatalf("node run.mjs reported %d tests, want at least %d:\n%s\n%s", n, least, tail(string(out), 40), tail(stderr.String(), 40))
 	}
+	return n
+}
 
+// TestSDKsRestart: an E2B sandbox outlives a kill -9 of the daemon. The
+// SDKs make a sandbox with a file, a background command reading its stdin
+// and kernel state in two code contexts; the daemon is killed with
+// SIGKILL, and through the next daemon on the same state directory the
+// SDKs list and connect to the sandbox (its envd token still good), read
+// the file, run commands, follow and feed the background command, find
+// both contexts with their state, and kill it. The warm pool is taken up
+// again, not made anew.
+func TestSDKsRestart(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "landlock", "node", "jupyter")
+	// The agents of the killed daemon come to this process (their
+	// subreaper) instead of the host's init, which may not reap them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+		for {
+			var ws unix.WaitStatus
+			if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 || err != nil {
+				return
+			}
+		}
+	})
+	dir := npmInstall(t)
+	s := newServeState(t, "native")
+	state := filepath.Join(t.TempDir(), "before.json")
+	e := nodeEnv{key: s.key, other: s.other}
+
+	d := s.launch(t)
 	d.settled(t)
-	var g, f int
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		g, f = d.goroutines(t), d.fds()
-		if (g <= g0+5 && f <= f0+5) || time.Now().After(deadline) {
-			break
+	e.extra = []string{"AIRLOCK_E2B_PHASE=before", "AIRLOCK_E2B_STATE=" + state}
+	if n := runNode(t, dir, d, e, "restart.test.mjs"); n != 1 || t.Failed() {
+		t.Fatalf("the run before the restart reported %d tests (want 1), or failed", n)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+
+	d = s.launch(t, "--shutdown-sandboxes")
+	var made struct {
+		ID string `json:"id"`
+	}
+	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &made) != nil || made.ID == "" {
+		t.Fatalf("the run before the restart left no sandbox id in %s: %v %q", state, err, b)
+	}
+	// The new daemon took up the E2B sandbox and the pool's sandboxes.
+	states := map[string]int{}
+	for _, m := range reattachedRE.FindAllStringSubmatch(d.log(), -1) {
+		states[m[2]]++
+		if m[1] == made.ID && m[2] != "running" {
+			t.Errorf("the E2B sandbox %s was reattached as %s, want running", made.ID, m[2])
 		}
 	}
-	if g > g0+5 || f > f0+5 {
-		t.Errorf("the daemon holds more than before the SDK tests: %d goroutines (%d before), %d file descriptors (%d before)", g, g0, f, f0)
+	if !strings.Contains(d.log(), "sandbox_id="+made.ID) || states["running"] != 1 || states["pooled"] != sdkPool {
+		t.Errorf("the daemon after the restart reattached %v (want 1 running, %d pooled, %s among them):\n%s", states, sdkPool, made.ID, tail(d.log(), 30))
 	}
+	e.extra = []string{"AIRLOCK_E2B_PHASE=after", "AIRLOCK_E2B_STATE=" + state}
+	if n := runNode(t, dir, d, e, "restart.test.mjs"); n != 5 {
+		t.Errorf("the run after the restart reported %d tests, want 5", n)
+	}
+	d.settled(t)
 }
 
 // tail returns the last n lines of s.
