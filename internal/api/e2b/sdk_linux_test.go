@@ -387,6 +387,16 @@ func runNode(t *testing.T, dir string, d *daemon, e nodeEnv, files ...string) in
 // again, not made anew.
 func TestSDKsRestart(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "landlock", "node", "jupyter")
+	sdkRestart(t, "native")
+}
+
+// TestSDKsRestartGVisor is TestSDKsRestart with gVisor sandboxes.
+func TestSDKsRestartGVisor(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
+	sdkRestart(t, "gvisor")
+}
+
+func sdkRestart(t *testing.T, driver string) {
 	// The agents of the killed daemon come to this process (their
 	// subreaper) instead of the host's init, which may not reap them.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -402,7 +412,7 @@ func TestSDKsRestart(t *testing.T) {
 		}
 	})
 	dir := npmInstall(t)
-	s := newServeState(t, "native")
+	s := newServeState(t, driver)
 	state := filepath.Join(t.TempDir(), "before.json")
 	e := nodeEnv{key: s.key, other: s.other}
 
