@@ -37,6 +37,9 @@ type Client struct {
 	resolve   *connect.Client[PathRequest, PathRequest]
 	list      *connect.Client[Empty, ExecList]
 	forget    *connect.Client[ForgetRequest, Empty]
+	scan      *connect.Client[ScanRequest, ScanChunk]
+	readBlobs *connect.Client[ReadBlobsRequest, BlobChunk]
+	apply     *connect.Client[ApplyInput, ApplyEvent]
 	helloResp HelloResponse
 }
 
@@ -82,6 +85,9 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		resolve:   connect.NewClient[PathRequest, PathRequest](hc, baseURL+ProcResolve, o...),
 		list:      connect.NewClient[Empty, ExecList](hc, baseURL+ProcList, o...),
 		forget:    connect.NewClient[ForgetRequest, Empty](hc, baseURL+ProcForget, o...),
+		scan:      connect.NewClient[ScanRequest, ScanChunk](hc, baseURL+ProcScan, o...),
+		readBlobs: connect.NewClient[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, o...),
+		apply:     connect.NewClient[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, o...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {

@@ -31,7 +31,7 @@ import (
 var Version = versionOf(protocolVersion)
 
 // protocolVersion is Version as text, for -ldflags -X.
-var protocolVersion = "4"
+var protocolVersion = "5"
 
 func versionOf(s string) int {
 	n, err := strconv.Atoi(s)

@@ -163,6 +163,12 @@ func run() error {
 	if s.egress, err = startEgress(cfg.Egress); err != nil {
 		return err
 	}
+	s.snap = newSnapState()
+	if s.rootErr == nil {
+		if err := s.recoverRestores(); err != nil {
+			return err
+		}
+	}
 	s.mux = s.handler()
 	if conn == nil && cfg.Listen == nil {
 		if conn, err = hostConn(agent.FDConn); err != nil {
@@ -203,6 +209,8 @@ func run() error {
 		agent.ServeConn(context.Background(), conn, s.mux)
 	}()
 	<-done
+	// A restore past its commit point finishes before the agent ends.
+	s.snap.commits.Wait()
 	// The agent's exit ends the sandbox: as PID 1 of its pid namespace
 	// its death kills every process in it. Killing the execs first would
 	// only race the host's kill of the agent, and an agent killed while it
@@ -293,6 +301,8 @@ type server struct {
 	// sessMu guards current, the host session being served: one at a time.
 	sessMu  sync.Mutex
 	current net.Conn
+	// snap is the snapshot state (snapshot_linux.go).
+	snap *snapState
 }
 
 // files runs the file operation f with the workload's identity.
@@ -324,6 +334,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcList, connect.NewUnaryHandlerSimple(agent.ProcList, s.list, o...))
 	mux.Handle(agent.ProcForget, connect.NewUnaryHandlerSimple(agent.ProcForget, s.forget, o...))
 	s.egress.register(mux)
+	s.registerSnapshots(mux)
 	return mux
 }
 

@@ -222,6 +222,9 @@ type Result struct {
 	StdoutTruncated bool  `json:"stdout_truncated"`
 	StderrTruncated bool  `json:"stderr_truncated"`
 	Usage           Usage `json:"usage"`
+	// Rollback is set when the exec asked for rollback on failure: what
+	// was undone, or why nothing was.
+	Rollback *Rollback `json:"rollback,omitempty"`
 }
 
 // Usage is what an exec consumed, read from the host's own counters where
