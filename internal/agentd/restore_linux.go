@@ -328,7 +328,7 @@ func plan(r string, current []sandbox.TreeEntry, inos map[string]uint64, target 
 // open makes the root's staging directory.
 func (p *rootPlan) open(rootfd int, token string) error {
 	var err error
-	p.fd, err = beneath(rootfd, strings.TrimPrefix(p.root, "/"), unix.O_RDONLY|unix.O_DIRECTORY)
+	p.fd, err = openRoot(rootfd, p.root)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p.root, explain(err))
 	}
@@ -698,7 +698,7 @@ func (s *server) recoverRestores() error {
 			}
 		}()
 		for _, r := range sandbox.SnapshotRoots {
-			if fd, err := beneath(rootfd, strings.TrimPrefix(r, "/"), unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+			if fd, err := openRoot(rootfd, r); err == nil {
 				fds[r] = fd
 			}
 		}

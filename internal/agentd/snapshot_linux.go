@@ -67,8 +67,8 @@ func (s *server) registerSnapshots(mux *http.ServeMux) {
 
 // checkRoots validates the roots of a request.
 func checkRoots(roots []string) error {
-	if len(roots) == 0 {
-		return fmt.Errorf("no tree named: %w", sandbox.ErrInvalid)
+	if len(roots) == 0 || roots[0] != sandbox.Workspace {
+		return fmt.Errorf("trees %v: a snapshot holds %s, then optionally /tmp: %w", roots, sandbox.Workspace, sandbox.ErrInvalid)
 	}
 	for i, r := range roots {
 		if !sandbox.ValidRoot(r) || slices.Contains(roots[:i], r) {
@@ -266,8 +266,8 @@ func (w *walker) hashAt(dirfd int, name, p string, st *unix.Stat_t, e *sandbox.T
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p, explain(err))
 	}
-	defer unix.Close(fd)
 	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
 	r, err := readSettled(f, w.buf, io.Discard)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p, err)
@@ -374,9 +374,20 @@ func readlinkAt(dirfd int, name string) (string, error) {
 	}
 }
 
-// beneath opens rel below the directory fd, following no symlink.
+// beneath opens rel below the directory fd, following no symlink and
+// crossing no mount point.
 func beneath(fd int, rel string, flags int) (int, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	return beneathHow(fd, rel, flags, unix.RESOLVE_NO_XDEV)
+}
+
+// openRoot opens the root r (a mount point, often) below the sandbox's
+// root directory fd, following no symlink.
+func openRoot(fd int, r string) (int, error) {
+	return beneathHow(fd, strings.TrimPrefix(r, "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+}
+
+func beneathHow(fd int, rel string, flags int, resolve uint64) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW), Resolve: resolve | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 	for range 16 {
 		nfd, err := unix.Openat2(fd, rel, &how)
 		if err == unix.EAGAIN || err == unix.EINTR {
