@@ -137,9 +137,10 @@ func validTreePath(p string, roots []string) error {
 // them exactly a captured state again. Running processes are not part of
 // what is captured: they go on running across a restore.
 type Snapshotter interface {
-	// Capture walks roots (each in SnapshotRoots) and returns every entry,
-	// sorted by path. Content the host may lack goes to put before
-	// Capture returns: put verifies the digest of what it is given. A file
+	// Capture walks roots (Workspace, then optionally /tmp) and returns
+	// every entry, sorted by path. Content the host lacks (req.Have) goes
+	// to put before Capture returns, and every file's digest is one put
+	// computed or Have knows. A file
 	// that changed while it was read is read again; one that kept changing
 	// is named in Capture.Unsettled. A tree holding a FIFO, socket or
 	// device, deeper than MaxTreeDepth, or past max (files, bytes) fails
@@ -155,9 +156,9 @@ type Snapshotter interface {
 	Apply(ctx context.Context, req ApplyRequest, get BlobGet) (ApplyStats, error)
 }
 
-// BlobPut stores content whose digest the caller claims; it fails when
-// the content does not match.
-type BlobPut func(ctx context.Context, digest string, size int64, r io.Reader) error
+// BlobPut stores what r holds and returns its digest and size, computed
+// by the host from the bytes themselves.
+type BlobPut func(ctx context.Context, r io.Reader) (digest string, size int64, err error)
 
 // BlobGet opens stored content by digest.
 type BlobGet func(ctx context.Context, digest string) (io.ReadCloser, error)

@@ -6,7 +6,8 @@
 // Commands: "cat" copies stdin to stdout; "true" and "false" exit 0 and 1;
 // "exit N" exits N; "sleep" runs until it is signalled or the sandbox
 // closes; "stty" prints the size of its terminal ("ROWS COLS") and fails
-// without one; anything else ("echo ARGS…", "python3 -c CODE") prints its
+// without one; "write PATH TEXT [CODE]" writes TEXT to the file PATH and
+// exits CODE (0 by default); anything else ("echo ARGS…", "python3 -c CODE") prints its
 // arguments and exits 0. A "terminal" (ExecRequest.PTY) is only its size,
 // which Resize changes; its output goes to Stdout.
 package fake
@@ -58,7 +59,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true}
 }
 
 // Sweep counts.
@@ -209,6 +210,22 @@ func (p *process) run(in *Instance, req sandbox.ExecRequest) {
 		exit(0)
 	case "false":
 		exit(1)
+	case "write":
+		code := 0
+		if len(req.Argv) < 3 {
+			exit(2)
+			return
+		}
+		if len(req.Argv) > 3 {
+			code, _ = strconv.Atoi(req.Argv[3])
+		}
+		if err := in.files.WriteFile(context.Background(), req.Argv[1], strings.NewReader(req.Argv[2]), 0o644); err != nil {
+			if req.Stderr != nil {
+				_, _ = io.WriteString(req.Stderr, err.Error()+"\n")
+			}
+			code = 1
+		}
+		exit(code)
 	case "exit":
 		code := 0
 		if len(req.Argv) > 1 {
