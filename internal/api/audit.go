@@ -25,6 +25,7 @@ type AuditEvents struct {
 // auditKinds are the kinds a query may name.
 var auditKinds = []audit.Kind{
 	audit.KindCreate, audit.KindDestroy, audit.KindExec, audit.KindFileWrite, audit.KindFileDelete,
+	audit.KindSnapshot, audit.KindRestore, audit.KindSnapshotDelete, audit.KindFork,
 	audit.KindEgress, audit.KindPolicy, audit.KindApproval, audit.KindCheckpoint, audit.KindRecover,
 }
 

@@ -62,7 +62,7 @@ func (b CreateKeyRequest) check() (store.Role, error) {
 		return "", err
 	}
 	q, rl := b.Quota, b.Rate
-	if q.MaxSandboxes < 0 || q.MaxMemoryBytes < 0 || rl.CreatesPerSecond < 0 || rl.CreateBurst < 0 || rl.ExecsPerSecond < 0 || rl.ExecBurst < 0 ||
+	if q.MaxSandboxes < 0 || q.MaxMemoryBytes < 0 || q.MaxSnapshots < 0 || q.MaxSnapshotBytes < 0 || q.MaxSnapshotFiles < 0 || rl.CreatesPerSecond < 0 || rl.CreateBurst < 0 || rl.ExecsPerSecond < 0 || rl.ExecBurst < 0 ||
 		rl.FilesPerSecond < 0 || rl.FileBurst < 0 || rl.MaxInFlight < 0 {
 		return "", badRequest("quotas and rate limits cannot be negative")
 	}

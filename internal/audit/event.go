@@ -54,6 +54,14 @@ const (
 	KindPolicy     Kind = "policy"
 	KindApproval   Kind = "approval"
 	KindCheckpoint Kind = "checkpoint"
+	// KindSnapshot records a snapshot taken; KindRestore a sandbox's
+	// files restored from one (a transactional exec's rollback too);
+	// KindSnapshotDelete a snapshot removed; KindFork a sandbox made from
+	// a snapshot.
+	KindSnapshot       Kind = "snapshot"
+	KindRestore        Kind = "restore"
+	KindSnapshotDelete Kind = "snapshot_delete"
+	KindFork           Kind = "fork"
 	// KindRecover records a torn tail that Open cut off after a crash.
 	KindRecover Kind = "recover"
 	// KindReattach records a sandbox that a daemon took up again on start:
@@ -87,6 +95,8 @@ type Event struct {
 	// Reason is why: the exec's end reason, a decision's reason.
 	Reason   string `json:"reason,omitempty"`
 	Approval string `json:"approval,omitempty"`
+	// Snapshot is the id of the snapshot a snapshot event is about.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Exit is an exec's exit code.
 	Exit         *int           `json:"exit,omitempty"`
 	Usage        *sandbox.Usage `json:"usage,omitempty"`

@@ -115,7 +115,8 @@ type DiffLimits struct {
 	Total int
 }
 
-func (l DiffLimits) withDefaults() DiffLimits {
+// WithDefaults fills l's zero fields.
+func (l DiffLimits) WithDefaults() DiffLimits {
 	if l.FileBytes == 0 {
 		l.FileBytes = 1 << 20
 	}
@@ -128,19 +129,20 @@ func (l DiffLimits) withDefaults() DiffLimits {
 	return l
 }
 
-// Open reads content by digest for AddText.
-type Open func(ctx context.Context, digest string) (io.ReadCloser, error)
+// Open reads the content of a file entry for AddText: of the state the
+// diff is from, or (after) of the state it is to.
+type Open func(ctx context.Context, e *sandbox.TreeEntry, after bool) (io.ReadCloser, error)
 
 // AddText adds unified diffs to the changes of text files (added, deleted
 // or modified), and marks binary ones, reading content with open.
 func (d *Diff) AddText(ctx context.Context, open Open, lim DiffLimits) error {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	total := 0
-	read := func(e *sandbox.TreeEntry) ([]byte, error) {
+	read := func(e *sandbox.TreeEntry, after bool) ([]byte, error) {
 		if e == nil || e.Type != sandbox.EntryFile {
 			return nil, nil
 		}
-		r, err := open(ctx, e.Digest)
+		r, err := open(ctx, e, after)
 		if err != nil {
 			return nil, err
 		}
@@ -165,11 +167,11 @@ func (d *Diff) AddText(ctx context.Context, open Open, lim DiffLimits) error {
 			c.Truncated, d.Truncated = true, true
 			continue
 		}
-		a, err := read(c.Before)
+		a, err := read(c.Before, false)
 		if err != nil {
 			return fmt.Errorf("diff %s: %w", c.Path, err)
 		}
-		b, err := read(c.After)
+		b, err := read(c.After, true)
 		if err != nil {
 			return fmt.Errorf("diff %s: %w", c.Path, err)
 		}

@@ -165,8 +165,8 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("counts %+v", d)
 	}
 	blobs := map[string]string{digest("1"): "1", digest("2"): "2", digest("changed"): "changed", digest("3"): "3", digest("new"): "new", digest("now a file"): "now a file"}
-	open := func(_ context.Context, dg string) (io.ReadCloser, error) {
-		return io.NopCloser(strings.NewReader(blobs[dg])), nil
+	open := func(_ context.Context, e *sandbox.TreeEntry, _ bool) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader(blobs[e.Digest])), nil
 	}
 	if err := d.AddText(context.Background(), open, DiffLimits{}); err != nil {
 		t.Fatal(err)
@@ -187,8 +187,8 @@ func TestBinaryAndCaps(t *testing.T) {
 	b := []sandbox.TreeEntry{dir("/workspace"), file("/workspace/big", big, 0o644), file("/workspace/bin", bin, 0o644)}
 	d := Compare("sn-a", "now", a, b)
 	blobs := map[string]string{digest(bin): bin, digest(big): big}
-	open := func(_ context.Context, dg string) (io.ReadCloser, error) {
-		return io.NopCloser(strings.NewReader(blobs[dg])), nil
+	open := func(_ context.Context, e *sandbox.TreeEntry, _ bool) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader(blobs[e.Digest])), nil
 	}
 	if err := d.AddText(context.Background(), open, DiffLimits{PerFile: 1000}); err != nil {
 		t.Fatal(err)

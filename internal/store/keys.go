@@ -43,12 +43,24 @@ type Quota struct {
 	// MaxMemoryBytes bounds the RAM its live sandboxes can hold together
 	// (sandbox.Limits.PinnableBytes: memory limits and tmpfs sizes). 8 GiB.
 	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+	// MaxSnapshots is the number of snapshots it keeps, checkpoints
+	// included. 100.
+	MaxSnapshots int `json:"max_snapshots,omitempty"`
+	// MaxSnapshotBytes bounds the content its snapshots hold together,
+	// each distinct file content counted once. 4 GiB.
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
+	// MaxSnapshotFiles bounds the entries (files, directories, symlinks)
+	// of one snapshot. 100,000.
+	MaxSnapshotFiles int `json:"max_snapshot_files,omitempty"`
 }
 
 // Default quota values.
 const (
-	DefaultMaxSandboxes   = 10
-	DefaultMaxMemoryBytes = 8 << 30
+	DefaultMaxSandboxes     = 10
+	DefaultMaxMemoryBytes   = 8 << 30
+	DefaultMaxSnapshots     = 100
+	DefaultMaxSnapshotBytes = 4 << 30
+	DefaultMaxSnapshotFiles = 100_000
 )
 
 // WithDefaults fills q's zero fields.
@@ -58,6 +70,15 @@ func (q Quota) WithDefaults() Quota {
 	}
 	if q.MaxMemoryBytes == 0 {
 		q.MaxMemoryBytes = DefaultMaxMemoryBytes
+	}
+	if q.MaxSnapshots == 0 {
+		q.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if q.MaxSnapshotBytes == 0 {
+		q.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if q.MaxSnapshotFiles == 0 {
+		q.MaxSnapshotFiles = DefaultMaxSnapshotFiles
 	}
 	return q
 }

@@ -136,6 +136,8 @@ type Sandbox struct {
 	// Token is a secret its owner chose at create (the E2B endpoints'
 	// envd access token), returned only to its owner; empty: none.
 	Token string `json:"token,omitempty"`
+	// Checkpoints is how many per-exec checkpoints it keeps; zero: none.
+	Checkpoints int `json:"checkpoints,omitempty"`
 }
 
 // PutSandbox creates or replaces the record of sb.

@@ -47,6 +47,9 @@ type CreateRequest struct {
 	// owner (Info.Token): the E2B endpoints' envd access token. At most
 	// 256 bytes; empty: none.
 	Token string
+	// Checkpoints keeps a snapshot of /workspace before each of its last
+	// this many execs (rollback.go); zero keeps none.
+	Checkpoints int
 }
 
 // Create makes a sandbox for caller, or claims a ready one from the
@@ -93,6 +96,12 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		}
 		idle = req.IdleTimeout
 	}
+	if req.Checkpoints < 0 || req.Checkpoints > maxCheckpoints {
+		return Info{}, fmt.Errorf("%w: checkpoints %d: keep 0 to %d", sandbox.ErrInvalid, req.Checkpoints, maxCheckpoints)
+	}
+	if req.Checkpoints > 0 && s.opts.Snapshots == nil {
+		return Info{}, &sandbox.UnsupportedError{What: "checkpoints", Why: "this daemon keeps no snapshot store", Fix: "run `airlock serve` with a data directory"}
+	}
 	choice, err := s.chooseDriver(ctx, c, name, t, req, spec)
 	if err != nil {
 		return Info{}, err
@@ -103,7 +112,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	s.policy.NarrowNetwork(&spec.Network)
 	if p := s.pools[name]; p != nil && choice.Driver == t.Driver {
-		if claimable(t, req) {
+		if claimable(t, req) && req.Checkpoints == 0 {
 			info, ok, err := s.claim(c, p, ttl, idle, req)
 			if err != nil || ok {
 				if ok {
@@ -124,6 +133,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		DriverRule: choice.Rule, DriverReason: choice.Reason,
 		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
 		Metadata: maps.Clone(req.Metadata), Token: req.Token,
+		Checkpoints: req.Checkpoints,
 	}
 	l, err := s.admit(c, rec)
 	if err != nil {

@@ -111,6 +111,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 	}
 	s.m.Kills.WithLabelValues(reason).Inc()
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: l.owner, Sandbox: id, Reason: reason + ": " + why})
+	s.dropCheckpoints(ctx, l.owner, id)
 	s.log.Info("sandbox destroyed", "sandbox_id", id, "reason", reason, "why", why)
 }
 

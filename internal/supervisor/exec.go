@@ -31,6 +31,9 @@ type ExecRequest struct {
 	PTY *sandbox.TermSize
 	// Stdout and Stderr receive output as it comes (Exec only); nil discards.
 	Stdout, Stderr io.Writer
+	// Rollback, when RollbackOnFailure, restores /workspace to its state
+	// before the exec when the exec fails (rollback.go).
+	Rollback sandbox.RollbackMode
 }
 
 // maxCode is the longest program text: the kernel's limit on one argument.
@@ -126,20 +129,27 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	if err := s.decide(ctx, c, pr); err != nil {
 		return sandbox.Result{}, err
 	}
+	tx, err := s.beforeExec(ctx, c, l, r.Rollback)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
 	// Output is masked by the policy's redactor, then kept in the exec's
 	// rings and hashed for the audit log, then passed on: the digest is of
 	// what the caller gets.
 	start := time.Now()
-	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, stdin: r.Stdin})
+	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, stdin: r.Stdin, tx: tx})
 	var ce *sandbox.CommandError
 	switch {
 	case errors.As(err, &ce):
 		res := ce.Result()
 		s.recordStartFailure(ctx, c, pr, res)
+		s.afterExec(c, l, tx, &res, nil)
 		return res, nil
 	case errors.Is(err, sandbox.ErrClosed):
+		s.afterExec(c, l, tx, &sandbox.Result{}, nil)
 		return sandbox.Result{}, fmt.Errorf("sandbox %s ended: %w", id, ErrNotRunning)
 	case err != nil:
+		s.afterExec(c, l, tx, &sandbox.Result{}, nil)
 		return sandbox.Result{}, err
 	}
 	res, err := p.waitOrKill(ctx)
@@ -270,8 +280,18 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	}
 	l.touch(s.opts.Now())
 	req.Background = !r.Foreground
-	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, keepStdin: r.KeepStdinOpen, stdin: r.Stdin, tag: r.Tag})
+	if r.Rollback != sandbox.RollbackNever && !r.Foreground {
+		return ProcessInfo{}, fmt.Errorf("%w: rollback applies to execs (foreground), not to background processes, whose work goes on after they return", sandbox.ErrInvalid)
+	}
+	var tx *execTxn
+	if r.Foreground {
+		if tx, err = s.beforeExec(ctx, c, l, r.Rollback); err != nil {
+			return ProcessInfo{}, err
+		}
+	}
+	p, err := s.startProc(ctx, c, l, procStart{req: req, pr: pr, keepStdin: r.KeepStdinOpen, stdin: r.Stdin, tag: r.Tag, tx: tx})
 	if err != nil {
+		s.afterExec(c, l, tx, &sandbox.Result{}, nil)
 		var ce *sandbox.CommandError
 		if errors.As(err, &ce) {
 			if r.Foreground {

@@ -50,6 +50,10 @@ type Info struct {
 	Metadata map[string]string
 	// Token is the secret the owner chose at create (CreateRequest.Token).
 	Token string
+	// Checkpoints is how many per-exec checkpoints it keeps; Steps counts
+	// the checkpoints taken so far (its execs, while it keeps them).
+	Checkpoints int
+	Steps       int64
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -177,7 +181,7 @@ func recInfo(r store.Sandbox) Info {
 		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
 		Limits: r.Spec.Limits, Env: r.Spec.Env, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
-		Metadata: maps.Clone(r.Metadata), Token: r.Token,
+		Metadata: maps.Clone(r.Metadata), Token: r.Token, Checkpoints: r.Checkpoints,
 	}
 }
 
@@ -188,6 +192,7 @@ func (s *Supervisor) info(l *live) Info {
 	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
 	in.Execs = l.execs.Load()
 	in.Mismatch = l.mismatch
+	in.Steps = l.step.Load()
 	if l.inst != nil {
 		in.Layers = l.inst.Layers()
 		if v, _ := agentProtocol(l.inst); v != 0 {

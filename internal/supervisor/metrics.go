@@ -21,6 +21,9 @@ type Metrics struct {
 	PoolHits, PoolMisses *prometheus.CounterVec
 	// ClaimSeconds is the latency of claims from a pool.
 	ClaimSeconds prometheus.Histogram
+	// SnapshotSeconds and RestoreSeconds are the latencies of snapshots
+	// and restores.
+	SnapshotSeconds, RestoreSeconds prometheus.Histogram
 }
 
 // NewMetrics makes the collectors and registers them with reg (nil: none).
@@ -51,9 +54,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ClaimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "airlock_pool_claim_seconds", Help: "Latency of claims from a warm pool.", Buckets: fast,
 		}),
+		SnapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_snapshot_seconds", Help: "Latency of snapshots of sandboxes' files.", Buckets: fast,
+		}),
+		RestoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_restore_seconds", Help: "Latency of restores of sandboxes' files.", Buckets: fast,
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Live, m.Creates, m.CreateSeconds, m.ExecSeconds, m.Kills, m.PoolHits, m.PoolMisses, m.ClaimSeconds)
+		reg.MustRegister(m.Live, m.Creates, m.CreateSeconds, m.ExecSeconds, m.Kills, m.PoolHits, m.PoolMisses, m.ClaimSeconds, m.SnapshotSeconds, m.RestoreSeconds)
 	}
 	return m
 }

@@ -108,6 +108,9 @@ type procStart struct {
 	stdin     []byte
 	// tag is the caller's label of the process (StartRequest.Tag).
 	tag string
+	// tx, when set, is the exec's transaction: its rollback runs before
+	// its result is published.
+	tx *execTxn
 }
 
 // outputBuffer is the size of each output ring of l's processes.
@@ -166,7 +169,7 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 	l.mu.Lock()
 	l.procs[p.id] = p
 	l.mu.Unlock()
-	go s.track(l, c, ps.pr, p, sp, w) //nolint:gosec // the process outlives the request that started it
+	go s.track(l, c, ps.pr, p, sp, w, ps.tx) //nolint:gosec // the process outlives the request that started it
 	return p, nil
 }
 
@@ -198,13 +201,14 @@ func (s *Supervisor) procWriters(p *proc, stdout, stderr io.Writer) procOutput {
 // track waits for sp, p's process in l, to end, settles p and records its
 // end in the audit log. A process whose sandbox this daemon let go of
 // (sandbox.ErrDetached) has not ended: nothing is recorded.
-func (s *Supervisor) track(l *live, c Caller, pr policy.Request, p *proc, sp sandbox.Process, w procOutput) {
+func (s *Supervisor) track(l *live, c Caller, pr policy.Request, p *proc, sp sandbox.Process, w procOutput, tx *execTxn) {
 	res, err := sp.Wait(context.Background())
 	_ = w.out.Flush()
 	if w.err != nil {
 		_ = w.err.Flush()
 	}
 	p.closeStdin()
+	s.afterExec(c, l, tx, &res, err)
 	p.result, p.err, p.ended = res, err, time.Now()
 	p.out.Close()
 	if p.errOut != nil {

@@ -298,7 +298,7 @@ func (s *Supervisor) reattachProcs(ctx context.Context, l *live) {
 		l.procs[p.id] = p
 		l.mu.Unlock()
 		pr := l.request(policy.Request{Action: policy.ActionExec, Argv: st.Argv})
-		go s.track(l, c, pr, p, sp, w) //nolint:gosec // the process outlives the reattach that found it
+		go s.track(l, c, pr, p, sp, w, nil) //nolint:gosec // the process outlives the reattach that found it
 	}
 }
 

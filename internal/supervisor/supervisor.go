@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -68,6 +69,9 @@ type Options struct {
 	Policy *policy.Policy
 	// Audit records every action. Nil records nothing.
 	Audit *audit.Log
+	// Snapshots stores the snapshots of sandboxes' files. Nil: snapshots
+	// (and transactional execs, checkpoints, forks) are unsupported.
+	Snapshots snapshot.Store
 	// NoApprover says nobody can decide approvals (the one-user supervisor
 	// of stdio MCP): a verdict of ask denies at once instead of waiting.
 	NoApprover bool
@@ -137,6 +141,11 @@ type live struct {
 	// mismatch, when set, says why the sandbox only ends: it was
 	// reattached after an upgrade and its agent speaks another protocol.
 	mismatch string
+
+	// snapMu serializes the sandbox's snapshots and restores; step counts
+	// its checkpoints (rollback.go).
+	snapMu sync.Mutex
+	step   atomic.Int64
 
 	procs    map[string]*proc
 	finished []string // ids of ended processes, oldest first

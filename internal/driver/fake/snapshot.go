@@ -2,6 +2,8 @@ package fake
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"fmt"
 	"io"
@@ -53,13 +55,17 @@ func (in *Instance) Capture(ctx context.Context, req sandbox.CaptureRequest, put
 	var c sandbox.Capture
 	for _, it := range items {
 		if it.e.Type == sandbox.EntryFile {
-			d, n, err := put(ctx, bytes.NewReader(it.data))
-			if err != nil {
-				return sandbox.Capture{}, err
+			h := sha256.Sum256(it.data)
+			it.e.Digest = "sha256:" + hex.EncodeToString(h[:])
+			if req.Have == nil || !req.Have(it.e.Digest) {
+				d, n, err := put(ctx, bytes.NewReader(it.data))
+				if err != nil {
+					return sandbox.Capture{}, err
+				}
+				it.e.Digest = d
+				c.SentFiles++
+				c.SentBytes += n
 			}
-			it.e.Digest = d
-			c.SentFiles++
-			c.SentBytes += n
 		}
 		c.Entries = append(c.Entries, it.e)
 	}
@@ -97,10 +103,19 @@ func (in *Instance) Apply(ctx context.Context, req sandbox.ApplyRequest, get san
 	t := in.files
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for p := range t.nodes {
+	for p := range nodes {
+		if _, ok := t.nodes[p]; !ok {
+			st.Added++
+		}
+	}
+	for p, old := range t.nodes {
 		if underRoots(p, req.Roots) {
-			if _, ok := nodes[p]; !ok {
+			n, ok := nodes[p]
+			switch {
+			case !ok:
 				st.Removed++
+			case old.dir != n.dir || old.target != n.target || !bytes.Equal(old.data, n.data) || old.mode != n.mode:
+				st.Changed++
 			}
 			delete(t.nodes, p)
 		}
