@@ -34,7 +34,14 @@ type ExecRequest struct {
 	// a plain Exec), and what WriteStdin sends is typed into it (Ctrl-C,
 	// "\x03", interrupts its foreground job). Resize changes its size.
 	PTY *TermSize
+	// Rollback "on_failure" restores /workspace to its state before the
+	// command when it fails (a non-zero exit, a signal, any limit hit);
+	// Result.Rollback says what was undone. Foreground commands only.
+	Rollback string
 }
+
+// Rollback values of ExecRequest.
+const RollbackOnFailure = "on_failure"
 
 // TermSize is the size of a terminal, in characters.
 type TermSize struct {
@@ -51,12 +58,13 @@ type execBody struct {
 	Stdin     string            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
 	PTY       *TermSize         `json:"pty,omitempty"`
+	Rollback  string            `json:"rollback,omitempty"`
 	// For processes only.
 	KeepStdinOpen bool `json:"keep_stdin_open,omitempty"`
 }
 
 func (r ExecRequest) body() execBody {
-	b := execBody{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: r.Env, Cwd: r.Cwd, TimeoutMS: r.Timeout.Milliseconds(), PTY: r.PTY}
+	b := execBody{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: r.Env, Cwd: r.Cwd, TimeoutMS: r.Timeout.Milliseconds(), PTY: r.PTY, Rollback: r.Rollback}
 	if len(r.Stdin) > 0 {
 		b.Stdin = base64.StdEncoding.EncodeToString(r.Stdin)
 	}
@@ -76,6 +84,21 @@ type Result struct {
 	StdoutTruncated bool     `json:"stdout_truncated"`
 	StderrTruncated bool     `json:"stderr_truncated"`
 	Usage           Usage    `json:"usage"`
+	// Rollback is set when the command asked for rollback on failure.
+	Rollback *Rollback `json:"rollback,omitempty"`
+}
+
+// Rollback says what a transactional command's rollback did: whether the
+// workspace was restored (and why), and how many of the command's
+// additions, changes and removals were undone.
+type Rollback struct {
+	RolledBack bool   `json:"rolled_back"`
+	Why        string `json:"why,omitempty"`
+	Snapshot   string `json:"snapshot,omitempty"`
+	Added      int    `json:"added"`
+	Changed    int    `json:"changed"`
+	Removed    int    `json:"removed"`
+	Error      string `json:"error,omitempty"`
 }
 
 // Usage is what a command consumed.

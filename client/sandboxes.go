@@ -35,6 +35,10 @@ type CreateRequest struct {
 	TTL time.Duration `json:"-"`
 	// IdleTimeout destroys the sandbox after this long unused.
 	IdleTimeout time.Duration `json:"-"`
+	// Checkpoints keeps a snapshot of /workspace before each of the last
+	// this many commands (0 to 64), named step-1, step-2…: see Diff's
+	// Step and Restore's UndoSteps.
+	Checkpoints int `json:"checkpoints,omitempty"`
 }
 
 // Sandbox states.
@@ -77,6 +81,10 @@ type Sandbox struct {
 	// "tier:NAME" (the daemon's policy), "request" or "template".
 	DriverRule   string `json:"driver_rule,omitempty"`
 	DriverReason string `json:"driver_reason,omitempty"`
+	// Checkpoints is how many per-command checkpoints it keeps; Steps is
+	// the number of the last one.
+	Checkpoints int   `json:"checkpoints,omitempty"`
+	Steps       int64 `json:"steps,omitempty"`
 }
 
 // CreateSandbox makes a sandbox (or claims a ready one from the
@@ -180,6 +188,12 @@ type Key struct {
 type Quota struct {
 	MaxSandboxes   int   `json:"max_sandboxes,omitempty"`
 	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+	// MaxSnapshots, MaxSnapshotBytes and MaxSnapshotFiles bound the
+	// key's snapshots: their number, their content (each distinct content
+	// once) and the entries of one.
+	MaxSnapshots     int   `json:"max_snapshots,omitempty"`
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
+	MaxSnapshotFiles int   `json:"max_snapshot_files,omitempty"`
 }
 
 // RateLimits bound how fast a key acts; zero fields mean the defaults.

@@ -141,6 +141,18 @@ var routes = []route{
 	{method: "GET", path: "/v1/sandboxes/{id}/archive", op: opFiles, h: (*Server).downloadArchive},
 	{method: "PUT", path: "/v1/sandboxes/{id}/archive", op: opFiles, h: (*Server).uploadArchive},
 
+	{method: "POST", path: "/v1/sandboxes/{id}/snapshots", op: opFiles, h: (*Server).takeSnapshot},
+	{method: "GET", path: "/v1/sandboxes/{id}/snapshots", h: (*Server).listSandboxSnapshots},
+	{method: "GET", path: "/v1/sandboxes/{id}/snapshots/{snap}", h: (*Server).getSnapshot},
+	{method: "DELETE", path: "/v1/sandboxes/{id}/snapshots/{snap}", h: (*Server).deleteSnapshot},
+	{method: "POST", path: "/v1/sandboxes/{id}/snapshots/{snap}/fork", op: opCreate, h: (*Server).forkSnapshot},
+	{method: "POST", path: "/v1/sandboxes/{id}/restore", op: opFiles, h: (*Server).restoreSandbox},
+	{method: "GET", path: "/v1/sandboxes/{id}/diff", op: opFiles, h: (*Server).diffSandbox},
+	{method: "GET", path: "/v1/snapshots", h: (*Server).listSnapshots},
+	{method: "GET", path: "/v1/snapshots/{snap}", h: (*Server).getSnapshot},
+	{method: "DELETE", path: "/v1/snapshots/{snap}", h: (*Server).deleteSnapshot},
+	{method: "POST", path: "/v1/snapshots/{snap}/fork", op: opCreate, h: (*Server).forkSnapshot},
+
 	{method: "POST", path: "/v1/keys", operator: true, h: (*Server).createKey},
 	{method: "GET", path: "/v1/keys", operator: true, h: (*Server).listKeys},
 	{method: "DELETE", path: "/v1/keys/{id}", operator: true, h: (*Server).deleteKey},

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -36,6 +37,8 @@ type testEnv struct {
 type envOptions struct {
 	cfg supervisor.Config
 	mem func() (int64, error)
+	// snapshots gives the supervisor a snapshot store.
+	snapshots bool
 }
 
 func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
@@ -45,9 +48,15 @@ func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
+	var snaps snapshot.Store
+	if o.snapshots {
+		if snaps, err = snapshot.OpenLocal(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sup, err := supervisor.New(supervisor.Options{
 		Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: o.cfg,
-		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem,
+		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem, Snapshots: snaps,
 	})
 	if err != nil {
 		t.Fatal(err)

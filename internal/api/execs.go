@@ -30,6 +30,9 @@ type ExecRequest struct {
 	// sandbox: its output is one stream (events of type "pty"; stdout in
 	// a plain answer), and stdin written to it is typed into it.
 	PTY *sandbox.TermSize `json:"pty,omitempty"`
+	// Rollback "on_failure" restores /workspace to its state before the
+	// exec when the exec fails; the result's rollback says what was undone.
+	Rollback string `json:"rollback,omitempty"`
 }
 
 func (b ExecRequest) request() (supervisor.ExecRequest, error) {
@@ -58,6 +61,9 @@ func (b ExecRequest) request() (supervisor.ExecRequest, error) {
 	}
 	if len(req.Argv) == 0 && req.Code == "" && req.Language == "" {
 		return req, badRequest("no command given: set argv, or code and language")
+	}
+	if req.Rollback, err = sandbox.ParseRollback(b.Rollback); err != nil {
+		return req, err
 	}
 	return req, nil
 }

@@ -60,6 +60,10 @@ type CreateSandboxRequest struct {
 	// Network asks for network mode egress and its rules, within the
 	// template's; absent means the template's network.
 	Network *sandbox.Network `json:"network,omitempty"`
+	// Checkpoints keeps a snapshot of /workspace before each of the last
+	// this many execs (0 to 64): "what did step 7 change?" and "undo the
+	// last three steps" then are one call each.
+	Checkpoints int `json:"checkpoints,omitempty"`
 }
 
 // request checks the body and turns it into the supervisor's request.
@@ -89,6 +93,7 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 	if b.Network != nil {
 		req.Network = *b.Network
 	}
+	req.Checkpoints = b.Checkpoints
 	return req, nil
 }
 
@@ -119,6 +124,10 @@ type Sandbox struct {
 	// the driver: "tier:NAME" (the policy), "request" or "template".
 	DriverRule   string `json:"driver_rule,omitempty"`
 	DriverReason string `json:"driver_reason,omitempty"`
+	// Checkpoints is how many per-exec checkpoints it keeps; Steps is the
+	// number of the last one.
+	Checkpoints int   `json:"checkpoints,omitempty"`
+	Steps       int64 `json:"steps,omitempty"`
 }
 
 func wireSandbox(in supervisor.Info) Sandbox {
@@ -128,7 +137,7 @@ func wireSandbox(in supervisor.Info) Sandbox {
 		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason, EndMessage: in.EndMessage,
 		AgentProtocol: in.AgentProtocol, Mismatch: in.Mismatch,
 		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
-		DriverRule: in.DriverRule, DriverReason: in.DriverReason,
+		DriverRule: in.DriverRule, DriverReason: in.DriverReason, Checkpoints: in.Checkpoints, Steps: in.Steps,
 	}
 }
 
