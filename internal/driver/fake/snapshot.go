@@ -2,9 +2,9 @@ package fake
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"context"
 	"fmt"
 	"io"
 	"io/fs"
