@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -152,6 +153,7 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 		}
 		cleanups = append(cleanups, func() { _ = os.RemoveAll(sub) })
 		st, err = store.Open(sub, 0)
+		dir = sub
 	}
 	if err != nil {
 		done()
@@ -177,7 +179,12 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 		done()
 		return nil, nil, err
 	}
-	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true})
+	snaps, err := snapshot.OpenLocal(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true, Snapshots: snaps})
 	if err != nil {
 		done()
 		return nil, nil, err

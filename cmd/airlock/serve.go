@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/api/e2b"
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -121,9 +123,14 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 			}
 			return 1
 		}))
+	// Snapshots of sandboxes' files live in STATE/snapshots.
+	snaps, err := snapshot.OpenLocal(filepath.Join(f.stateDir, "snapshots"))
+	if err != nil {
+		return err
+	}
 	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
-		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog,
+		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog, Snapshots: snaps,
 	})
 	if err != nil {
 		return err
