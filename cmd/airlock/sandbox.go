@@ -30,7 +30,8 @@ func newSandboxCmd() *cobra.Command {
 		Use:   "sandbox",
 		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
 	}
-	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd())
+	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd(),
+		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd())
 	return cmd
 }
 
@@ -40,8 +41,9 @@ func newSandboxCreateCmd() *cobra.Command {
 	var pids int
 	var ttl, idle time.Duration
 	var env []string
+	var checkpoints int
 	cmd := &cobra.Command{
-		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V]",
+		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V] [--checkpoints N]",
 		Short: "Make a sandbox and print its id (alone, on stdout)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,7 +51,7 @@ func newSandboxCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := client.CreateRequest{Template: template, TTL: ttl, IdleTimeout: idle, Limits: client.Limits{CPUs: cpus, Pids: pids}}
+			req := client.CreateRequest{Template: template, TTL: ttl, IdleTimeout: idle, Limits: client.Limits{CPUs: cpus, Pids: pids}, Checkpoints: checkpoints}
 			if memory != "" {
 				if req.Limits.MemoryBytes, err = supervisor.ParseSize(memory); err != nil {
 					return fmt.Errorf("--memory: %w", err)
@@ -74,6 +76,7 @@ func newSandboxCreateCmd() *cobra.Command {
 	fl.DurationVar(&ttl, "ttl", 0, "lifetime (default: the template's)")
 	fl.DurationVar(&idle, "idle-timeout", 0, "destroy the sandbox after this long unused")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE added to every command's environment (repeatable)")
+	fl.IntVar(&checkpoints, "checkpoints", 0, "snapshot /workspace before each of the last N commands (diff --step, restore --undo)")
 	return cmd
 }
 
@@ -97,6 +100,7 @@ func newSandboxExecCmd() *cobra.Command {
 	var workdir string
 	var timeout time.Duration
 	var stdin, term bool
+	var rollback string
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, stream its output, exit with its code",
@@ -116,7 +120,7 @@ limit unless --timeout gives one; it ends with its sandbox.`,
 			if err != nil {
 				return err
 			}
-			req := client.ExecRequest{Argv: args[1:], Cwd: workdir, Timeout: timeout}
+			req := client.ExecRequest{Argv: args[1:], Cwd: workdir, Timeout: timeout, Rollback: rollback}
 			if req.Env, err = envMap(env); err != nil {
 				return err
 			}
@@ -152,6 +156,7 @@ limit unless --timeout gives one; it ends with its sandbox.`,
 	fl.DurationVar(&timeout, "timeout", 0, "wall-time limit (default: the sandbox's; none with -t)")
 	fl.BoolVarP(&stdin, "interactive", "i", false, "send this command's standard input (up to 4 MiB) to the command")
 	fl.BoolVarP(&term, "tty", "t", false, "run the command on a terminal, and type into it from yours (Ctrl-\\ leaves)")
+	fl.StringVar(&rollback, "rollback", "", "on_failure: put /workspace back as it was when the command fails")
 	return cmd
 }
 
@@ -171,6 +176,9 @@ func exitWithResult(res *client.Result, errw io.Writer) error {
 			msg = res.Reason
 		}
 		fmt.Fprintf(errw, "airlock: %s\n", msg)
+	}
+	if l := rollbackLine(res.Rollback); l != "" {
+		fmt.Fprintf(errw, "airlock: %s\n", l)
 	}
 	return exitWith(code)
 }
