@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 )
 
 // Backend is the sandbox layer as one caller sees it. The tools are written
@@ -56,6 +57,41 @@ type Backend interface {
 	Remove(ctx context.Context, id, path string) error
 	// Rename moves from to to.
 	Rename(ctx context.Context, id, from, to string) error
+
+	// Snapshot snapshots a sandbox's /workspace (and /tmp).
+	Snapshot(ctx context.Context, id string, req SnapshotRequest) (SnapshotInfo, error)
+	// Snapshots lists a sandbox's snapshots, oldest first.
+	Snapshots(ctx context.Context, id string) ([]SnapshotInfo, error)
+	// Restore makes a sandbox's files a snapshot's (ref: id or name), or
+	// their state before its last undo commands.
+	Restore(ctx context.Context, id, ref string, undo int) (RestoreInfo, error)
+	// Diff compares two states of a sandbox's files (see supervisor.DiffRequest).
+	Diff(ctx context.Context, id, from, to string, step int64) (*snapshot.Diff, error)
+	// Fork makes a new sandbox from snapshot ref (a name is looked up
+	// among sandbox id's snapshots).
+	Fork(ctx context.Context, id, ref string, ttl time.Duration) (SandboxInfo, error)
+}
+
+// SnapshotRequest asks for a snapshot.
+type SnapshotRequest struct {
+	Name, Label string
+	IncludeTmp  bool
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	ID, Name, Label, Sandbox, Kind string
+	Step                           int64
+	Files                          int
+	Bytes                          int64
+	Created                        time.Time
+	Note                           string
+}
+
+// RestoreInfo says what a restore did.
+type RestoreInfo struct {
+	Snapshot                string
+	Added, Changed, Removed int
 }
 
 // CreateRequest asks for a sandbox; zero fields take the template's values.
@@ -88,6 +124,8 @@ type ExecRequest struct {
 	// PTY runs it on a terminal of TermRows x TermCols: its output is one
 	// stream, stdout.
 	PTY bool
+	// RollbackOnFailure restores /workspace when the command fails.
+	RollbackOnFailure bool
 }
 
 // The size of the terminal of a command run with a PTY.

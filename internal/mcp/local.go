@@ -88,6 +88,9 @@ func (r ExecRequest) supervisor() (supervisor.ExecRequest, error) {
 		return supervisor.ExecRequest{}, err
 	}
 	out := supervisor.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: env, Dir: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	if r.RollbackOnFailure {
+		out.Rollback = sandbox.RollbackOnFailure
+	}
 	if r.PTY {
 		out.PTY = &sandbox.TermSize{Rows: TermRows, Cols: TermCols}
 	}

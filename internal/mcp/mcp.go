@@ -97,6 +97,7 @@ func New(opts Options) (*Server, error) {
 	s.addSandboxTools()
 	s.addExecTools()
 	s.addFileTools()
+	s.addSnapshotTools()
 	return s, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -37,7 +38,11 @@ func nativeSupervisor(t *testing.T) (*supervisor.Supervisor, *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}})
+	snaps, err := snapshot.OpenLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{drv.Name(): drv}, Snapshots: snaps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +267,10 @@ func exercise(t *testing.T, sup *supervisor.Supervisor, keyID string, b mcp.Back
 		if res, text, _ := call(t, cs, "run_code", map[string]any{"code": "1", "sandbox_id": "sb-nope"}); !res.IsError || !strings.Contains(text, "not found") {
 			t.Errorf("unknown sandbox: %s", text)
 		}
+	})
+
+	t.Run("snapshots", func(t *testing.T) {
+		exerciseSnapshots(t, cs, id)
 	})
 
 	// Another caller cannot reach this session's sandbox.

@@ -34,6 +34,9 @@ func remoteResult(r client.Result) sandbox.Result {
 	for _, l := range r.LimitsHit {
 		out.LimitsHit = append(out.LimitsHit, sandbox.Limit(l))
 	}
+	if rb := r.Rollback; rb != nil {
+		out.Rollback = &sandbox.Rollback{RolledBack: rb.RolledBack, Why: rb.Why, Snapshot: rb.Snapshot, Added: rb.Added, Changed: rb.Changed, Removed: rb.Removed, Error: rb.Error}
+	}
 	return out
 }
 
@@ -51,6 +54,9 @@ func remoteProcess(p *client.Process) ProcessInfo {
 
 func (r ExecRequest) client() client.ExecRequest {
 	out := client.ExecRequest{Argv: r.Argv, Code: r.Code, Language: r.Language, Env: r.Env, Cwd: r.Dir, Stdin: r.Stdin, Timeout: r.Timeout}
+	if r.RollbackOnFailure {
+		out.Rollback = client.RollbackOnFailure
+	}
 	if r.PTY {
 		out.PTY = &client.TermSize{Rows: TermRows, Cols: TermCols}
 	}

@@ -35,6 +35,8 @@ type RunCommandInput struct {
 	Stdin      string            `json:"stdin,omitempty" jsonschema:"text for its standard input"`
 	PTY        bool              `json:"pty,omitempty" jsonschema:"run it on a terminal (80x24), for programs that need one (a REPL, an installer that asks questions): its output is one stream, stdout, with the terminal's control sequences; in the background, type into it with process_send_input (\\u0003 is Ctrl-C) and read it with process_output"`
 	SandboxID  string            `json:"sandbox_id,omitempty" jsonschema:"the sandbox to use (default: this session's own)"`
+	// RollbackOnFailure makes the command transactional.
+	RollbackOnFailure bool `json:"rollback_on_failure,omitempty" jsonschema:"if the command fails (non-zero exit, killed, any limit hit), put /workspace back exactly as it was before it ran; the result says what was undone (not for background commands)"`
 }
 
 // RunPythonCodeInput is the input of run_python_code (the argument names of
@@ -80,6 +82,8 @@ type ExecOutput struct {
 	StderrTruncated bool     `json:"stderr_truncated,omitempty"`
 	WallMS          int64    `json:"wall_ms,omitempty"`
 	Notes           []string `json:"notes,omitempty"`
+	// Rollback says what a rollback_on_failure command's rollback did.
+	Rollback *sandbox.Rollback `json:"rollback,omitempty" jsonschema:"set when rollback_on_failure was asked: rolled_back, why, and the counts of the command's changes it undid"`
 }
 
 // PIDInput names a background process.
@@ -333,7 +337,10 @@ func (s *Server) runCommand(ctx context.Context, req *sdk.CallToolRequest, in Ru
 	if len(in.Args) > 0 {
 		argv = append([]string{in.Command}, in.Args...)
 	}
-	er := ExecRequest{Argv: argv, Dir: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), Timeout: timeout, PTY: in.PTY}
+	er := ExecRequest{Argv: argv, Dir: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), Timeout: timeout, PTY: in.PTY, RollbackOnFailure: in.RollbackOnFailure}
+	if in.Background && in.RollbackOnFailure {
+		return nil, ExecOutput{}, toolError("rollback_on_failure applies to commands run to their end, not to background ones")
+	}
 	if !in.Background {
 		return s.exec(ctx, req, in.SandboxID, er, nil)
 	}
@@ -371,6 +378,7 @@ func report(id string, r sandbox.Result, stdout, stderr []byte, notes []string) 
 	out := ExecOutput{
 		SandboxID: id, ExitCode: r.ExitCode, Reason: string(r.Reason), Signal: r.Signal, Message: r.Message,
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, WallMS: r.Usage.WallMS, Notes: notes,
+		Rollback: r.Rollback,
 	}
 	for _, l := range r.LimitsHit {
 		out.LimitsHit = append(out.LimitsHit, string(l))
@@ -399,6 +407,16 @@ func report(id string, r sandbox.Result, stdout, stderr []byte, notes []string) 
 	fmt.Fprintf(&b, " — %d ms, sandbox %s\n", r.Usage.WallMS, id)
 	if len(r.LimitsHit) > 0 {
 		fmt.Fprintf(&b, "limits hit: %s\n", strings.Join(out.LimitsHit, ", "))
+	}
+	if rb := r.Rollback; rb != nil {
+		switch {
+		case rb.Error != "":
+			fmt.Fprintf(&b, "rollback failed: %s\n", escape(rb.Error))
+		case rb.RolledBack:
+			fmt.Fprintf(&b, "rolled back (%s): /workspace is as before the command; undid %d added, %d changed, %d removed files\n", rb.Why, rb.Added, rb.Changed, rb.Removed)
+		default:
+			fmt.Fprintf(&b, "no rollback: the command succeeded; its changes are kept\n")
+		}
 	}
 	for _, n := range notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
