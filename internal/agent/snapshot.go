@@ -208,6 +208,12 @@ func (c *Client) Apply(ctx context.Context, roots []string, entries []sandbox.Tr
 	defer g.stop()
 	st := c.apply.CallBidiStream(ctx)
 	fail := func(err error) (sandbox.ApplyStats, error) {
+		if errors.Is(err, io.EOF) {
+			// The agent ended the stream: its answer says why.
+			if _, rerr := st.Receive(); rerr != nil && !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+		}
 		_ = st.CloseRequest()
 		_ = st.CloseResponse()
 		return sandbox.ApplyStats{}, g.err("restore", err)

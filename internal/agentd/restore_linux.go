@@ -655,34 +655,53 @@ func moveAside(dfd int, base string, stage int) error {
 	return unix.Renameat(dfd, base, stage, "x-"+tok)
 }
 
-// removeTree removes name and everything below it from dfd.
+// removeTree removes name and everything below it from dfd. It holds a
+// descriptor or two at a time, however deep the tree.
 func removeTree(dfd int, name string, depth int) error {
 	err := unix.Unlinkat(dfd, name, 0)
 	if !errors.Is(err, unix.EISDIR) {
 		return err
 	}
+	return removeDir(dfd, name, depth)
+}
+
+// removeDir empties and removes the directory rel below base.
+func removeDir(base int, rel string, depth int) error {
 	if depth > sandbox.MaxTreeDepth+8 {
-		return fmt.Errorf("%s is too deep to remove: %w", name, sandbox.ErrLimit)
+		return fmt.Errorf("%s is too deep to remove: %w", rel, sandbox.ErrLimit)
 	}
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := beneath(base, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return err
 	}
 	// A directory without write or search permission is emptied all the same.
 	_ = unix.Fchmod(fd, 0o700)
 	names, err := readNames(fd)
-	if err == nil {
-		for _, n := range names {
-			if e := removeTree(fd, n, depth+1); e != nil && !errors.Is(e, unix.ENOENT) {
-				err = e
-			}
+	var subdirs []string
+	for _, n := range names {
+		e := unix.Unlinkat(fd, n, 0)
+		switch {
+		case errors.Is(e, unix.EISDIR):
+			subdirs = append(subdirs, n)
+		case e != nil && !errors.Is(e, unix.ENOENT):
+			err = e
 		}
 	}
 	unix.Close(fd)
 	if err != nil {
 		return err
 	}
-	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+	for _, sd := range subdirs {
+		if err := removeDir(base, rel+"/"+sd, depth+1); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+	}
+	pfd, last, err := parentOf(base, rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	return unix.Unlinkat(pfd, last, unix.AT_REMOVEDIR)
 }
 
 // recoverRestores finishes the committed restores a previous agent left

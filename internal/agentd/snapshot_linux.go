@@ -123,6 +123,7 @@ type walker struct {
 	maxBytes  int64
 	bytes     int64
 	dev       uint64
+	rootfd    int
 	seen      map[fileKey]bool
 	// inos, when set, gets each entry's inode number.
 	inos    map[string]uint64
@@ -148,17 +149,55 @@ func (w *walker) walkRoot(fd int, root string) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", root, err)
 	}
-	w.dev = st.Dev
+	w.dev, w.rootfd = st.Dev, fd
 	w.entries = append(w.entries, sandbox.TreeEntry{Path: root, Type: sandbox.EntryDir, Mode: st.Mode & 0o3777})
-	return w.walkDir(fd, root, 0)
+	return w.walkDir("", root, 0)
 }
 
-// walkDir adds the entries below the directory fd at path.
-func (w *walker) walkDir(fd int, path string, depth int) error {
+// walkDir adds the entries below the directory rel (below the root) at
+// path. It holds the directory's descriptor only while it reads it, so a
+// deep tree costs a few descriptors, not one per level.
+func (w *walker) walkDir(rel, path string, depth int) error {
+	var fd int
+	var err error
+	if rel == "" {
+		fd, err = unix.Dup(w.rootfd)
+	} else {
+		fd, err = beneath(w.rootfd, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
+			// Moved or replaced while the walk went on.
+			w.unsettled = append(w.unsettled, path)
+			return nil
+		}
+		return fmt.Errorf("open directory %s: %w", path, explain(err))
+	}
+	subdirs, err := w.readDir(fd, path, depth)
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range subdirs {
+		r := name
+		if rel != "" {
+			r = rel + "/" + name
+		}
+		if err := w.walkDir(r, path+"/"+name, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDir adds the entries of the directory fd at path, and returns the
+// names of its subdirectories.
+func (w *walker) readDir(fd int, path string, depth int) ([]string, error) {
 	names, err := readNames(fd)
 	if err != nil {
-		return fmt.Errorf("read directory %s: %w", path, err)
+		return nil, fmt.Errorf("read directory %s: %w", path, err)
 	}
+	var subdirs []string
 	for _, name := range names {
 		if (depth == 0 && strings.HasPrefix(name, stagingPrefix)) || strings.HasPrefix(name, writePrefix) {
 			continue
@@ -169,62 +208,52 @@ func (w *walker) walkDir(fd int, path string, depth int) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue // removed meanwhile
 			}
-			return fmt.Errorf("stat %s: %w", p, err)
+			return nil, fmt.Errorf("stat %s: %w", p, err)
 		}
 		if st.Dev != w.dev {
 			continue // a mount point: not part of the tree
 		}
 		if w.maxFiles > 0 && len(w.entries) >= w.maxFiles {
-			return fmt.Errorf("more than %d files and directories: the snapshot quota of this key allows no more; remove files (caches, build output) or ask the operator for a larger quota: %w", w.maxFiles, sandbox.ErrLimit)
+			return nil, fmt.Errorf("more than %d files and directories: the snapshot quota of this key allows no more; remove files (caches, build output) or ask the operator for a larger quota: %w", w.maxFiles, sandbox.ErrLimit)
 		}
 		e := sandbox.TreeEntry{Path: p, Mode: st.Mode & 0o3777, MTime: st.Mtim.Nano()}
 		if w.inos != nil {
 			w.inos[p] = st.Ino
 		}
 		if len(p) > sandbox.MaxTreePath {
-			return fmt.Errorf("path %.60s... is longer than %d bytes: %w", p, sandbox.MaxTreePath, sandbox.ErrLimit)
+			return nil, fmt.Errorf("path %.60s... is longer than %d bytes: %w", p, sandbox.MaxTreePath, sandbox.ErrLimit)
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
 			e.Type, e.Size = sandbox.EntryFile, st.Size
 			w.bytes += st.Size
 			if w.maxBytes > 0 && w.bytes > w.maxBytes {
-				return fmt.Errorf("the files hold more than %d bytes: the snapshot quota of this key allows no more; remove large files or ask the operator for a larger quota: %w", w.maxBytes, sandbox.ErrLimit)
+				return nil, fmt.Errorf("the files hold more than %d bytes: the snapshot quota of this key allows no more; remove large files or ask the operator for a larger quota: %w", w.maxBytes, sandbox.ErrLimit)
 			}
 			if err := w.hashAt(fd, name, p, &st, &e); err != nil {
-				return err
+				return nil, err
 			}
 		case unix.S_IFDIR:
 			e.Type = sandbox.EntryDir
 			e.MTime = 0
 			if depth+1 >= sandbox.MaxTreeDepth {
-				return fmt.Errorf("%s is more than %d directories deep: snapshots keep trees up to that depth; flatten it or remove it (rm -rf): %w", p, sandbox.MaxTreeDepth, sandbox.ErrLimit)
+				return nil, fmt.Errorf("%.80s... is more than %d directories deep: snapshots keep trees up to that depth; flatten it or remove it: %w", p, sandbox.MaxTreeDepth, sandbox.ErrLimit)
 			}
-			w.entries = append(w.entries, e)
-			cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open directory %s: %w", p, explain(err))
-			}
-			err = w.walkDir(cfd, p, depth+1)
-			unix.Close(cfd)
-			if err != nil {
-				return err
-			}
-			continue
+			subdirs = append(subdirs, name)
 		case unix.S_IFLNK:
 			e.Type = sandbox.EntrySymlink
 			e.Mode = 0o777
 			t, err := readlinkAt(fd, name)
 			if err != nil {
-				return fmt.Errorf("read symlink %s: %w", p, err)
+				return nil, fmt.Errorf("read symlink %s: %w", p, err)
 			}
 			e.Target = t
 		default:
-			return fmt.Errorf("%s is a %s: snapshots keep files, directories and symlinks only; remove it (rm %s) and try again: %w", p, nodeKind(st.Mode), p, sandbox.ErrInvalid)
+			return nil, fmt.Errorf("%s is a %s: snapshots keep files, directories and symlinks only; remove it (rm %s) and try again: %w", p, nodeKind(st.Mode), p, sandbox.ErrInvalid)
 		}
 		w.entries = append(w.entries, e)
 	}
-	return nil
+	return subdirs, nil
 }
 
 // explain turns a permission error into what to do.

@@ -105,6 +105,13 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		FreezeAgent: freezeSandbox,
+		// The agent is the container's init inside gVisor: killing runsc
+		// (SIGKILL) kills it, as the host sees it, at once.
+		KillAgent: func(t *testing.T, sb sandbox.Instance) {
+			if err := sb.(*agentdriver.Instance).Host().(*host).cmd.Process.Kill(); err != nil {
+				t.Fatalf("kill runsc: %v", err)
+			}
+		},
 	})
 }
 

@@ -84,6 +84,11 @@ func TestConformance(t *testing.T) {
 			return &recordingDriver{Driver: d, lc: lc}
 		},
 		FreezeAgent: freezeAgent,
+		KillAgent: func(t *testing.T, sb sandbox.Instance) {
+			if err := sb.(*agentdriver.Instance).Host().(*host).cmd.Process.Kill(); err != nil {
+				t.Fatalf("kill the agent: %v", err)
+			}
+		},
 	})
 }
 

@@ -39,6 +39,9 @@ func TestConformanceWithoutShell(t *testing.T) {
 	declare("a Python-only sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
 		"mounts/root", "mounts/root_symlink_refused")
+	declare("the snapshot cases build their workspaces with a shell, which a Python-only sandbox does not have",
+		"snapshots/capture_restore", "snapshots/incremental", "snapshots/refuses_special_files", "snapshots/restore_without_room",
+		"snapshots/capture_while_writing", "snapshots/agent_killed_during_restore")
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
 		return pythonOnly{&recordingDriver{Driver: newDriver(t), lc: lc}}
 	}, sandboxtest.Options{

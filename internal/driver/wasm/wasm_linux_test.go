@@ -77,6 +77,9 @@ func TestConformance(t *testing.T) {
 	declare("a wasm sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
 		"mounts/root", "mounts/root_symlink_refused")
+	declare("the wasm driver does not snapshot its sandboxes (Capabilities.Snapshots is false): its files live in a host directory that no agent walks; snapshots need an agent driver",
+		"snapshots/capture_restore", "snapshots/incremental", "snapshots/refuses_special_files", "snapshots/restore_without_room",
+		"snapshots/capture_while_writing", "snapshots/agent_killed_during_restore")
 	var dirs []string
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Driver {
 		d, dir := newTestDriver(t)

@@ -69,6 +69,10 @@ type Options struct {
 	// harmless once the sandbox is closed. Nil: the frozen-agent cases must
 	// be declared Unsupported.
 	FreezeAgent func(t *testing.T, sb sandbox.Instance) (thaw func())
+	// KillAgent kills sb's agent at once (SIGKILL; where the agent cannot
+	// be reached alone, the runtime that holds it). Nil: the cases that
+	// kill it must be declared Unsupported.
+	KillAgent func(t *testing.T, sb sandbox.Instance)
 	// Workload is what the cases run inside the sandbox. Nil means
 	// ShellWorkload, which needs Capabilities.Shell: a driver without a
 	// shell gives its own.
@@ -93,6 +97,8 @@ const (
 	// needNoRestart is the opposite: a driver that declares
 	// SurvivesRestart skips the case (restart/reattach checks that).
 	needNoRestart
+	needSnapshots // Capabilities.Snapshots
+	needKill      // Options.KillAgent
 )
 
 // missing says which of needs the driver's capabilities or the options
@@ -113,6 +119,8 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 			return "Capabilities.HostMounts (host paths as the root and as mounts)", true
 		case n == needPTY && !caps.PTY:
 			return "Capabilities.PTY (commands on a terminal: ExecRequest.PTY)", true
+		case n == needSnapshots && !caps.Snapshots:
+			return "Capabilities.Snapshots (sandbox.Snapshotter: capture and restore the workspace)", true
 		}
 	}
 	for _, n := range needs {
@@ -121,6 +129,8 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 			return "Options.Egress (how to make a driver that reaches a given egress proxy)", false
 		case n == needFreeze && o.FreezeAgent == nil:
 			return "Options.FreezeAgent (how to stop a sandbox's agent)", false
+		case n == needKill && o.KillAgent == nil:
+			return "Options.KillAgent (how to kill a sandbox's agent)", false
 		}
 	}
 	return "", false
@@ -184,6 +194,7 @@ func groups() []group {
 		{"mounts", mountCases()},
 		{"pty", ptyCases()},
 		{"restart", restartCases()},
+		{"snapshots", snapshotCases()},
 	}
 }
 
