@@ -64,8 +64,14 @@ from .models import (
     PoolStatus,
     Quota,
     RateLimits,
+    Change,
+    Diff,
+    RestoreResult,
     Result,
+    Rollback,
     SandboxInfo,
+    SnapshotInfo,
+    TreeEntry,
     Usage,
 )
 from .sandbox import Sandbox
@@ -94,7 +100,13 @@ __all__ = [
     "Quota",
     "RateLimits",
     "Result",
+    "Rollback",
     "SandboxInfo",
+    "SnapshotInfo",
+    "TreeEntry",
+    "Change",
+    "Diff",
+    "RestoreResult",
     "Usage",
     # errors
     "AirlockError",

@@ -36,6 +36,7 @@ def exec_body(
     cwd: str | None = None,
     stdin: bytes | str | None = None,
     timeout: float | None = None,
+    rollback: str | None = None,
 ) -> dict[str, Any]:
     """The API's ExecRequest for these arguments."""
     b: dict[str, Any] = {}
@@ -64,6 +65,10 @@ def exec_body(
         if timeout <= 0 or not math.isfinite(timeout):
             raise ValueError(f"timeout {timeout}: give a positive number of seconds")
         b["timeout_ms"] = max(1, math.ceil(timeout * 1000))
+    if rollback is not None:
+        if rollback != "on_failure":
+            raise ValueError(f"rollback {rollback!r}: give \"on_failure\" or leave it out")
+        b["rollback"] = rollback
     return b
 
 
@@ -279,6 +284,7 @@ class ExecMixin:
         timeout: float | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        rollback: str | None = None,
     ) -> ExecResult:
         """Runs a command to its end and returns its result and output.
 
@@ -293,6 +299,10 @@ class ExecMixin:
                 ``reason`` is ``"timeout"``.
             on_stdout, on_stderr: called with each chunk of output as it
                 comes (the command streams); the result still holds it all.
+            rollback: "on_failure" puts /workspace back exactly as it was
+                before the command when the command fails (non-zero exit,
+                a signal, any limit hit); ``result.rollback`` says what
+                was undone.
 
         A command that fails, times out or runs out of memory is not an
         error: look at ``result.reason``, ``exit_code`` and ``message``.
@@ -300,7 +310,7 @@ class ExecMixin:
         policy asks a person, returns only once they decide), NotRunning
         when the sandbox has ended.
         """
-        body = exec_body(command, env=env, cwd=cwd, stdin=stdin, timeout=timeout)
+        body = exec_body(command, env=env, cwd=cwd, stdin=stdin, timeout=timeout, rollback=rollback)
         return self._run(body, on_stdout, on_stderr)
 
     def run_code(

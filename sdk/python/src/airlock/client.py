@@ -11,7 +11,8 @@ from urllib.parse import quote
 from ._version import __version__
 from ._transport import Transport
 from .errors import ConfigError
-from .models import Approval, Health, Key, Limits, Network, Quota, RateLimits, SandboxInfo, _obj
+from ._snapshots import fork_body, snapshot_path
+from .models import Approval, Health, Key, Limits, Network, Quota, RateLimits, SandboxInfo, SnapshotInfo, _obj
 from .sandbox import Sandbox
 
 __all__ = ["Client", "ENV_URL", "ENV_KEY"]
@@ -110,6 +111,7 @@ class Client:
         env: Mapping[str, str] | None = None,
         ttl: float | None = None,
         idle_timeout: float | None = None,
+        checkpoints: int | None = None,
     ) -> Sandbox:
         """Makes a sandbox (or claims a ready one from the template's warm
         pool) and returns it. Use it with ``with`` to have it killed at the
@@ -127,6 +129,10 @@ class Client:
             ttl: lifetime in seconds (default and maximum: the template's).
             idle_timeout: seconds without an API call after which it is
                 killed.
+            checkpoints: keep a snapshot of /workspace before each of the
+                last this many commands (0 to 64): Sandbox.diff(step=N) says
+                what command N changed, Sandbox.restore(undo_steps=N)
+                undoes the last N.
 
         Raises Denied (the policy refused), QuotaExceeded, RateLimited,
         InsufficientCapacity, InvalidRequest (e.g. limits above the
@@ -147,6 +153,8 @@ class Client:
             body["ttl_seconds"] = t
         if (i := _seconds("idle_timeout", idle_timeout)) is not None:
             body["idle_timeout_seconds"] = i
+        if checkpoints:
+            body["checkpoints"] = int(checkpoints)
         info = SandboxInfo.from_json(self._transport.request("POST", "/v1/sandboxes", json_body=body, read_timeout=None).json())
         return Sandbox(self, info.id, info)
 
@@ -178,6 +186,31 @@ class Client:
         Sandbox(self, id).kill()
 
     # Keys (operator keys only).
+
+    # Snapshots.
+
+    def list_snapshots(self, sandbox: str | None = None) -> list[SnapshotInfo]:
+        """This key's snapshots (an operator's: every key's), oldest first;
+        only sandbox's when given."""
+        d = _obj(self._transport.request("GET", "/v1/snapshots", query={"sandbox": sandbox}).json())
+        return [SnapshotInfo.from_json(s) for s in d.get("snapshots") or []]
+
+    def get_snapshot(self, id: str, *, sandbox: str | None = None, tree: bool = False) -> SnapshotInfo:
+        """Snapshot id (or a name, with sandbox); with tree, its entries."""
+        q = {"tree": "1"} if tree else None
+        return SnapshotInfo.from_json(self._transport.request("GET", snapshot_path(id, sandbox), query=q).json())
+
+    def delete_snapshot(self, id: str, *, sandbox: str | None = None) -> None:
+        """Deletes snapshot id (or a name, with sandbox)."""
+        self._transport.request("DELETE", snapshot_path(id, sandbox)).discard()
+
+    def fork(self, snapshot: str, *, sandbox: str | None = None, ttl: float | None = None, env: Mapping[str, str] | None = None) -> Sandbox:
+        """A new sandbox from snapshot (an id, or a name with sandbox): the
+        same template, its own identity, the snapshot's files. Raises
+        Forbidden for another key's snapshot."""
+        d = _obj(self._transport.request("POST", snapshot_path(snapshot) + "/fork", json_body=fork_body(sandbox, ttl, env), read_timeout=None).json())
+        info = SandboxInfo.from_json(d.get("sandbox"))
+        return Sandbox(self, info.id, info)
 
     def create_key(
         self, name: str | None = None, *, role: str = "agent", quota: Quota | None = None, rate: RateLimits | None = None

@@ -179,6 +179,9 @@ class SandboxInfo:
     #: daemon's policy), "request" or "template"; and why.
     driver_rule: str = ""
     driver_reason: str = ""
+    #: How many per-command checkpoints it keeps, and the last one's number.
+    checkpoints: int = 0
+    steps: int = 0
 
     @property
     def live(self) -> bool:
@@ -205,6 +208,8 @@ class SandboxInfo:
             driver_rule=_str(d.get("driver_rule")),
             driver_reason=_str(d.get("driver_reason")),
             from_pool=bool(d.get("from_pool")),
+            checkpoints=_int(d.get("checkpoints")),
+            steps=_int(d.get("steps")),
         )
 
 
@@ -222,6 +227,35 @@ class Usage:
     def from_json(cls, d: Any) -> Usage:
         d = _obj(d)
         return cls(**{k: _int(d.get(k)) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """What a transactional command's rollback did: whether /workspace was
+    put back as it was before the command (and why), and how many of the
+    command's added, changed and removed files were undone."""
+
+    rolled_back: bool = False
+    why: str = ""
+    snapshot: str = ""
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    #: Why a rollback that was due did not happen.
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> Rollback:
+        d = _obj(d)
+        return cls(
+            rolled_back=bool(d.get("rolled_back")),
+            why=_str(d.get("why")),
+            snapshot=_str(d.get("snapshot")),
+            added=_int(d.get("added")),
+            changed=_int(d.get("changed")),
+            removed=_int(d.get("removed")),
+            error=_str(d.get("error")),
+        )
 
 
 @dataclass(frozen=True)
@@ -245,6 +279,9 @@ class Result:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     usage: Usage = field(default_factory=Usage)
+    #: What a command run with ``rollback="on_failure"`` had undone; None
+    #: for other commands.
+    rollback: Rollback | None = None
 
     @property
     def ok(self) -> bool:
@@ -263,6 +300,7 @@ class Result:
             stdout_truncated=bool(d.get("stdout_truncated")),
             stderr_truncated=bool(d.get("stderr_truncated")),
             usage=Usage.from_json(d.get("usage")),
+            rollback=Rollback.from_json(d["rollback"]) if isinstance(d.get("rollback"), dict) else None,
         )
 
     @classmethod
@@ -554,4 +592,160 @@ class Health:
             )
             if isinstance(pools, list)
             else (),
+        )
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One file, directory or symlink of a snapshot."""
+
+    path: str
+    #: file, dir or symlink.
+    type: str
+    mode: int = 0
+    size: int = 0
+    #: sha256:HEX of a file's content.
+    digest: str = ""
+    #: Where a symlink points.
+    target: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> TreeEntry:
+        d = _obj(d)
+        return cls(path=_str(d.get("path")), type=_str(d.get("type")), mode=_int(d.get("mode")), size=_int(d.get("size")), digest=_str(d.get("digest")), target=_str(d.get("target")))
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A snapshot of a sandbox's /workspace (and /tmp when asked): files,
+    directories, symlinks and modes. Running processes are not part of it."""
+
+    id: str
+    name: str = ""
+    label: str = ""
+    sandbox: str = ""
+    template: str = ""
+    #: manual, checkpoint (before each command of a sandbox with
+    #: checkpoints) or pre_exec.
+    kind: str = ""
+    step: int = 0
+    created: datetime | None = None
+    roots: tuple[str, ...] = ()
+    files: int = 0
+    entries: int = 0
+    bytes: int = 0
+    #: Content this snapshot added to the daemon's store.
+    new_bytes: int = 0
+    #: Commands ran while it was taken: each file is as it was at one
+    #: moment, not all files at the same moment.
+    busy: bool = False
+    unsettled: tuple[str, ...] = ()
+    note: str = ""
+    #: Its entries, from get_snapshot(..., tree=True).
+    tree: tuple[TreeEntry, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> SnapshotInfo:
+        d = _obj(d)
+        tree = d.get("tree")
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            label=_str(d.get("label")),
+            sandbox=_str(d.get("sandbox")),
+            template=_str(d.get("template")),
+            kind=_str(d.get("kind")),
+            step=_int(d.get("step")),
+            created=_time(d.get("created")),
+            roots=_strs(d.get("roots")),
+            files=_int(d.get("files")),
+            entries=_int(d.get("entries")),
+            bytes=_int(d.get("bytes")),
+            new_bytes=_int(d.get("new_bytes")),
+            busy=bool(d.get("busy")),
+            unsettled=_strs(d.get("unsettled")),
+            note=_str(d.get("note")),
+            tree=tuple(TreeEntry.from_json(e) for e in tree) if isinstance(tree, list) else (),
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path that differs between two states."""
+
+    path: str
+    #: added, deleted, modified, mode, symlink or type.
+    kind: str
+    before: TreeEntry | None = None
+    after: TreeEntry | None = None
+    binary: bool = False
+    #: The unified diff of a text file (capped: see truncated).
+    unified: str = ""
+    truncated: bool = False
+
+    @classmethod
+    def from_json(cls, d: Any) -> Change:
+        d = _obj(d)
+        return cls(
+            path=_str(d.get("path")),
+            kind=_str(d.get("kind")),
+            before=TreeEntry.from_json(d["before"]) if isinstance(d.get("before"), dict) else None,
+            after=TreeEntry.from_json(d["after"]) if isinstance(d.get("after"), dict) else None,
+            binary=bool(d.get("binary")),
+            unified=_str(d.get("unified")),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class Diff:
+    """What changed from one state of a sandbox's files to another (a
+    snapshot id, or "now")."""
+
+    from_: str
+    to: str
+    changes: tuple[Change, ...] = ()
+    added: int = 0
+    deleted: int = 0
+    modified: int = 0
+    #: Mode, symlink and type changes.
+    other: int = 0
+    truncated: bool = False
+
+    @classmethod
+    def from_json(cls, d: Any) -> Diff:
+        d = _obj(d)
+        ch = d.get("changes")
+        return cls(
+            from_=_str(d.get("from")),
+            to=_str(d.get("to")),
+            changes=tuple(Change.from_json(c) for c in ch) if isinstance(ch, list) else (),
+            added=_int(d.get("added")),
+            deleted=_int(d.get("deleted")),
+            modified=_int(d.get("modified")),
+            other=_int(d.get("other")),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What a restore did: the snapshot, and the files it made again
+    (added), changed back (changed) and removed."""
+
+    snapshot: SnapshotInfo
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    received_bytes: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> RestoreResult:
+        d = _obj(d)
+        return cls(
+            snapshot=SnapshotInfo.from_json(d.get("snapshot")),
+            added=_int(d.get("added")),
+            changed=_int(d.get("changed")),
+            removed=_int(d.get("removed")),
+            received_bytes=_int(d.get("received_bytes")),
         )

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from ._exec import ExecMixin
 from ._files import FilesMixin
+from ._snapshots import SnapshotsMixin
 from .errors import NotFound
 from .models import EgressSummary, SandboxInfo
 
@@ -23,7 +24,7 @@ __all__ = ["Sandbox"]
 log = logging.getLogger("airlock")
 
 
-class Sandbox(ExecMixin, FilesMixin):
+class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin):
     """One sandbox of the daemon. Get it from Client.create_sandbox (or
     Client.get_sandbox, Client.sandbox, Client.list_sandboxes).
 
@@ -36,6 +37,10 @@ class Sandbox(ExecMixin, FilesMixin):
 
     Without ``with``, call kill() when done; the daemon also kills it when
     its TTL or idle timeout passes.
+
+    Snapshots (snapshot, snapshots, restore, diff, fork) save and put back
+    its files; ``exec(..., rollback="on_failure")`` undoes a failed
+    command's changes.
 
     Attributes:
         id: the sandbox's id ("sb-...").
