@@ -1,6 +1,7 @@
 // The sandboxes views: every sandbox with what it uses now (filters, sort,
 // kill, extend), and one sandbox's page (its state and usage, its exec
-// history and egress decisions from the audit log, its files).
+// history and egress decisions from the audit log, its files, its
+// snapshots with their diffs to now and a restore).
 import {
   $, bytes, call, command, confirmButton, duration, el, fillSelect, isZeroTime, ms, query, sandboxLink,
   setText, showError, ttlSelect, visible, when,
@@ -251,6 +252,47 @@ async function loadEvents(kind, table, none, more, row, before) {
   return p.next || "";
 }
 
+// diffText renders a diff (GET …/diff) as text: a line per change, then
+// the unified diffs. It goes into a <pre> as text, never as markup.
+function diffText(d) {
+  const lines = ["diff " + d.from + " → " + d.to + ": " + d.added + " added, " + d.deleted + " deleted, " + d.modified + " modified, " + d.other + " other"];
+  for (const c of d.changes) lines.push(c.kind.padEnd(9) + c.path + (c.binary ? " (binary)" : ""));
+  for (const c of d.changes) if (c.unified) lines.push(c.unified + (c.truncated ? "\\ cut here (too long)" : ""));
+  if (d.truncated) lines.push("(some text diffs were cut or left out: too large)");
+  return lines.join("\n");
+}
+
+async function listSnapshots(running) {
+  const id = cur;
+  const p = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/snapshots");
+  const snaps = p.snapshots.slice().reverse();
+  $("sd-snapshots").querySelector("tbody").replaceChildren(...snaps.map(s => {
+    const acts = el("td", { class: "actions" });
+    if (running) {
+      const diff = el("button", { type: "button", class: "diff" }, "Diff to now");
+      diff.addEventListener("click", async () => {
+        try {
+          const d = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/diff" + query({ from: s.id }));
+          setText($("sd-diff"), diffText(d));
+          $("sd-diff").hidden = false;
+        } catch (e) { showError(e.message); }
+      });
+      const restore = confirmButton("Restore", "Confirm restore", "restore", async () => {
+        const r = await call("POST", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/restore", { snapshot: s.id });
+        setText($("sd-diff"), "Restored " + r.snapshot.id + ": " + r.added + " files made again, " + r.changed + " changed back, " + r.removed + " removed.");
+        $("sd-diff").hidden = false;
+        await listFiles($("sd-path").value).catch(() => {});
+      });
+      acts.append(diff, " ", restore);
+    }
+    return el("tr", { class: "snapshot", "data-id": s.id },
+      el("td", { class: "mono" }, s.id), el("td", { class: "mono" }, s.name || ""), el("td", {}, s.kind + (s.step ? " " + s.step : "")),
+      el("td", { class: "num" }, String(s.files)), el("td", { class: "num" }, bytes(s.bytes)), el("td", { class: "time" }, when(s.created)),
+      el("td", {}, s.label || ""), acts);
+  }));
+  $("sd-snapshots-none").hidden = snaps.length > 0;
+}
+
 async function listFiles(dir) {
   const p = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(cur) + "/files/list" + query({ path: dir }));
   const ents = p.entries.slice().sort((a, b) => (a.type === "dir") === (b.type === "dir") ? a.name.localeCompare(b.name) : a.type === "dir" ? -1 : 1);
@@ -278,8 +320,10 @@ export const detail = {
     since = "";
     setText($("sd-id"), id);
     $("sd-actions").dataset.id = "";
-    for (const t of ["sd-execs", "sd-egress", "sd-files", "sd-procs"]) $(t).querySelector("tbody").replaceChildren();
+    for (const t of ["sd-execs", "sd-egress", "sd-files", "sd-procs", "sd-snapshots"]) $(t).querySelector("tbody").replaceChildren();
     setText($("sd-files-note"), "");
+    setText($("sd-diff"), "");
+    $("sd-diff").hidden = true;
     $("sd-path").value = "/workspace";
     await refreshInfo();
     const [a, b] = await Promise.all([
@@ -288,7 +332,9 @@ export const detail = {
     ]);
     execNext = a;
     egressNext = b;
-    if ($("sd-state").dataset.state === "running") {
+    const running = $("sd-state").dataset.state === "running";
+    await listSnapshots(running).catch(e => { setText($("sd-snapshots-none"), e.message); $("sd-snapshots-none").hidden = false; });
+    if (running) {
       await listFiles("/workspace").catch(e => setText($("sd-files-note"), e.message));
     } else {
       setText($("sd-files-note"), "The sandbox is not running: its files are gone.");
