@@ -3,7 +3,8 @@
 // latency of one-shot commands (plain fork/exec, unshare, bwrap, runsc,
 // airlock run), the exec round trip in a live sandbox, the Docker driver
 // beside the bare engine, density (memory and kernel tasks per idle
-// sandbox, exec latency as their number grows), egress, throughput with
+// sandbox, exec latency as their number grows), egress, snapshots
+// (snapshot, incremental snapshot, restore, fork, diff), throughput with
 // concurrent clients, how long a restarted daemon takes to reattach to
 // its live sandboxes, and the official E2B SDKs against the daemon's E2B
 // endpoints.
@@ -173,6 +174,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Rows = append(r.Rows, densR...)
 	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, wasmR...)
+	r.Rows = append(r.Rows, snapshotRows(ctx, o, drv, drvErr, progress)...)
 	r.Rows = append(r.Rows, tputR...)
 	r.Rows = append(r.Rows, wasmTput...)
 	if drvErr == nil {

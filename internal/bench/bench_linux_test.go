@@ -35,7 +35,8 @@ func wantRows(clients []int) []string {
 		"density/pss", "density/cgroup", "density/tasks", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
-		"wasm/instantiate", "wasm/python")
+		"wasm/instantiate", "wasm/python",
+		"snapshots/first", "snapshots/incremental", "snapshots/restore", "snapshots/create", "snapshots/fork", "snapshots/diff")
 	for _, c := range clients {
 		for _, l := range []string{"fork-exec", "bwrap", "airlock-native"} {
 			ids = append(ids, fmt.Sprintf("throughput/%s-c%d", l, c))

@@ -67,7 +67,7 @@ const (
 //
 // Row ids are stable: "<section>/<subject>", where section is one of
 // start/true, start/python, exec, microvm, density, egress, wasm,
-// throughput, restart, e2b (whose published-* rows are figures others
+// snapshots, throughput, restart, e2b (whose published-* rows are figures others
 // published, not measured here). Every row of the table is present
 // whatever the host has; what could not be measured says so in status and
 // detail. Latencies are milliseconds, memory MiB per

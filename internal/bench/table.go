@@ -17,6 +17,7 @@ var sectionTitles = map[string]string{
 	"density":      "3. density: idle sandboxes, memory per sandbox, exec under load",
 	"egress":       "4. egress",
 	"wasm":         "4b. the wasm driver: an instantiate, python3 print(1)",
+	"snapshots":    "4c. snapshots of /workspace (native, the daemon's local store)",
 	"throughput":   "5. throughput: runs completed per second",
 	"restart":      "6. restart: a daemon that starts again takes up its live sandboxes",
 	"e2b":          "7. E2B SDKs: the official JS SDK against the daemon's E2B endpoints (native)",
