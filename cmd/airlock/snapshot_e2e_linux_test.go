@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/client"
+)
+
+// TestSnapshotCLI drives the snapshot verbs of the CLI against a real
+// daemon (native driver): snapshot, ls, diff, a transactional exec,
+// restore, fork, rm.
+func TestSnapshotCLI(t *testing.T) {
+	requireE2E(t)
+	dir := t.TempDir()
+	key := newKey(t, dir, "agent")
+	d := startDaemon(t, dir)
+	env := []string{"AIRLOCK_URL=" + d.url, "AIRLOCK_API_KEY=" + key}
+	cli := func(args ...string) outcomeOf {
+		t.Helper()
+		return airlockRun(t, invocation{args: args, env: env})
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		o := cli(args...)
+		if o.code != 0 {
+			t.Fatalf("airlock %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), o.code, o.stdout, o.stderr)
+		}
+		return o.stdout
+	}
+	id := strings.TrimSpace(must("sandbox", "create", "--checkpoints", "4"))
+	must("sandbox", "exec", id, "--", "sh", "-c", "mkdir src && printf 'one\\ntwo\\n' > src/a.txt")
+	snap := strings.TrimSpace(must("sandbox", "snapshot", "--name", "base", "--label", "first", id))
+	if !strings.HasPrefix(snap, "sn-") {
+		t.Fatalf("snapshot printed %q", snap)
+	}
+	if o := cli("sandbox", "snapshot", "--name", "../x", id); o.code == 0 || !strings.Contains(o.stderr, "snapshot name") {
+		t.Errorf("a path as a name: %d %s", o.code, o.stderr)
+	}
+	must("sandbox", "exec", id, "--", "sh", "-c", "printf 'one\\nTWO\\n' > src/a.txt && echo new > src/b.txt")
+	out := must("sandbox", "diff", id, "base")
+	for _, want := range []string{"1 added, 0 deleted, 1 modified", "added    /workspace/src/b.txt", "-two\n+TWO\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff lacks %q:\n%s", want, out)
+		}
+	}
+	// A failing transactional exec: its change is undone, and it says so.
+	o := cli("sandbox", "exec", "--rollback", "on_failure", id, "--", "sh", "-c", "rm src/a.txt; exit 7")
+	if o.code != 7 || !strings.Contains(o.stderr, "rolled back (exit code 7)") {
+		t.Fatalf("transactional exec: %d %q", o.code, o.stderr)
+	}
+	if got := must("sandbox", "exec", id, "--", "cat", "src/a.txt"); got != "one\nTWO\n" {
+		t.Fatalf("after the rollback: %q", got)
+	}
+	if out := must("sandbox", "diff", "--step", "2", id); !strings.Contains(out, "modified /workspace/src/a.txt") {
+		t.Errorf("diff --step 2:\n%s", out)
+	}
+	if out := must("sandbox", "restore", id, "base"); !strings.Contains(out, "restored "+snap+": 0 added, 1 changed, 1 removed") {
+		t.Errorf("restore: %q", out)
+	}
+	if got := must("sandbox", "exec", id, "--", "sh", "-c", "cat src/a.txt; ls src"); got != "one\ntwo\na.txt\n" {
+		t.Fatalf("after the restore: %q", got)
+	}
+	must("sandbox", "exec", id, "--", "sh", "-c", "echo three >> src/a.txt")
+	if out := must("sandbox", "restore", "--undo", "1", id); !strings.Contains(out, "1 changed") {
+		t.Errorf("restore --undo 1: %q", out)
+	}
+	fork := strings.TrimSpace(must("sandbox", "fork", id, "base"))
+	if got := must("sandbox", "exec", fork, "--", "cat", "src/a.txt"); got != "one\ntwo\n" {
+		t.Fatalf("the fork's file: %q", got)
+	}
+	ls := must("sandbox", "snapshot", "ls", id)
+	if !strings.Contains(ls, snap) || !strings.Contains(ls, "base") || !strings.Contains(ls, "checkpoint") {
+		t.Errorf("snapshot ls:\n%s", ls)
+	}
+	must("sandbox", "snapshot", "rm", snap)
+	if o := cli("sandbox", "restore", id, snap); o.code == 0 || !strings.Contains(o.stderr, "not_found") && !strings.Contains(o.stderr, "not found") {
+		t.Errorf("restore of a deleted snapshot: %d %s", o.code, o.stderr)
+	}
+}
+
+// TestSnapshotDaemonKill9DuringRestore kills the daemon (SIGKILL) while it
+// restores a sandbox. The sandbox either outlives the daemon, and then
+// its workspace is as before the restore or as the snapshot, never a mix;
+// or (a driver whose sandboxes die with the daemon) it is recorded lost,
+// and the snapshot is whole: a fork of it holds exactly its files.
+func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
+	requireE2E(t)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+	dir := t.TempDir()
+	key := newKey(t, dir, "agent")
+	d := startDaemon(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.New(d.url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := `python3 -c "import os; [open('/workspace/f%d' % i, 'wb').write(os.urandom(50000)) for i in range(400)]"`
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", write}}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := c.Snapshot(ctx, sb.ID, client.SnapshotRequest{Name: "target"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", write + " && mkdir /workspace/later"}}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Snapshot(ctx, sb.ID, client.SnapshotRequest{Name: "before"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = c.Restore(ctx, sb.ID, client.RestoreRequest{Snapshot: target.ID}) }()
+	time.Sleep(40 * time.Millisecond)
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+
+	d2 := startDaemon(t, dir)
+	c2, err := client.New(d2.url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c2.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State == client.StateRunning {
+		// The sandbox outlived the daemon: its workspace is one of the two.
+		var clean []string
+		for _, s := range []*client.Snapshot{before, target} {
+			d, err := c2.Diff(ctx, sb.ID, client.DiffOptions{From: s.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Changes) == 0 {
+				clean = append(clean, s.Name)
+			}
+		}
+		if len(clean) != 1 {
+			t.Fatalf("after the daemon's kill the workspace is neither as before nor as the snapshot (it matches %v)", clean)
+		}
+		t.Logf("the sandbox outlived the daemon; its workspace is %q", clean[0])
+		return
+	}
+	t.Logf("the sandbox is %s (%s): its workspace ended with it", info.State, info.EndReason)
+	fr, err := c2.Fork(ctx, target.ID, client.ForkRequest{})
+	if err != nil {
+		t.Fatalf("fork of the snapshot after the kill: %v", err)
+	}
+	diff, err := c2.Diff(ctx, fr.Sandbox.ID, client.DiffOptions{From: target.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diff.Changes) != 0 {
+		t.Fatalf("the fork of the snapshot differs from it: %+v", diff.Changes[0])
+	}
+}
