@@ -86,8 +86,8 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		list:      connect.NewClient[Empty, ExecList](hc, baseURL+ProcList, o...),
 		forget:    connect.NewClient[ForgetRequest, Empty](hc, baseURL+ProcForget, o...),
 		scan:      connect.NewClient[ScanRequest, ScanChunk](hc, baseURL+ProcScan, o...),
-		readBlobs: connect.NewClient[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, o...),
-		apply:     connect.NewClient[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, o...),
+		readBlobs: connect.NewClient[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, blobClientOptions()...),
+		apply:     connect.NewClient[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, blobClientOptions()...),
 	}
 	resp, err := cl.hello.CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {

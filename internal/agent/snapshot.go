@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -298,4 +300,93 @@ func (c *Client) Apply(ctx context.Context, roots []string, entries []sandbox.Tr
 	out := *ev.Done
 	out.Received = stats.Received
 	return out, nil
+}
+
+// BlobCodec carries the snapshot calls' content without JSON: a BlobChunk
+// (alone, or as an ApplyInput's Blob) is a tag byte, the length and JSON
+// of its other fields, then its data as it is. Other messages are a tag
+// byte and JSON.
+type BlobCodec struct{}
+
+const (
+	tagJSON  = 0
+	tagChunk = 1
+	tagApply = 2
+)
+
+// Name is the codec's name in the content type.
+func (BlobCodec) Name() string { return "airlock-blob" }
+
+// Marshal encodes v.
+func (BlobCodec) Marshal(v any) ([]byte, error) {
+	var c *BlobChunk
+	tag := byte(tagJSON)
+	switch m := v.(type) {
+	case *BlobChunk:
+		c, tag = m, tagChunk
+	case *ApplyInput:
+		if m.Blob != nil && len(m.Roots) == 0 && len(m.Entries) == 0 && !m.EntriesEnd && !m.BlobsEnd {
+			c, tag = m.Blob, tagApply
+		}
+	}
+	if c == nil {
+		b, err := json.Marshal(v)
+		return append([]byte{tagJSON}, b...), err
+	}
+	meta := *c
+	meta.Data = nil
+	mb, err := json.Marshal(&meta)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 1+binary.MaxVarintLen64+len(mb)+len(c.Data))
+	out = append(out, tag)
+	out = binary.AppendUvarint(out, uint64(len(mb)))
+	out = append(out, mb...)
+	return append(out, c.Data...), nil
+}
+
+// Unmarshal decodes b into v.
+func (BlobCodec) Unmarshal(b []byte, v any) error {
+	if len(b) == 0 {
+		return errors.New("blob codec: empty message")
+	}
+	tag, b := b[0], b[1:]
+	if tag == tagJSON {
+		return json.Unmarshal(b, v)
+	}
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return errors.New("blob codec: bad header")
+	}
+	var c BlobChunk
+	if err := json.Unmarshal(b[k:k+int(n)], &c); err != nil {
+		return err
+	}
+	c.Data = append([]byte(nil), b[k+int(n):]...)
+	switch m := v.(type) {
+	case *BlobChunk:
+		if tag != tagChunk {
+			return errors.New("blob codec: not a chunk")
+		}
+		*m = c
+	case *ApplyInput:
+		if tag != tagApply {
+			return errors.New("blob codec: not a restore's content")
+		}
+		*m = ApplyInput{Blob: &c}
+	default:
+		return fmt.Errorf("blob codec: cannot unmarshal into %T", v)
+	}
+	return nil
+}
+
+// SnapshotHandlerOptions are the snapshot calls' handler options: the
+// usual ones, and the blob codec.
+func SnapshotHandlerOptions() []connect.HandlerOption {
+	return append(HandlerOptions(), connect.WithCodec(BlobCodec{}))
+}
+
+func blobClientOptions() []connect.ClientOption {
+	return append(clientOptions(), connect.WithCodec(BlobCodec{}))
 }

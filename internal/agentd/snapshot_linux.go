@@ -59,7 +59,7 @@ func newSnapState() *snapState { return &snapState{cache: map[fileKey]cached{}} 
 
 // registerSnapshots adds the snapshot calls to mux.
 func (s *server) registerSnapshots(mux *http.ServeMux) {
-	o := agent.HandlerOptions()
+	o := agent.SnapshotHandlerOptions()
 	mux.Handle(agent.ProcScan, connect.NewServerStreamHandlerSimple(agent.ProcScan, s.scan, o...))
 	mux.Handle(agent.ProcReadBlobs, connect.NewServerStreamHandlerSimple(agent.ProcReadBlobs, s.readBlobs, o...))
 	mux.Handle(agent.ProcApply, connect.NewBidiStreamHandler(agent.ProcApply, s.apply, o...))
@@ -483,35 +483,52 @@ func (c *chunkSender) reset() error {
 func (s *server) readBlobs(_ context.Context, req *agent.ReadBlobsRequest, stream *connect.ServerStream[agent.BlobChunk]) error {
 	s.snap.mu.Lock()
 	defer s.snap.mu.Unlock()
-	buf := make([]byte, 256<<10)
 	for i, ref := range req.Files {
-		root, rel, ok := rootOf(sandbox.SnapshotRoots, ref.Path)
-		if !ok || (sandbox.TreeEntry{Path: ref.Path, Type: sandbox.EntryFile, Digest: ref.Digest}).Validate(sandbox.SnapshotRoots) != nil {
-			return agent.WireError(fmt.Errorf("file %q: %w", ref.Path, sandbox.ErrInvalid))
+		if _, _, ok := rootOf(sandbox.SnapshotRoots, ref.Path); !ok || (sandbox.TreeEntry{Path: ref.Path, Type: sandbox.EntryFile, Digest: ref.Digest}).Validate(sandbox.SnapshotRoots) != nil {
+			return agent.WireError(fmt.Errorf("file %d %q: %w", i, ref.Path, sandbox.ErrInvalid))
 		}
-		cs := &chunkSender{index: i, stream: stream, buf: make([]byte, 0, agent.ChunkSize*8)}
-		var res settled
+	}
+	buf := make([]byte, 256<<10)
+	// One pass per root, on one thread with the workload's identity.
+	i := 0
+	for i < len(req.Files) {
+		root, _, _ := rootOf(sandbox.SnapshotRoots, req.Files[i].Path)
 		err := s.files(func() error {
 			return s.root.Within(root, func(dfd int) error {
-				fd, err := beneath(dfd, rel, unix.O_RDONLY|unix.O_NONBLOCK)
-				if err != nil {
-					return fmt.Errorf("open %s: %w", ref.Path, explain(err))
+				for ; i < len(req.Files); i++ {
+					ref := req.Files[i]
+					r, rel, _ := rootOf(sandbox.SnapshotRoots, ref.Path)
+					if r != root {
+						return nil
+					}
+					if err := sendFile(dfd, rel, i, ref.Path, buf, stream); err != nil {
+						return err
+					}
 				}
-				f := os.NewFile(uintptr(fd), ref.Path)
-				defer f.Close()
-				res, err = readSettled(f, buf, cs)
-				if err != nil {
-					return fmt.Errorf("read %s: %w", ref.Path, err)
-				}
-				return cs.flush()
+				return nil
 			})
 		})
 		if err != nil {
 			return agent.WireError(err)
 		}
-		if err := stream.Send(&agent.BlobChunk{Index: i, End: true, Digest: res.digest, Size: res.size, MTime: res.mtime, Unsettled: res.unsettled}); err != nil {
-			return err
-		}
 	}
 	return nil
+}
+
+// sendFile sends the file rel below dfd as file i of a ReadBlobs answer:
+// its content, the last chunk carrying what the file was when read.
+func sendFile(dfd int, rel string, i int, p string, buf []byte, stream *connect.ServerStream[agent.BlobChunk]) error {
+	fd, err := beneath(dfd, rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", p, explain(err))
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	cs := &chunkSender{index: i, stream: stream, buf: make([]byte, 0, agent.ChunkSize*8)}
+	res, err := readSettled(f, buf, cs)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	last := &agent.BlobChunk{Index: i, Data: cs.buf, End: true, Digest: res.digest, Size: res.size, MTime: res.mtime, Unsettled: res.unsettled}
+	return stream.Send(last)
 }
