@@ -129,8 +129,21 @@ func TestConformance(t *testing.T) {
 					return d
 				},
 				FreezeAgent: freezeSandbox,
+				KillAgent:   killAgent,
 			})
 		})
+	}
+}
+
+// killAgent kills the container's first process, the agent (SIGKILL from
+// outside its namespaces).
+func killAgent(t *testing.T, sb sandbox.Instance) {
+	pid := hostOf(t, sb).pid
+	if pid <= 0 {
+		t.Fatal("the engine runs elsewhere: no agent process on this host to kill")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the agent: %v", err)
 	}
 }
 

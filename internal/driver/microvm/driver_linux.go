@@ -210,7 +210,7 @@ func (d *Driver) layers() ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, PTY: true,
+		Egress: true, PTY: true, Snapshots: true,
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
 		HostMounts: false,

@@ -119,6 +119,13 @@ func TestConformance(t *testing.T) {
 			return newDriver(t, Options{Egress: proxy})
 		},
 		FreezeAgent: freezeSandbox,
+		// The agent is the guest's init: killing the VMM (SIGKILL) ends
+		// it at once, as the host sees it.
+		KillAgent: func(t *testing.T, sb sandbox.Instance) {
+			if err := hostOf(sb).vm.proc.Kill(); err != nil {
+				t.Fatalf("kill the VMM: %v", err)
+			}
+		},
 	})
 }
 
