@@ -155,3 +155,26 @@ type EndCause interface {
 	// known.
 	Ended() error
 }
+
+// Snapshotter is an instance that can capture its writable trees and make
+// them exactly a captured state again. Running processes are not part of
+// what is captured: they go on running across a restore.
+type Snapshotter interface {
+	// Capture walks roots (Workspace, then optionally /tmp) and returns
+	// every entry, sorted by path. Content the host lacks (req.Have) goes
+	// to put before Capture returns, and every file's digest is one put
+	// computed or Have knows. A file
+	// that changed while it was read is read again; one that kept changing
+	// is named in Capture.Unsettled. A tree holding a FIFO, socket or
+	// device, deeper than MaxTreeDepth, or past max (files, bytes) fails
+	// with an error wrapping ErrInvalid or ErrLimit that names the path,
+	// and nothing in the sandbox changes.
+	Capture(ctx context.Context, req CaptureRequest, put BlobPut) (Capture, error)
+	// Apply makes roots exactly entries: what is not in entries is
+	// removed, what differs is replaced, modes and symlinks set. Content
+	// is fetched with get. The change is all or nothing as far as the
+	// sandbox outlives it: an Apply that fails, is cancelled, or whose
+	// host goes away before every blob arrived leaves the trees as they
+	// were; once every blob arrived the agent finishes it on its own.
+	Apply(ctx context.Context, req ApplyRequest, get BlobGet) (ApplyStats, error)
+}
