@@ -193,6 +193,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	if rec.AgentProtocol == 0 && protocol != 0 {
 		l.rec.AgentProtocol = protocol
 	}
+	s.resumeSnapshots(ctx, l)
 	if !compatible {
 		l.mismatch = fmt.Sprintf("its agent speaks protocol %d, which this daemon does not: it runs until its time to live ends; delete it, or end it with `airlock reap` while no daemon runs", protocol)
 		s.log.Warn("sandbox made by an airlock of another protocol version: it runs until its TTL, and only ends", "sandbox_id", rec.ID,
@@ -228,6 +229,7 @@ func (s *Supervisor) lost(ctx context.Context, rec store.Sandbox, why string) ou
 	}); err != nil {
 		s.log.Error("record a lost sandbox", "sandbox_id", rec.ID, "err", err)
 	}
+	s.dropCheckpoints(ctx, rec.Owner, rec.ID)
 	s.m.Kills.WithLabelValues(lostReason).Inc()
 	s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", rec.ID, "owner", rec.Owner, "why", why)
 	// Every sandbox that ends leaves an audit event, these too.
@@ -245,6 +247,7 @@ func (s *Supervisor) ended(ctx context.Context, rec store.Sandbox, reason, why s
 	}); err != nil {
 		s.log.Error("record the end of a sandbox", "sandbox_id", rec.ID, "err", err)
 	}
+	s.dropCheckpoints(ctx, rec.Owner, rec.ID)
 	s.m.Kills.WithLabelValues(reason).Inc()
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: rec.Owner, Sandbox: rec.ID, Template: rec.Template, Reason: reason + ": " + why})
 	s.log.Info("sandbox destroyed", "sandbox_id", rec.ID, "reason", reason, "why", why)

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -91,6 +92,12 @@ func (s *Supervisor) afterExec(c Caller, l *live, tx *execTxn, res *sandbox.Resu
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
+	if errors.Is(err, sandbox.ErrDetached) {
+		// This daemon let go of the sandbox and the exec runs on: the
+		// next daemon takes it up without its transaction (nothing to
+		// roll back to is kept), so its snapshot goes now.
+		tx.rollback = false
+	}
 	if tx.rollback {
 		why := failed(res)
 		if err != nil {
@@ -184,6 +191,35 @@ func (s *Supervisor) dropCheckpoints(ctx context.Context, owner, id string) {
 	for _, in := range list {
 		if in.Sandbox == id && (in.Kind == snapshot.KindCheckpoint || in.Kind == snapshot.KindPreExec) {
 			_ = s.opts.Snapshots.Delete(ctx, in.ID)
+		}
+	}
+}
+
+// resumeSnapshots takes up the snapshots of l, a sandbox reattached after a
+// restart of the daemon: its step count goes on from its last checkpoint,
+// and the snapshots of transactional execs the previous daemon did not
+// finish go (a transaction does not outlive its daemon: the exec, if it
+// runs on, is an ordinary one now).
+func (s *Supervisor) resumeSnapshots(ctx context.Context, l *live) {
+	if s.opts.Snapshots == nil || l.owner == "" {
+		return
+	}
+	list, err := s.opts.Snapshots.List(ctx, l.owner)
+	if err != nil {
+		s.log.Warn("list the snapshots of a reattached sandbox", "sandbox_id", l.rec.ID, "err", err)
+		return
+	}
+	for _, in := range list {
+		switch {
+		case in.Sandbox != l.rec.ID:
+		case in.Kind == snapshot.KindCheckpoint:
+			if in.Step > l.step.Load() {
+				l.step.Store(in.Step)
+			}
+		case in.Kind == snapshot.KindPreExec:
+			if err := s.opts.Snapshots.Delete(ctx, in.ID); err != nil {
+				s.log.Warn("drop the snapshot of a transactional exec the previous daemon left", "sandbox_id", l.rec.ID, "snapshot", in.ID, "err", err)
+			}
 		}
 	}
 }

@@ -173,7 +173,7 @@ func snapName(n string) string {
 func (s *Supervisor) snapshotError(id, what string, err error) error {
 	switch {
 	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrLimit), errors.Is(err, sandbox.ErrUnsupported),
-		errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExists):
+		errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExists), errors.Is(err, sandbox.ErrMismatch):
 		return fmt.Errorf("%s of sandbox %s: %w", what, id, err)
 	case errors.Is(err, sandbox.ErrClosed):
 		return fmt.Errorf("%s of sandbox %s: %w: %w", what, id, ErrNotRunning, err)

@@ -169,6 +169,7 @@ var (
 	_ sandbox.StateHolder   = (*Mismatched)(nil)
 	_ sandbox.Detacher      = (*Mismatched)(nil)
 	_ sandbox.EndCause      = (*Mismatched)(nil)
+	_ sandbox.Snapshotter   = (*Mismatched)(nil)
 )
 
 // NewMismatched returns the sandbox of spec whose agent answered with verr.
@@ -189,6 +190,14 @@ func (m *Mismatched) AgentProtocol() (int, bool) { return m.verr.Agent, false }
 
 func (m *Mismatched) Start(context.Context, sandbox.ExecRequest) (sandbox.Process, error) {
 	return nil, m.Err()
+}
+
+func (m *Mismatched) Capture(context.Context, sandbox.CaptureRequest, sandbox.BlobPut) (sandbox.Capture, error) {
+	return sandbox.Capture{}, m.Err()
+}
+
+func (m *Mismatched) Apply(context.Context, sandbox.ApplyRequest, sandbox.BlobGet) (sandbox.ApplyStats, error) {
+	return sandbox.ApplyStats{}, m.Err()
 }
 
 // Close ends the sandbox from the host, without its agent.

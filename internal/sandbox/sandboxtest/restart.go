@@ -25,6 +25,7 @@ func restartCases() []testCase {
 		{name: "reattach", closes: true, needs: []need{needRestart, needFiles, needBackground}, run: reattach},
 		{name: "gone", closes: true, needs: []need{needRestart}, run: reattachGone},
 		{name: "refused", needs: []need{needNoRestart}, run: reattachRefused},
+		{name: "restore_across_detach", closes: true, needs: []need{needRestart, needShell, needSnapshots}, run: restoreAcrossDetach},
 	}
 }
 
@@ -234,4 +235,78 @@ func reattachRefused(t *testing.T, e *env) {
 		t.Errorf("a driver that declares its sandboxes do not survive a restart reattached, or failed otherwise: %v; want an error wrapping sandbox.ErrUnsupported", err)
 	}
 	// Its sandbox is untouched (the suite checks it still works).
+}
+
+// restoreAcrossDetach lets go of the sandbox while a restore runs (what a
+// daemon killed during a restore does): reattached, the workspace is
+// either as before the restore or the snapshot, never half; then the
+// reattached instance restores as any.
+func restoreAcrossDetach(t *testing.T, e *env) {
+	id := e.sb.ID()
+	var state []byte
+	t.Cleanup(func() {
+		e.mu.Lock()
+		closed := e.closed[id]
+		e.mu.Unlock()
+		if !closed && state != nil {
+			if sb, err := e.recoverWith(t, id, state); err == nil {
+				e.close(t, sb)
+			}
+		}
+	})
+	prev := e.sb
+	defer func() { e.sb = prev }()
+	const files = `python3 -c "import os; [open('/workspace/f%d' % i, 'wb').write(os.urandom(20000)) for i in range(400)]"`
+	e.shOK(t, files+` && mkdir -p /workspace/d && echo one > /workspace/d/one`)
+	st := newBlobs()
+	snap := e.capture(t, st)
+	for round, delay := range []time.Duration{5 * time.Millisecond, 40 * time.Millisecond, 120 * time.Millisecond} {
+		_, sh, dt := survives(t, e)
+		e.shOK(t, files+` && rm -rf /workspace/d && mkdir -p /workspace/more && touch /workspace/more/x`)
+		changed := e.capture(t, st)
+		sn := e.snapshotter(t)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := sn.Apply(e.ctx, sandbox.ApplyRequest{Roots: []string{sandbox.Workspace}, Entries: snap.Entries}, st.get)
+			errc <- err
+		}()
+		time.Sleep(delay)
+		var err error
+		if state, err = sh.DriverState(); err != nil {
+			t.Fatalf("DriverState: %v", err)
+		}
+		if err := dt.Detach(e.ctx); err != nil {
+			t.Fatalf("Detach: %v", err)
+		}
+		select {
+		case err = <-errc:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a restore went on after its sandbox was let go of")
+		}
+		sb, rerr := e.recoverWith(t, id, state)
+		if rerr != nil {
+			t.Fatalf("round %d: Recover %s: %v", round, id, rerr)
+		}
+		e.sb = sb
+		after := e.capture(t, st)
+		switch {
+		case sameTree(after.Entries, snap.Entries) == "":
+			t.Logf("round %d (let go after %v): the restore finished (its Apply: %v)", round, delay, err)
+		case sameTree(after.Entries, changed.Entries) == "":
+			t.Logf("round %d (let go after %v): the restore was dropped (its Apply: %v)", round, delay, err)
+		default:
+			t.Fatalf("round %d (let go after %v, Apply: %v): the workspace is neither as before the restore nor the snapshot:\n%s", round, delay, err, sameTree(after.Entries, snap.Entries))
+		}
+		if out := e.shOK(t, `ls -a /workspace`); strings.Contains(out, ".airlock-restore") {
+			t.Errorf("round %d: a staging directory was left behind:\n%s", round, out)
+		}
+	}
+	// The reattached instance restores.
+	if _, err := e.snapshotter(t).Apply(e.ctx, sandbox.ApplyRequest{Roots: []string{sandbox.Workspace}, Entries: snap.Entries}, st.get); err != nil {
+		t.Fatalf("restore after the restart: %v", err)
+	}
+	if d := sameTree(e.capture(t, st).Entries, snap.Entries); d != "" {
+		t.Fatalf("after a restore by the reattached instance the workspace differs:\n%s", d)
+	}
+	e.close(t, e.sb)
 }
