@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +171,128 @@ func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
 	if len(diff.Changes) != 0 {
 		t.Fatalf("the fork of the snapshot differs from it: %+v", diff.Changes[0])
 	}
+}
+
+// TestServeRestartSnapshots is the fault test of snapshots across a daemon
+// killed with SIGKILL: the snapshots in STATE/snapshots outlive it, the
+// reattached sandbox restores and snapshots, its checkpoint steps go on
+// from where they were, undo works across the restart, and a
+// transactional exec the killed daemon was running leaves no snapshot
+// behind (it runs on, no longer transactional).
+func TestServeRestartSnapshots(t *testing.T) {
+	faultDrivers(t, func(t *testing.T, driver string) {
+		f := newFault(t, driver, "")
+		f.start()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		id := f.create(ctx, client.CreateRequest{Checkpoints: 3})
+		f.sh(ctx, id, "echo one > a.txt")            // step 1
+		f.sh(ctx, id, "mkdir d && echo b > d/b.txt") // step 2
+		base, err := f.c.Snapshot(ctx, id, client.SnapshotRequest{Name: "base"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.sh(ctx, id, "echo two > a.txt; ln -s a.txt link") // step 3
+		// A transactional exec in a sandbox without checkpoints, running
+		// when the daemon dies.
+		tx := f.create(ctx, client.CreateRequest{})
+		started := make(chan struct{})
+		go func() {
+			for ev, err := range f.c.ExecEvents(ctx, tx, client.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p.txt; sleep 2; exit 1"}, Rollback: client.RollbackOnFailure}) {
+				if err != nil {
+					return
+				}
+				if ev.Type == "start" {
+					close(started)
+				}
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the transactional exec did not start")
+		}
+		preExec := func() []string {
+			var ids []string
+			ms, _ := filepath.Glob(filepath.Join(f.dir, "snapshots", "snapshots", "*.json"))
+			for _, m := range ms {
+				var in client.Snapshot
+				if b, err := os.ReadFile(m); err == nil && json.Unmarshal(b, &in) == nil && in.Kind == "pre_exec" {
+					ids = append(ids, in.ID)
+				}
+			}
+			return ids
+		}
+		if len(preExec()) != 1 {
+			t.Fatalf("a running transactional exec has %d pre_exec snapshots in STATE/snapshots; want 1", len(preExec()))
+		}
+
+		f.kill9()
+		f.start()
+
+		sb, err := f.c.GetSandbox(ctx, id)
+		if err != nil || sb.State != client.StateRunning {
+			t.Fatalf("after the restart the sandbox is %+v, %v; want running", sb, err)
+		}
+		if sb.Steps != 3 {
+			t.Errorf("after the restart the sandbox counts %d steps; want 3", sb.Steps)
+		}
+		list, err := f.c.ListSnapshots(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range list {
+			names = append(names, s.Name)
+		}
+		if strings.Join(names, " ") != "step-1 step-2 base step-3" {
+			t.Errorf("after the restart the sandbox's snapshots are %v; want step-1 step-2 base step-3", names)
+		}
+		if ids := preExec(); len(ids) != 0 {
+			t.Errorf("the killed daemon's transactional snapshot %v is still in STATE/snapshots", ids)
+		}
+		// Restore the named snapshot, and diff it.
+		if _, err := f.c.Restore(ctx, id, client.RestoreRequest{Snapshot: "base"}); err != nil {
+			t.Fatalf("restore after the restart: %v", err)
+		}
+		if r := f.sh(ctx, id, "cat a.txt; ls"); string(r.Stdout) != "one\na.txt\nd\n" { // step 4
+			t.Errorf("after restoring base: %q", r.Stdout)
+		}
+		if d, err := f.c.Diff(ctx, id, client.DiffOptions{From: base.ID}); err != nil || len(d.Changes) != 0 {
+			t.Errorf("diff of base to now after restoring it: %+v, %v", d, err)
+		}
+		// The steps go on: step 5 has a checkpoint of its own, and undo
+		// of the last two steps is the workspace before step 4.
+		f.sh(ctx, id, "echo five > a.txt") // step 5
+		if sb, _ := f.c.GetSandbox(ctx, id); sb == nil || sb.Steps != 5 {
+			t.Errorf("steps after two more commands: %+v; want 5", sb)
+		}
+		if d, err := f.c.Diff(ctx, id, client.DiffOptions{Step: 5}); err != nil || len(d.Changes) != 1 || d.Changes[0].Path != "/workspace/a.txt" {
+			t.Errorf("what step 5 changed: %+v, %v; want a.txt", d, err)
+		}
+		if _, err := f.c.Restore(ctx, id, client.RestoreRequest{UndoSteps: 2}); err != nil {
+			t.Fatalf("undo of two steps after the restart: %v", err)
+		}
+		if b, err := f.c.ReadFile(ctx, id, "/workspace/a.txt"); err != nil || string(b) != "one\n" {
+			t.Errorf("after undoing steps 4 and 5 a.txt reads %q, %v; want the file before step 4 (base's)", b, err)
+		}
+		// A new snapshot of the reattached sandbox, and a fork of it.
+		if _, err := f.c.Snapshot(ctx, id, client.SnapshotRequest{Name: "after"}); err != nil {
+			t.Fatalf("snapshot after the restart: %v", err)
+		}
+		fr, err := f.c.Fork(ctx, base.ID, client.ForkRequest{})
+		if err != nil {
+			t.Fatalf("fork of a snapshot taken before the restart: %v", err)
+		}
+		if b, err := f.c.ReadFile(ctx, fr.Sandbox.ID, "/workspace/d/b.txt"); err != nil || string(b) != "b\n" {
+			t.Errorf("the fork's d/b.txt: %q, %v", b, err)
+		}
+		ids := []string{id, tx, fr.Sandbox.ID}
+		for _, sid := range ids {
+			if err := f.c.DeleteSandbox(ctx, sid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		noLeftovers(t, "after DELETE", ids)
+	})
 }
