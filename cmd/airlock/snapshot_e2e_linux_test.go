@@ -177,8 +177,8 @@ func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
 // killed with SIGKILL: the snapshots in STATE/snapshots outlive it, the
 // reattached sandbox restores and snapshots, its checkpoint steps go on
 // from where they were, undo works across the restart, and a
-// transactional exec the killed daemon was running leaves no snapshot
-// behind (it runs on, no longer transactional).
+// transactional exec the killed daemon was running is rolled back by the
+// next one when it fails, its result saying so, its snapshot gone after.
 func TestServeRestartSnapshots(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
 		f := newFault(t, driver, "")
@@ -196,21 +196,32 @@ func TestServeRestartSnapshots(t *testing.T) {
 		// A transactional exec in a sandbox without checkpoints, running
 		// when the daemon dies.
 		tx := f.create(ctx, client.CreateRequest{})
-		started := make(chan struct{})
+		if err := f.c.WriteFile(ctx, tx, "/workspace/kept.txt", strings.NewReader("kept\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan string, 1)
 		go func() {
-			for ev, err := range f.c.ExecEvents(ctx, tx, client.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p.txt; sleep 2; exit 1"}, Rollback: client.RollbackOnFailure}) {
+			for ev, err := range f.c.ExecEvents(ctx, tx, client.ExecRequest{Argv: []string{"sh", "-c", "echo partial > p.txt; rm kept.txt; sleep 2; exit 1"}, Rollback: client.RollbackOnFailure}) {
 				if err != nil {
 					return
 				}
 				if ev.Type == "start" {
-					close(started)
+					started <- ev.ID
 				}
 			}
 		}()
+		var txExec string
 		select {
-		case <-started:
+		case txExec = <-started:
 		case <-time.After(20 * time.Second):
 			t.Fatal("the transactional exec did not start")
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := f.c.Stat(ctx, tx, "/workspace/p.txt"); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the transactional exec wrote nothing: %v", err)
+			}
 		}
 		preExec := func() []string {
 			var ids []string
@@ -248,8 +259,27 @@ func TestServeRestartSnapshots(t *testing.T) {
 		if strings.Join(names, " ") != "step-1 step-2 base step-3" {
 			t.Errorf("after the restart the sandbox's snapshots are %v; want step-1 step-2 base step-3", names)
 		}
+		// The transactional exec ran on, failed, and the new daemon
+		// rolled it back.
+		var p *client.Process
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if p, err = f.c.ExecResult(ctx, tx, txExec); err != nil {
+				t.Fatalf("the result of the transactional exec after the restart: %v", err)
+			}
+			if !p.Running || time.Now().After(deadline) {
+				break
+			}
+		}
+		if p.Result == nil || p.Result.ExitCode != 1 || p.Result.Rollback == nil || !p.Result.Rollback.RolledBack || p.Result.Rollback.Added != 1 || p.Result.Rollback.Removed != 1 {
+			t.Errorf("the transactional exec after the restart: %+v, result %+v; want exit 1, rolled back (1 added, 1 removed)", p, p.Result)
+		} else {
+			t.Logf("rolled back after the restart: %+v", *p.Result.Rollback)
+		}
+		if ls, err := f.c.ListFiles(ctx, tx, "/workspace"); err != nil || len(ls) != 1 || ls[0].Name != "kept.txt" {
+			t.Errorf("after the rollback /workspace holds %+v, %v; want kept.txt alone", ls, err)
+		}
 		if ids := preExec(); len(ids) != 0 {
-			t.Errorf("the killed daemon's transactional snapshot %v is still in STATE/snapshots", ids)
+			t.Errorf("the transactional exec's snapshot %v is still in STATE/snapshots after its rollback", ids)
 		}
 		// Restore the named snapshot, and diff it.
 		if _, err := f.c.Restore(ctx, id, client.RestoreRequest{Snapshot: "base"}); err != nil {

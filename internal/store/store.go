@@ -138,6 +138,10 @@ type Sandbox struct {
 	Token string `json:"token,omitempty"`
 	// Checkpoints is how many per-exec checkpoints it keeps; zero: none.
 	Checkpoints int `json:"checkpoints,omitempty"`
+	// Transactions maps the id of each transactional exec running in it
+	// to the snapshot its rollback restores: the next daemon finishes
+	// the transaction of an exec that outlives this one.
+	Transactions map[string]string `json:"transactions,omitempty"`
 }
 
 // PutSandbox creates or replaces the record of sb.

@@ -166,6 +166,7 @@ func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procSt
 		return nil, err
 	}
 	p.id, p.p = sp.ID(), sp
+	s.recordTxn(l, ps.tx, p.id)
 	l.mu.Lock()
 	l.procs[p.id] = p
 	l.mu.Unlock()

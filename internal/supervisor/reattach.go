@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/ring"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -269,6 +270,7 @@ func (s *Supervisor) reattachProcs(ctx context.Context, l *live) {
 	}
 	size := s.outputBuffer(l)
 	c := Caller{KeyID: l.owner}
+	seen := map[string]bool{}
 	for _, st := range states {
 		p := &proc{id: st.ID, argv: st.Argv, started: st.Started, background: st.Background, out: ring.New(size), done: make(chan struct{})}
 		if st.PTY != nil {
@@ -301,7 +303,42 @@ func (s *Supervisor) reattachProcs(ctx context.Context, l *live) {
 		l.procs[p.id] = p
 		l.mu.Unlock()
 		pr := l.request(policy.Request{Action: policy.ActionExec, Argv: st.Argv})
-		go s.track(l, c, pr, p, sp, w, nil) //nolint:gosec // the process outlives the reattach that found it
+		go s.track(l, c, pr, p, sp, w, s.resumeTxn(ctx, l, st.ID)) //nolint:gosec // the process outlives the reattach that found it
+		seen[st.ID] = true
+	}
+	// Transactions of execs the sandbox no longer knows: nothing left to
+	// roll back for.
+	for exec, snap := range l.rec.Transactions {
+		if !seen[exec] {
+			s.settleTxn(l, exec)
+			s.dropTxnSnapshot(ctx, l, snap)
+		}
+	}
+}
+
+// resumeTxn is the transaction of exec, a process of l that outlived the
+// previous daemon, or nil.
+func (s *Supervisor) resumeTxn(ctx context.Context, l *live, exec string) *execTxn {
+	id, ok := l.rec.Transactions[exec]
+	if !ok || s.opts.Snapshots == nil {
+		return nil
+	}
+	snap, err := s.opts.Snapshots.Get(ctx, id)
+	if err != nil {
+		s.log.Warn("the snapshot of a transactional exec that outlived the previous daemon is gone: it will not be rolled back", "sandbox_id", l.rec.ID, "exec", exec, "snapshot", id, "err", err)
+		s.settleTxn(l, exec)
+		return nil
+	}
+	return &execTxn{snap: snap, rollback: true, exec: exec}
+}
+
+// dropTxnSnapshot deletes snapshot id if it was taken only for a rollback.
+func (s *Supervisor) dropTxnSnapshot(ctx context.Context, l *live, id string) {
+	if s.opts.Snapshots == nil {
+		return
+	}
+	if in, err := s.opts.Snapshots.Get(ctx, id); err == nil && in.Kind == snapshot.KindPreExec && in.Sandbox == l.rec.ID {
+		_ = s.opts.Snapshots.Delete(ctx, id)
 	}
 }
 

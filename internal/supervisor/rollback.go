@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 // Transactional execs and checkpoints.
@@ -36,6 +37,37 @@ const rollbackTimeout = 2 * time.Minute
 type execTxn struct {
 	snap     *snapshot.Snapshot
 	rollback bool
+	// exec is the exec's id once it started; a rollback's is in the
+	// sandbox's record (store.Sandbox.Transactions) until it settles.
+	exec string
+}
+
+// recordTxn writes down tx, the rollback of exec, in l's record, so that
+// the next daemon can finish it when the exec outlives this one.
+func (s *Supervisor) recordTxn(l *live, tx *execTxn, exec string) {
+	if tx == nil || !tx.rollback {
+		return
+	}
+	tx.exec = exec
+	if _, err := s.store.UpdateSandbox(l.rec.ID, func(r *store.Sandbox) error {
+		if r.Transactions == nil {
+			r.Transactions = map[string]string{}
+		}
+		r.Transactions[exec] = tx.snap.ID
+		return nil
+	}); err != nil {
+		s.log.Warn("record a transactional exec", "sandbox_id", l.rec.ID, "exec", exec, "err", err)
+	}
+}
+
+// settleTxn removes exec's transaction from l's record.
+func (s *Supervisor) settleTxn(l *live, exec string) {
+	if _, err := s.store.UpdateSandbox(l.rec.ID, func(r *store.Sandbox) error {
+		delete(r.Transactions, exec)
+		return nil
+	}); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		s.log.Warn("settle a transactional exec", "sandbox_id", l.rec.ID, "exec", exec, "err", err)
+	}
 }
 
 // beforeExec takes the snapshot an exec needs before it runs: for its
@@ -94,9 +126,12 @@ func (s *Supervisor) afterExec(c Caller, l *live, tx *execTxn, res *sandbox.Resu
 	defer cancel()
 	if errors.Is(err, sandbox.ErrDetached) {
 		// This daemon let go of the sandbox and the exec runs on: the
-		// next daemon takes it up without its transaction (nothing to
-		// roll back to is kept), so its snapshot goes now.
-		tx.rollback = false
+		// next daemon finishes its transaction (see reattachProcs),
+		// with the snapshot and the record left as they are.
+		return
+	}
+	if tx.exec != "" {
+		defer s.settleTxn(l, tx.exec)
 	}
 	if tx.rollback {
 		why := failed(res)
@@ -197,9 +232,8 @@ func (s *Supervisor) dropCheckpoints(ctx context.Context, owner, id string) {
 
 // resumeSnapshots takes up the snapshots of l, a sandbox reattached after a
 // restart of the daemon: its step count goes on from its last checkpoint,
-// and the snapshots of transactional execs the previous daemon did not
-// finish go (a transaction does not outlive its daemon: the exec, if it
-// runs on, is an ordinary one now).
+// and the snapshots of transactional execs that no record names go (those
+// of a daemon killed between the snapshot and the exec's start).
 func (s *Supervisor) resumeSnapshots(ctx context.Context, l *live) {
 	if s.opts.Snapshots == nil || l.owner == "" {
 		return
@@ -209,6 +243,10 @@ func (s *Supervisor) resumeSnapshots(ctx context.Context, l *live) {
 		s.log.Warn("list the snapshots of a reattached sandbox", "sandbox_id", l.rec.ID, "err", err)
 		return
 	}
+	kept := map[string]bool{}
+	for _, snap := range l.rec.Transactions {
+		kept[snap] = true
+	}
 	for _, in := range list {
 		switch {
 		case in.Sandbox != l.rec.ID:
@@ -216,7 +254,7 @@ func (s *Supervisor) resumeSnapshots(ctx context.Context, l *live) {
 			if in.Step > l.step.Load() {
 				l.step.Store(in.Step)
 			}
-		case in.Kind == snapshot.KindPreExec:
+		case in.Kind == snapshot.KindPreExec && !kept[in.ID]:
 			if err := s.opts.Snapshots.Delete(ctx, in.ID); err != nil {
 				s.log.Warn("drop the snapshot of a transactional exec the previous daemon left", "sandbox_id", l.rec.ID, "snapshot", in.ID, "err", err)
 			}
