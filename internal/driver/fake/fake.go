@@ -7,9 +7,9 @@
 // "exit N" exits N; "sleep" runs until it is signalled or the sandbox
 // closes; "stty" prints the size of its terminal ("ROWS COLS") and fails
 // without one; "write PATH TEXT [CODE]" writes TEXT to the file PATH and
-// exits CODE (0 by default); anything else ("echo ARGS…", "python3 -c CODE") prints its
-// arguments and exits 0. A "terminal" (ExecRequest.PTY) is only its size,
-// which Resize changes; its output goes to Stdout.
+// exits CODE (0 by default); anything else ("echo ARGS…", "python3 -c
+// CODE") prints its arguments and exits 0. A "terminal" (ExecRequest.PTY)
+// is only its size, which Resize changes; its output goes to Stdout.
 package fake
 
 import (
@@ -145,7 +145,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 		sz := *req.PTY
 		p.size = &sz
 	}
-	go p.run(in, req)
+	go p.run(in, req) //nolint:gosec // the process outlives the request that started it
 	return p, nil
 }
 
