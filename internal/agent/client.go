@@ -85,7 +85,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		resolve:   connect.NewClient[PathRequest, PathRequest](hc, baseURL+ProcResolve, o...),
 		list:      connect.NewClient[Empty, ExecList](hc, baseURL+ProcList, o...),
 		forget:    connect.NewClient[ForgetRequest, Empty](hc, baseURL+ProcForget, o...),
-		scan:      connect.NewClient[ScanRequest, ScanChunk](hc, baseURL+ProcScan, o...),
+		scan:      connect.NewClient[ScanRequest, ScanChunk](hc, baseURL+ProcScan, blobClientOptions()...),
 		readBlobs: connect.NewClient[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, blobClientOptions()...),
 		apply:     connect.NewClient[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, blobClientOptions()...),
 	}

@@ -304,14 +304,16 @@ func (c *Client) Apply(ctx context.Context, roots []string, entries []sandbox.Tr
 
 // BlobCodec carries the snapshot calls' content without JSON: a BlobChunk
 // (alone, or as an ApplyInput's Blob) is a tag byte, the length and JSON
-// of its other fields, then its data as it is. Other messages are a tag
-// byte and JSON.
+// of its other fields, then its data as it is; a ScanChunk is a tag byte
+// and its binary form (entrycodec.go). Other messages are a tag byte and
+// JSON.
 type BlobCodec struct{}
 
 const (
 	tagJSON  = 0
 	tagChunk = 1
 	tagApply = 2
+	tagScan  = 3 // a ScanChunk (entrycodec.go)
 )
 
 // Name is the codec's name in the content type.
@@ -328,6 +330,8 @@ func (BlobCodec) Marshal(v any) ([]byte, error) {
 		if m.Blob != nil && len(m.Roots) == 0 && len(m.Entries) == 0 && !m.EntriesEnd && !m.BlobsEnd {
 			c, tag = m.Blob, tagApply
 		}
+	case *ScanChunk:
+		return marshalScan(m), nil
 	}
 	if c == nil {
 		b, err := json.Marshal(v)
@@ -352,8 +356,15 @@ func (BlobCodec) Unmarshal(b []byte, v any) error {
 		return errors.New("blob codec: empty message")
 	}
 	tag, b := b[0], b[1:]
-	if tag == tagJSON {
+	switch tag {
+	case tagJSON:
 		return json.Unmarshal(b, v)
+	case tagScan:
+		m, ok := v.(*ScanChunk)
+		if !ok {
+			return fmt.Errorf("blob codec: cannot unmarshal a scan's entries into %T", v)
+		}
+		return unmarshalScan(b, m)
 	}
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)-k) {
