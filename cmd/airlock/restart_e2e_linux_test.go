@@ -595,6 +595,9 @@ func TestServeUpgrade(t *testing.T) {
 		if _, err := f.c.StartProcess(ctx, kept, client.StartProcessRequest{ExecRequest: client.ExecRequest{Argv: []string{"sleep", "300"}}}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := f.c.Snapshot(ctx, kept, client.SnapshotRequest{Name: "before"}); err != nil {
+			t.Fatal(err)
+		}
 		f.stop()
 
 		f.bin = newBin
@@ -612,6 +615,14 @@ func TestServeUpgrade(t *testing.T) {
 		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Code != "version_mismatch" || !strings.Contains(ae.Message, "protocol") {
 			t.Errorf("an exec in a mismatched sandbox: %v; want version_mismatch naming the protocol", err)
+		}
+		for what, call := range map[string]func() error{
+			"snapshot": func() error { _, err := f.c.Snapshot(ctx, kept, client.SnapshotRequest{}); return err },
+			"restore":  func() error { _, err := f.c.Restore(ctx, kept, client.RestoreRequest{Snapshot: "before"}); return err },
+		} {
+			if err := call(); !errors.As(err, &ae) || ae.Code != "version_mismatch" {
+				t.Errorf("a %s of a mismatched sandbox: %v; want version_mismatch", what, err)
+			}
 		}
 		o := airlockRun(t, invocation{args: []string{"sandbox", "ls"}, env: []string{"AIRLOCK_URL=" + f.d.url, "AIRLOCK_API_KEY=" + f.key}, bin: newBin})
 		if o.code != 0 || !regexp.MustCompile(kept+`\s+running\s+default\s+`+strconv.Itoa(old.AgentProtocol)+` \(mismatch\)`).MatchString(o.stdout) || !strings.Contains(o.stderr, "protocol") {
