@@ -55,6 +55,7 @@ var Names = []string{
 	"kubernetes", // the one-node cluster of the tests (internal/testrig/kube), built by make kube-rig
 	"wasm",       // the wasm driver with python.wasm (make wasm-python)
 	"jupyter",    // a Jupyter kernel (python3-ipykernel, jupyter_client) that evaluates 1+1, for the E2B code interpreter
+	"s3",         // an S3-compatible server for the object store's tests (internal/testrig/s3server), built by make s3-rig
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

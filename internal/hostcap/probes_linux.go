@@ -35,6 +35,7 @@ var probes = map[string]probe{
 	// Four 100 MB programs start once, cold.
 	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
 	"wasm":       {run: probeWasm, timeout: 60 * time.Second},
+	"s3":         {run: probeS3, timeout: 40 * time.Second},
 }
 
 // ok is a working capability.

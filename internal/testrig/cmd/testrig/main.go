@@ -4,6 +4,7 @@
 //	testrig kube-build   build (if needed) the kube rig's programs and image (`make kube-rig`)
 //	testrig kube-up      start the one-node cluster, print its kubeconfig and
 //	                     memory, and stop it on SIGINT or SIGTERM
+//	testrig s3-build     build (if needed) the S3 test server, versitygw (`make s3-rig`)
 //
 // The cache is $AIRLOCK_CACHE (default /var/cache/airlock). Run it as root
 // from the repository: go run ./internal/testrig/cmd/testrig <command>.
@@ -24,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
+	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 func main() {
@@ -32,7 +34,7 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = "usage: testrig rootimage | kube-build | kube-up"
+const usage = "usage: testrig rootimage | kube-build | kube-up | s3-build"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
@@ -51,6 +53,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = kubeBuild(ctx, stdout, stderr)
 	case "kube-up":
 		err = kubeUp(ctx, stdout, stderr)
+	case "s3-build":
+		var p string
+		if p, err = s3server.Build(ctx, testrig.CacheDir(), stderr); err == nil {
+			fmt.Fprintln(stdout, p)
+		}
 	default:
 		fmt.Fprintln(stderr, usage)
 		return 2
