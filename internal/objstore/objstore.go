@@ -350,6 +350,9 @@ func (c *Client) Presign(ctx context.Context, bucket, key string, ttl time.Durat
 // Ping checks that the store answers and the credentials reach bucket.
 func (c *Client) Ping(ctx context.Context, bucket string) error {
 	if _, err := c.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {
+		if IsNotFound(err) {
+			return fmt.Errorf("reach bucket %s: the bucket does not exist: create it or name another one: %w", bucket, sandbox.ErrNotFound)
+		}
 		return c.Wrap("reach bucket "+bucket, err)
 	}
 	return nil
