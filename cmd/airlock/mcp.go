@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/policy"
-	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -179,12 +178,12 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 		done()
 		return nil, nil, err
 	}
-	snaps, err := snapshot.OpenLocal(filepath.Join(dir, "snapshots"))
+	snaps, objects, err := openObjects(ctx, cfg, dir)
 	if err != nil {
 		done()
 		return nil, nil, err
 	}
-	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true, Snapshots: snaps})
+	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true, Snapshots: snaps, Objects: objects})
 	if err != nil {
 		done()
 		return nil, nil, err

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/api/e2b"
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -123,14 +121,15 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 			}
 			return 1
 		}))
-	// Snapshots of sandboxes' files live in STATE/snapshots.
-	snaps, err := snapshot.OpenLocal(filepath.Join(f.stateDir, "snapshots"))
+	// Snapshots of sandboxes' files live in STATE/snapshots, or in the
+	// object store's bucket the config names.
+	snaps, objects, err := openObjects(ctx, cfg, f.stateDir)
 	if err != nil {
 		return err
 	}
 	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
-		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog, Snapshots: snaps,
+		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog, Snapshots: snaps, Objects: objects,
 	})
 	if err != nil {
 		return err

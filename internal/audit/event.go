@@ -67,6 +67,9 @@ const (
 	// KindReattach records a sandbox that a daemon took up again on start:
 	// it outlived the daemon before.
 	KindReattach Kind = "reattach"
+	// KindExport records a sandbox's file stored in an object store (or
+	// refused: Decision "deny").
+	KindExport Kind = "export"
 )
 
 // Event is one line of the log. The writer fills Seq, Time (when zero) and
@@ -105,6 +108,12 @@ type Event struct {
 	// SHA256 and Size describe a written file's content.
 	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size,omitempty"`
+	// Object is where an export stored a file (s3://bucket/key), and
+	// ContentType the type its bytes were found to be; Exec names the
+	// exec the export was made for.
+	Object      string `json:"object,omitempty"`
+	ContentType string `json:"content_type,omitempty"`
+	Exec        string `json:"exec,omitempty"`
 	// BytesSent and BytesReceived count an egress request's bytes to and
 	// from its destination.
 	BytesSent     int64 `json:"bytes_sent,omitempty"`

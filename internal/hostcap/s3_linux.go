@@ -32,7 +32,7 @@ func probeS3(ctx context.Context) Result {
 	if err := srv.MakeBucket("probe"); err != nil {
 		return fail("make a bucket: "+err.Error(), s3server.Fix)
 	}
-	c, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey})
+	c, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: objstore.Secret(srv.SecretKey)})
 	if err != nil {
 		return fail(err.Error(), s3server.Fix)
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -44,12 +45,21 @@ type Config struct {
 	// empty they come from the daemon's environment: AWS_ACCESS_KEY_ID and
 	// AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN).
 	AccessKeyID     string `toml:"access_key_id"`
-	SecretAccessKey string `toml:"secret_access_key"`
+	SecretAccessKey Secret `toml:"secret_access_key"`
 	// VirtualHosted addresses buckets as BUCKET.endpoint instead of
 	// endpoint/BUCKET (path style, which every S3-compatible server
 	// understands, is the default).
 	VirtualHosted bool `toml:"virtual_hosted"`
 }
+
+// Secret is a credential: logs and fmt print it redacted.
+type Secret string
+
+// String returns "REDACTED".
+func (Secret) String() string { return "REDACTED" }
+
+// LogValue keeps it out of slog's output.
+func (Secret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
 
 // Defaults.
 const (
@@ -73,7 +83,7 @@ func New(c Config) (*Client, error) {
 	if c.Region == "" {
 		c.Region = DefaultRegion
 	}
-	key, secret, token := c.AccessKeyID, c.SecretAccessKey, ""
+	key, secret, token := c.AccessKeyID, string(c.SecretAccessKey), ""
 	if key == "" && secret == "" {
 		key, secret, token = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -60,6 +61,13 @@ type Config struct {
 	Egress EgressConfig `toml:"egress"`
 	// E2B configures the E2B-compatible endpoints (see E2BConfig).
 	E2B E2BConfig `toml:"e2b"`
+	// ObjectStore is the S3-compatible store that snapshots (with
+	// Snapshots.Store "s3") and exports use (see objects.go).
+	ObjectStore objstore.Config `toml:"object_store"`
+	// Snapshots says where snapshots are kept.
+	Snapshots SnapshotsConfig `toml:"snapshots"`
+	// Export says where a sandbox's files may be exported to.
+	Export ExportConfig `toml:"export"`
 
 	// file is the file the Config was read from, and where finds a key's
 	// line in it (see KeyError).
@@ -116,6 +124,13 @@ type Template struct {
 	// Network is the sandboxes' default network and the most a create may
 	// ask for (see TemplateNetwork). Zero: none, and nothing more.
 	Network TemplateNetwork `toml:"network"`
+	// ExportTypes are the content types the sandboxes' files may be
+	// exported as ("text/csv", "image/png", "application/pdf", "image/*"),
+	// as their bytes say, never their names. None: no export.
+	ExportTypes []string `toml:"export_types"`
+	// ExportMax is the largest file an export stores. Zero means
+	// DefaultExportMax (100 MiB).
+	ExportMax Size `toml:"export_max"`
 }
 
 // Defaults of Config.
@@ -216,12 +231,18 @@ func (c Config) withDefaults() (Config, error) {
 		if err := t.Network.check(); err != nil {
 			return c, keyErr(key("network"), fmt.Errorf("template %q: %w", t.Name, err))
 		}
+		if k, err := t.checkExport(); err != nil {
+			return c, keyErr(key(k), fmt.Errorf("template %q: %w", t.Name, err))
+		}
 	}
 	if err := c.Egress.check(); err != nil {
 		return c, err
 	}
 	var err error
 	if c.E2B, err = c.E2B.withDefaults(c.Templates); err != nil {
+		return c, err
+	}
+	if err := c.checkObjects(); err != nil {
 		return c, err
 	}
 	return c, nil

@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -72,6 +73,9 @@ type Options struct {
 	// Snapshots stores the snapshots of sandboxes' files. Nil: snapshots
 	// (and transactional execs, checkpoints, forks) are unsupported.
 	Snapshots snapshot.Store
+	// Objects is the object store exports write to (the config's
+	// [object_store]). Nil: no export.
+	Objects *objstore.Client
 	// NoApprover says nobody can decide approvals (the one-user supervisor
 	// of stdio MCP): a verdict of ask denies at once instead of waiting.
 	NoApprover bool

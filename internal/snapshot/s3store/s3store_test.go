@@ -36,7 +36,7 @@ func server(t *testing.T) *s3server.Server {
 
 func client(t *testing.T, srv *s3server.Server, secret string) *objstore.Client {
 	t.Helper()
-	c, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: secret})
+	c, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: objstore.Secret(secret)})
 	if err != nil {
 		t.Fatal(err)
 	}

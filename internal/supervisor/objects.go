@@ -1,0 +1,98 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/objstore"
+)
+
+// SnapshotsConfig says where snapshots are kept:
+//
+//	[snapshots]
+//	store = "local"          # STATE/snapshots; or "s3": the bucket below
+//	bucket = "airlock-snapshots"   # in [object_store]
+//	prefix = "prod/"         # keys start with it; daemons on one bucket and prefix share snapshots
+type SnapshotsConfig struct {
+	Store  string `toml:"store"`
+	Bucket string `toml:"bucket"`
+	Prefix string `toml:"prefix"`
+}
+
+// Where snapshots can be kept.
+const (
+	SnapshotsLocal = "local"
+	SnapshotsS3    = "s3"
+)
+
+// ExportConfig says where a sandbox's files may be exported:
+//
+//	[export]
+//	buckets = ["agent-outputs"]   # the buckets of [object_store] exports may write to; none: no export
+//	presign = "15m"               # each exported object's download URL lasts this long; 0: none
+type ExportConfig struct {
+	Buckets []string `toml:"buckets"`
+	Presign Duration `toml:"presign"`
+}
+
+// DefaultExportMax is the largest file an export stores unless the
+// template says otherwise.
+const DefaultExportMax = 100 << 20
+
+// maxPresign is S3's limit on a presigned URL's life.
+const maxPresign = 7 * 24 * time.Hour
+
+// UsesObjects says whether the config needs [object_store].
+func (c Config) UsesObjects() bool {
+	return c.Snapshots.Store == SnapshotsS3 || len(c.Export.Buckets) > 0
+}
+
+// checkObjects checks [object_store], [snapshots] and [export].
+func (c Config) checkObjects() error {
+	switch c.Snapshots.Store {
+	case "", SnapshotsLocal:
+		if c.Snapshots.Bucket != "" || c.Snapshots.Prefix != "" {
+			return keyErr("snapshots.bucket", fmt.Errorf("bucket and prefix are for store = %q", SnapshotsS3))
+		}
+	case SnapshotsS3:
+		if err := objstore.CheckBucket(c.Snapshots.Bucket); err != nil {
+			return keyErr("snapshots.bucket", err)
+		}
+	default:
+		return keyErr("snapshots.store", fmt.Errorf("%q: use %q (the state directory) or %q (the [object_store] bucket)", c.Snapshots.Store, SnapshotsLocal, SnapshotsS3))
+	}
+	for i, b := range c.Export.Buckets {
+		if err := objstore.CheckBucket(b); err != nil {
+			return keyErr(fmt.Sprintf("export.buckets[%d]", i), err)
+		}
+	}
+	if c.Export.Presign < 0 || time.Duration(c.Export.Presign) > maxPresign {
+		return keyErr("export.presign", fmt.Errorf("%s: give 0 (no URL) up to 7 days (168h)", time.Duration(c.Export.Presign)))
+	}
+	o := c.ObjectStore
+	if !c.UsesObjects() {
+		if o != (objstore.Config{}) {
+			return keyErr("object_store", fmt.Errorf("nothing uses it: set [snapshots] store = %q or [export] buckets", SnapshotsS3))
+		}
+		return nil
+	}
+	if (o.AccessKeyID == "") != (o.SecretAccessKey == "") {
+		return keyErr("object_store.access_key_id", fmt.Errorf("give both access_key_id and secret_access_key, or neither (then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY come from the daemon's environment)"))
+	}
+	return nil
+}
+
+// checkExport checks a template's export keys; it returns the key at
+// fault.
+func (t *Template) checkExport() (string, error) {
+	if err := objstore.CheckAllowed(t.ExportTypes); err != nil {
+		return "export_types", err
+	}
+	if t.ExportMax < 0 {
+		return "export_max", fmt.Errorf("export_max must be positive")
+	}
+	if t.ExportMax == 0 {
+		t.ExportMax = DefaultExportMax
+	}
+	return "", nil
+}
