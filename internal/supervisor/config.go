@@ -242,6 +242,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.E2B, err = c.E2B.withDefaults(c.Templates); err != nil {
 		return c, err
 	}
+	if c.ObjectStore.Region == "" {
+		c.ObjectStore.Region = objstore.DefaultRegion
+	}
+	if c.Snapshots.Store == "" {
+		c.Snapshots.Store = SnapshotsLocal
+	}
 	if err := c.checkObjects(); err != nil {
 		return c, err
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path"
@@ -432,3 +433,49 @@ func TestForkFromObjectStore(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestObjectConfig: the object store's keys load, and a mistake in them
+// names its key.
+func TestObjectConfig(t *testing.T) {
+	good := `
+[object_store]
+endpoint = "http://127.0.0.1:9000"
+access_key_id = "AK"
+secret_access_key = "SK"
+[snapshots]
+store = "s3"
+bucket = "airlock-snaps"
+prefix = "prod/"
+[export]
+buckets = ["agent-outputs"]
+presign = "15m"
+[[template]]
+name = "default"
+export_types = ["text/csv", "image/*"]
+`
+	c, err := parseConfig("c.toml", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ObjectStore.SecretAccessKey != "SK" || c.Snapshots.Bucket != "airlock-snaps" || c.Templates[0].ExportMax != DefaultExportMax || !c.UsesObjects() {
+		t.Fatalf("config %+v", c)
+	}
+	if s := fmt.Sprintf("%v", c.ObjectStore); strings.Contains(s, "SK") {
+		t.Fatalf("the secret prints: %s", s)
+	}
+	for _, bad := range []struct{ text, key string }{
+		{"[snapshots]\nstore = \"nfs\"\n", "snapshots.store"},
+		{"[snapshots]\nstore = \"s3\"\nbucket = \"Bad_Bucket\"\n", "snapshots.bucket"},
+		{"[export]\nbuckets = [\"x\"]\n", "export.buckets"},
+		{"[export]\npresign = \"30d\"\n", "export.presign"},
+		{"[object_store]\naccess_key_id = \"AK\"\n", "object_store.access_key_id"},
+		{"[[template]]\nname = \"t\"\nexport_types = [\"*/*\"]\n", "template.export_types"},
+		{"[[template]]\nname = \"t\"\nexport_types = [\"text/csv; charset=utf-8\"]\n", "template.export_types"},
+	} {
+		_, err := parseConfig("c.toml", bad.text)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || unindexed(ce.Key) != bad.key {
+			t.Errorf("%q: %v, want an error at %s", bad.text, err, bad.key)
+		}
+	}
+}

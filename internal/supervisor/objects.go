@@ -50,7 +50,7 @@ func (c Config) UsesObjects() bool {
 // checkObjects checks [object_store], [snapshots] and [export].
 func (c Config) checkObjects() error {
 	switch c.Snapshots.Store {
-	case "", SnapshotsLocal:
+	case SnapshotsLocal:
 		if c.Snapshots.Bucket != "" || c.Snapshots.Prefix != "" {
 			return keyErr("snapshots.bucket", fmt.Errorf("bucket and prefix are for store = %q", SnapshotsS3))
 		}
@@ -70,12 +70,6 @@ func (c Config) checkObjects() error {
 		return keyErr("export.presign", fmt.Errorf("%s: give 0 (no URL) up to 7 days (168h)", time.Duration(c.Export.Presign)))
 	}
 	o := c.ObjectStore
-	if !c.UsesObjects() {
-		if o != (objstore.Config{}) {
-			return keyErr("object_store", fmt.Errorf("nothing uses it: set [snapshots] store = %q or [export] buckets", SnapshotsS3))
-		}
-		return nil
-	}
 	if (o.AccessKeyID == "") != (o.SecretAccessKey == "") {
 		return keyErr("object_store.access_key_id", fmt.Errorf("give both access_key_id and secret_access_key, or neither (then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY come from the daemon's environment)"))
 	}

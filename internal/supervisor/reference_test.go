@@ -109,7 +109,7 @@ func TestReferenceConfigDefaults(t *testing.T) {
 	got.file, got.where, want.file, want.where = "", nil, "", nil
 	// Empty lists in the file are nil when left out: the same setting.
 	for _, c := range []*Config{&got, &want} {
-		for _, l := range []*[]string{&c.Drivers, &c.AllowedHosts, &c.AllowedOrigins} {
+		for _, l := range []*[]string{&c.Drivers, &c.AllowedHosts, &c.AllowedOrigins, &c.Export.Buckets} {
 			if len(*l) == 0 {
 				*l = nil
 			}

@@ -105,7 +105,9 @@ func (s *Store) blobKey(ns, digest string) string {
 
 func (s *Store) manifestKey(id string) string { return s.prefix + "snapshots/" + id + ".json" }
 
-func (s *Store) infoKey(ns, id string) string { return s.prefix + "info/" + nsDir(ns) + "/" + id + ".json" }
+func (s *Store) infoKey(ns, id string) string {
+	return s.prefix + "info/" + nsDir(ns) + "/" + id + ".json"
+}
 
 // confirmed says whether ns's digest was confirmed recently enough that it
 // outlives a Put made now.
