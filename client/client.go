@@ -89,7 +89,8 @@ type Error struct {
 	Status int
 	// Code is the stable error code: not_found, unauthorized, forbidden,
 	// invalid, rate_limited, quota_exceeded, insufficient_capacity,
-	// not_running, path_outside, archive_refused, internal, …
+	// not_running, path_outside, archive_refused, type_refused, too_large,
+	// store_unavailable, store_denied, internal, …
 	Code    string
 	Message string
 	// RetryAfter is the wait the daemon asked for (rate limits).

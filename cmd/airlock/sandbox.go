@@ -31,7 +31,7 @@ func newSandboxCmd() *cobra.Command {
 		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
 	}
 	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd(),
-		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd())
+		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd(), newSandboxExportCmd())
 	return cmd
 }
 

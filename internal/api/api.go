@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -152,6 +153,8 @@ var routes = []route{
 	{method: "GET", path: "/v1/snapshots/{snap}", h: (*Server).getSnapshot},
 	{method: "DELETE", path: "/v1/snapshots/{snap}", h: (*Server).deleteSnapshot},
 	{method: "POST", path: "/v1/snapshots/{snap}/fork", op: opCreate, h: (*Server).forkSnapshot},
+
+	{method: "POST", path: "/v1/sandboxes/{id}/export", op: opFiles, h: (*Server).exportFiles},
 
 	{method: "POST", path: "/v1/keys", operator: true, h: (*Server).createKey},
 	{method: "GET", path: "/v1/keys", operator: true, h: (*Server).listKeys},
@@ -397,6 +400,14 @@ func classify(err error) *Error {
 		return &Error{http.StatusForbidden, "denied", m, 0}
 	case errors.Is(err, supervisor.ErrAudit):
 		return &Error{http.StatusServiceUnavailable, "audit_unavailable", "the audit log cannot record actions; the daemon's log has the details", 0}
+	case errors.Is(err, supervisor.ErrTypeRefused):
+		return &Error{http.StatusUnsupportedMediaType, "type_refused", m, 0}
+	case errors.Is(err, objstore.ErrTooLarge):
+		return &Error{http.StatusRequestEntityTooLarge, "too_large", m, 0}
+	case errors.Is(err, objstore.ErrUnavailable):
+		return &Error{http.StatusBadGateway, "store_unavailable", m, 0}
+	case errors.Is(err, objstore.ErrDenied):
+		return &Error{http.StatusBadGateway, "store_denied", m, 0}
 	case errors.Is(err, supervisor.ErrForbidden):
 		return &Error{http.StatusForbidden, "forbidden", m, 0}
 	case errors.Is(err, supervisor.ErrQuota):

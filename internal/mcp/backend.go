@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"github.com/airlock-sandbox/airlock/client"
 	"io/fs"
 	"syscall"
 	"time"
@@ -70,6 +71,9 @@ type Backend interface {
 	// Fork makes a new sandbox from snapshot ref (a name is looked up
 	// among sandbox id's snapshots).
 	Fork(ctx context.Context, id, ref string, ttl time.Duration) (SandboxInfo, error)
+
+	// Export stores a sandbox's file or directory tree in the object store.
+	Export(ctx context.Context, id string, req client.ExportRequest) (*client.ExportResult, error)
 }
 
 // SnapshotRequest asks for a snapshot.

@@ -33,6 +33,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -98,6 +99,7 @@ func New(opts Options) (*Server, error) {
 	s.addExecTools()
 	s.addFileTools()
 	s.addSnapshotTools()
+	s.addExportTools()
 	return s, nil
 }
 
@@ -287,6 +289,9 @@ func (s *Server) errorText(err error) string {
 		return apiErr.Message + " (" + apiErr.Code + ")" + retryText(apiErr.RetryAfter)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "the call was cancelled or timed out before it finished"
+	case errors.Is(err, supervisor.ErrTypeRefused), errors.Is(err, objstore.ErrTooLarge),
+		errors.Is(err, objstore.ErrUnavailable), errors.Is(err, objstore.ErrDenied):
+		return err.Error()
 	case errors.Is(err, supervisor.ErrForbidden), errors.Is(err, supervisor.ErrQuota),
 		errors.Is(err, supervisor.ErrCapacity), errors.Is(err, supervisor.ErrNotRunning),
 		errors.Is(err, sandbox.ErrClosed), errors.Is(err, sandbox.ErrNotFound),

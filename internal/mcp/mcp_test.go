@@ -274,7 +274,7 @@ func TestToolsListed(t *testing.T) {
 		"run_code", "run_command", "process_list", "process_wait", "process_output", "process_kill", "process_send_input",
 		"run_python_code", "execute_code", "execute",
 		"read_file", "write_file", "edit_file", "list_directory", "get_file_info", "create_directory", "move_file", "delete", "glob", "grep",
-		"sandbox_snapshot", "sandbox_snapshot_list", "sandbox_restore", "sandbox_diff", "sandbox_fork",
+		"sandbox_snapshot", "sandbox_snapshot_list", "sandbox_restore", "sandbox_diff", "sandbox_fork", "sandbox_export",
 	}
 	for _, n := range want {
 		tl := tools[n]
