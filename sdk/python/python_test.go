@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // unittest -v prints one line per test on stderr: "NAME (ID) ... STATUS".
@@ -67,9 +69,22 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("the venv imports airlock from %s, not from its own site-packages", where)
 	}
 
+	// The export tests need an S3 server: versitygw where the s3
+	// capability works (CI requires it; elsewhere those tests skip).
+	var s3env []string
+	if r := hostcap.Probe(ctx, "s3"); r.OK {
+		srv := s3server.Start(t)
+		if err := srv.MakeBucket("agent-outputs"); err != nil {
+			t.Fatal(err)
+		}
+		s3env = append(s3env, "AIRLOCK_TEST_S3="+strings.Join([]string{srv.Endpoint, srv.Region, srv.AccessKey, srv.SecretKey, "agent-outputs"}, " "))
+	} else {
+		t.Logf("the export tests skip: s3: %s (fix: %s)", r.Why, r.Fix)
+	}
+
 	cmd := exec.CommandContext(ctx, vpy, "-m", "unittest", "-v")
 	cmd.Dir = filepath.Join(repo, "sdk", "python")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), s3env...),
 		"AIRLOCK_BIN="+filepath.Join(tmp, "airlock"),
 		"AIRLOCK_AGENT="+filepath.Join(tmp, "airlock-agent"),
 		"PYTHONDONTWRITEBYTECODE=1",

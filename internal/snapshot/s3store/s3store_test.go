@@ -204,12 +204,23 @@ func TestDeleteKeepsSharedContent(t *testing.T) {
 }
 
 // TestWrongCredentials: a store opened with a secret the server does not
-// know is refused, with an error that names the credentials to check.
+// know is refused, with an error that names the credentials to check; the
+// environment's credentials work; a missing bucket says to create it.
 func TestWrongCredentials(t *testing.T) {
 	srv := server(t)
 	_, err := Open(context.Background(), client(t, srv, "not-the-secret"), "snaps", "")
 	if !errors.Is(err, objstore.ErrDenied) || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
 		t.Fatalf("Open with a wrong secret: %v, want ErrDenied saying what to check", err)
+	}
+	// Credentials from the daemon's environment, when the config has none.
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	envClient, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), envClient, "snaps", ""); err != nil {
+		t.Fatalf("Open with the environment's credentials: %v", err)
 	}
 	_, err = Open(context.Background(), client(t, srv, srv.SecretKey), "no-such-bucket", "")
 	if !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "create it") {

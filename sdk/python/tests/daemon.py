@@ -74,6 +74,29 @@ allow_addresses = ["127.0.0.1:{port}"]
 """
 
 
+# An S3-compatible server the Go test started (versitygw), as
+# "ENDPOINT REGION ACCESS_KEY SECRET_KEY BUCKET": the daemon exports to
+# its bucket. Unset: the export tests skip.
+S3 = os.environ.get("AIRLOCK_TEST_S3", "").split()
+
+EXPORT_CONFIG = """
+[[template]]
+name = "exports"
+export_types = ["text/csv", "image/png"]
+export_max = "64k"
+
+[object_store]
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{access}"
+secret_access_key = "{secret}"
+
+[export]
+buckets = ["{bucket}"]
+presign = "10m"
+"""
+
+
 class _Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = b"hello from the host\n"
@@ -109,6 +132,9 @@ class Daemon:
             f.write(POLICY)
         with open(os.path.join(self.state, "config.toml"), "w") as f:
             f.write(CONFIG.format(port=self.web_port))
+            if len(S3) == 5:
+                endpoint, region, access, secret, bucket = S3
+                f.write(EXPORT_CONFIG.format(endpoint=endpoint, region=region, access=access, secret=secret, bucket=bucket))
         self.keys = {
             name: self._key(name, role)
             for name, role in (("operator", "operator"), ("operator2", "operator"), ("agent", "agent"), ("agent2", "agent"))

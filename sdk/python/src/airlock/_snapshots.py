@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import quote
 
-from .models import Diff, RestoreResult, SandboxInfo, SnapshotInfo, _obj
+from .models import Diff, ExportResult, RestoreResult, SandboxInfo, SnapshotInfo, _obj
 
 if TYPE_CHECKING:
     from ._transport import Transport
@@ -112,6 +112,30 @@ class SnapshotsMixin:
             return resp.read().decode("utf-8", "replace")
         finally:
             resp.close()
+
+    def export(self, path: str, to: str, *, exec_id: str | None = None) -> ExportResult:
+        """Stores a file, or every regular file of a directory tree, of the
+        sandbox in the daemon's object store, so that it outlives the
+        sandbox: ``to`` is ``s3://BUCKET/PREFIX/`` (a directory's files go
+        under it at their paths; a file under it with its name) or
+        ``s3://BUCKET/KEY`` for one file. Each file's content type is found
+        from its bytes (never its name) and must be one the template
+        exports; all or nothing.
+
+        Raises TypeRefused (a file's bytes are a type the template does not
+        export), TooLarge (over the template's export_max), Forbidden (a
+        bucket the daemon does not export to, a template without
+        export_types), StoreUnavailable, StoreDenied, Unsupported (the
+        daemon has no object store).
+        """
+        if not path or not isinstance(path, str):
+            raise ValueError("path: give the sandbox's file or directory")
+        if not isinstance(to, str) or not to.startswith("s3://"):
+            raise ValueError(f"to {to!r}: give s3://BUCKET/PREFIX/")
+        body: dict[str, Any] = {"path": path if path.startswith("/") else "/workspace/" + path, "to": to}
+        if exec_id:
+            body["exec"] = exec_id
+        return ExportResult.from_json(self._t.request("POST", self._path("export"), json_body=body, read_timeout=None).json())
 
     def fork(self, snapshot: str, *, ttl: float | None = None, env: Mapping[str, str] | None = None) -> Sandbox:
         """A new sandbox from one of this sandbox's snapshots (id or name):

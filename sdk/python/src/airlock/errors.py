@@ -51,6 +51,9 @@ __all__ = [
     "Unsupported",
     "InsufficientCapacity",
     "AuditUnavailable",
+    "TypeRefused",
+    "StoreUnavailable",
+    "StoreDenied",
     "error_for",
 ]
 
@@ -284,6 +287,28 @@ class AuditUnavailable(ServerError):
     code_name = "audit_unavailable"
 
 
+class TypeRefused(APIError):
+    """415 ``type_refused``: an export's file is, by its bytes (never its
+    name), a content type the sandbox's template does not export; nothing
+    was stored."""
+
+    code_name = "type_refused"
+
+
+class StoreUnavailable(ServerError):
+    """502 ``store_unavailable``: the daemon's object store does not answer;
+    nothing was stored. Retry once it is back."""
+
+    code_name = "store_unavailable"
+
+
+class StoreDenied(ServerError):
+    """502 ``store_denied``: the daemon's object store refuses its
+    credentials (the operator's config); nothing was stored."""
+
+    code_name = "store_denied"
+
+
 def _by_code() -> dict[str, type[APIError]]:
     out: dict[str, type[APIError]] = {}
     todo: list[type[APIError]] = [APIError]
@@ -307,6 +332,7 @@ _STATUSES: dict[int, type[APIError]] = {
     405: MethodNotAllowed,
     409: Conflict,
     413: TooLarge,
+    415: TypeRefused,
     429: RateLimited,
     500: InternalError,
     501: Unsupported,

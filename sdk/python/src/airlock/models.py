@@ -33,6 +33,8 @@ __all__ = [
     "EgressSummary",
     "Health",
     "PoolStatus",
+    "ExportedObject",
+    "ExportResult",
 ]
 
 # Sandbox states (SandboxInfo.state).
@@ -748,4 +750,52 @@ class RestoreResult:
             changed=_int(d.get("changed")),
             removed=_int(d.get("removed")),
             received_bytes=_int(d.get("received_bytes")),
+        )
+
+
+@dataclass(frozen=True)
+class ExportedObject:
+    """One file an export stored: where (``s3://BUCKET/KEY``), its size,
+    the content type its bytes are, its SHA-256 (hex), and a download URL
+    until ``expires`` when the daemon presigns."""
+
+    path: str
+    object: str
+    size: int = 0
+    content_type: str = ""
+    sha256: str = ""
+    url: str | None = None
+    expires: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> ExportedObject:
+        d = _obj(d)
+        return cls(
+            path=_str(d.get("path")),
+            object=_str(d.get("object")),
+            size=_int(d.get("size")),
+            content_type=_str(d.get("content_type")),
+            sha256=_str(d.get("sha256")),
+            url=d.get("url") if isinstance(d.get("url"), str) else None,
+            expires=_time(d.get("expires")),
+        )
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export stored, and what a tree held that is not a regular
+    file (skipped)."""
+
+    objects: tuple[ExportedObject, ...] = ()
+    bytes: int = 0
+    skipped: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> ExportResult:
+        d = _obj(d)
+        objs = d.get("objects")
+        return cls(
+            objects=tuple(ExportedObject.from_json(o) for o in objs) if isinstance(objs, list) else (),
+            bytes=_int(d.get("bytes")),
+            skipped=_strs(d.get("skipped")),
         )
