@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,7 +85,7 @@ buckets = ["agent-outputs"]
 	if o.code == 0 || !strings.Contains(o.stderr, "image/png") || !strings.Contains(o.stderr, "type_refused") {
 		t.Fatalf("a PNG named .csv: exit %d, %s", o.code, o.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(srv.Dir, "agent-outputs", "run-1", "data.csv")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(srv.Dir, "agent-outputs", "run-1", "data.csv")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the refused file is in the bucket: %v", err)
 	}
 

@@ -175,6 +175,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
 	r.Rows = append(r.Rows, wasmR...)
 	r.Rows = append(r.Rows, snapshotRows(ctx, o, drv, drvErr, progress)...)
+	r.Rows = append(r.Rows, exportRows(ctx, o, drv, drvErr, progress)...)
 	r.Rows = append(r.Rows, tputR...)
 	r.Rows = append(r.Rows, wasmTput...)
 	if drvErr == nil {

@@ -36,7 +36,8 @@ func wantRows(clients []int) []string {
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
 		"wasm/instantiate", "wasm/python",
-		"snapshots/first", "snapshots/incremental", "snapshots/restore", "snapshots/create", "snapshots/fork", "snapshots/diff")
+		"snapshots/first", "snapshots/incremental", "snapshots/restore", "snapshots/create", "snapshots/fork", "snapshots/diff",
+		"export/direct", "export/throughput")
 	for _, c := range clients {
 		for _, l := range []string{"fork-exec", "bwrap", "airlock-native"} {
 			ids = append(ids, fmt.Sprintf("throughput/%s-c%d", l, c))

@@ -275,7 +275,7 @@ func (c *Client) Put(ctx context.Context, u Upload, r io.Reader, head func([]byt
 	where := "s3://" + u.Bucket + "/" + u.Key
 	buf := make([]byte, PartSize)
 	n, err := io.ReadFull(r, buf)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return 0, fmt.Errorf("store %s: read the content: %w", where, err)
 	}
 	last := err != nil
@@ -326,7 +326,7 @@ func (c *Client) Put(ctx context.Context, u Upload, r io.Reader, head func([]byt
 			break
 		}
 		n, err = io.ReadFull(r, buf)
-		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("store %s: read the content: %w", where, err)
 		}
 		last = err != nil
@@ -415,7 +415,7 @@ func (c *Client) Wrap(what string, err error) error {
 	var ne net.Error
 	var oe *net.OpError
 	if errors.As(err, &oe) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%s: %w at %s (%v): check that it runs and that the endpoint in the config file is right, then retry", what, ErrUnavailable, c.endpointName(), rootCause(err))
+		return fmt.Errorf("%s: %w at %s (%w): check that it runs and that the endpoint in the config file is right, then retry", what, ErrUnavailable, c.endpointName(), rootCause(err))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

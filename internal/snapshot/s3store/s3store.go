@@ -168,7 +168,7 @@ func (s *Store) HasBlob(ctx context.Context, ns, digest string) (bool, error) {
 func (s *Store) PutBlob(ctx context.Context, ns string, r io.Reader) (string, int64, error) {
 	buf := make([]byte, objstore.PartSize)
 	n, err := io.ReadFull(r, buf)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return "", 0, fmt.Errorf("store content: %w", err)
 	}
 	h := sha256.New()
@@ -362,8 +362,11 @@ func (s *Store) readInfo(ctx context.Context, prefix, id string) (snapshot.Info,
 	if err != nil {
 		return in, fmt.Errorf("read snapshot %s: %w", id, err)
 	}
-	if err := json.Unmarshal(b, &in); err != nil || in.ID != id {
-		return in, fmt.Errorf("read snapshot %s: its description is not one (%v)", id, err)
+	if err := json.Unmarshal(b, &in); err != nil {
+		return in, fmt.Errorf("read snapshot %s: its description: %w", id, err)
+	}
+	if in.ID != id {
+		return in, fmt.Errorf("read snapshot %s: its description says it is %q", id, in.ID)
 	}
 	s.mu.Lock()
 	s.infos[id] = in
