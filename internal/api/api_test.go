@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -39,6 +40,8 @@ type envOptions struct {
 	mem func() (int64, error)
 	// snapshots gives the supervisor a snapshot store.
 	snapshots bool
+	// objects is the object store exports go to.
+	objects *objstore.Client
 }
 
 func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
@@ -56,7 +59,7 @@ func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
 	}
 	sup, err := supervisor.New(supervisor.Options{
 		Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: o.cfg,
-		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem, Snapshots: snaps,
+		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem, Snapshots: snaps, Objects: o.objects,
 	})
 	if err != nil {
 		t.Fatal(err)
