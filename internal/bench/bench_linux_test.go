@@ -18,6 +18,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/driver/microvm"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
+	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // wantRows are the ids of a complete report with steps 1, 2, 4 and one
@@ -107,6 +109,7 @@ func TestQuickBenchIsComplete(t *testing.T) {
 
 	// What must have been measured here, what may be missing, what is not built.
 	_, bwrapErr := exec.LookPath("bwrap")
+	_, s3Err := s3server.Find(testrig.CacheDir())
 	vmWant := []Status{StatusOK}
 	if d, err := microvm.New(microvm.Options{}); err != nil || d.Probe(ctx) != nil {
 		vmWant = []Status{StatusMissing, StatusFailed}
@@ -121,6 +124,8 @@ func TestQuickBenchIsComplete(t *testing.T) {
 		case strings.Contains(row.ID, "bwrap") && bwrapErr != nil:
 			want = []Status{StatusMissing}
 		case row.Section == "docker" && dockerImage == "":
+			want = []Status{StatusMissing}
+		case row.Section == "export" && s3Err != nil:
 			want = []Status{StatusMissing}
 		case (strings.HasPrefix(row.ID, "e2b/create") || row.ID == "e2b/run-code") && !e2bReady:
 			want = []Status{StatusMissing}
