@@ -235,8 +235,8 @@ func TestWriteTextFixedReport(t *testing.T) {
 		"  cgroups  v2\n",
 		"  root        ok       root works\n",
 		"  cgroupv1    missing\n              why: cgroupv1 is broken\n              fix: fix cgroupv1\n",
-		"  native      ok       namespaces; can: shell, code in sh/bash/python3, files, background processes, terminals\n",
-		"  gvisor      missing  can: shell, code in sh/bash/python3, files, background processes, terminals\n              why: no runsc\n              fix: make runsc\n",
+		"  native      ok       namespaces; can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n",
+		"  gvisor      missing  can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n              why: no runsc\n              fix: make runsc\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
