@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -60,6 +61,8 @@ type rig struct {
 
 	mu      sync.Mutex
 	lock    *testrig.Lock
+	bins    *kubebin.Set // once started
+	socket  string       // containerd's, once started
 	comps   []*component
 	stopped bool
 }
@@ -268,6 +271,9 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 		return nil, err
 	}
 	socket := r.p("containerd", "containerd.sock")
+	r.mu.Lock()
+	r.bins, r.socket = pre.bins, socket
+	r.mu.Unlock()
 	pauseRef := "airlock.invalid/pause:" + pauseTag(pre.bins.Path(kubebin.Pause))
 	runscCfg := r.p("config", "runsc.toml")
 	platform := "systrap"
@@ -516,6 +522,26 @@ func (r *rig) importImages(ctx context.Context, pre *prerequisites, socket, paus
 		}
 	}
 	return nil
+}
+
+// importLayer imports a one-layer image whose layer (an uncompressed
+// tar) is in memory.
+func (r *rig) importLayer(ctx context.Context, ref string, layer []byte, entrypoint []string) error {
+	r.mu.Lock()
+	bins, socket := r.bins, r.socket
+	r.mu.Unlock()
+	if bins == nil {
+		return errors.New("import an image: the rig has not started")
+	}
+	ctx, cancel := context.WithTimeout(ctx, importTimeout)
+	defer cancel()
+	return r.importImage(ctx, bins, socket, ociImage{
+		ref:         ref,
+		layer:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
+		layerDigest: digestOf(layer),
+		layerSize:   int64(len(layer)),
+		entrypoint:  entrypoint,
+	})
 }
 
 // importImage streams one image into `ctr images import -`.
