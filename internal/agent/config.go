@@ -126,6 +126,10 @@ type ContainedConfig struct {
 	// whose mount point it removes, so that no command sees it; relays are
 	// started from there (Home/bin). Empty: none.
 	AgentVolume string `json:"agent_volume,omitempty"`
+	// Unmount are mount points the runtime made that commands must not
+	// see (a kubelet's /dev/termination-log): the agent unmounts and
+	// removes them. Empty: none.
+	Unmount []string `json:"unmount,omitempty"`
 	// Home is a directory the agent makes, that only root may enter, for
 	// what it keeps: the moved AgentVolume, and where the driver says so,
 	// its session socket and the commands' chroot. Empty: none.

@@ -29,6 +29,9 @@ import (
 // outlives its host, until the host kills it), then exit, which ends
 // everything in the sandbox.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == agent.OwnNamespacesArg {
+		return ownNamespaces()
+	}
 	if len(os.Args) == 3 && os.Args[1] == agent.RelayArg {
 		return relay(os.Args[2])
 	}
@@ -98,6 +101,11 @@ func run() error {
 	}
 	workloadRoot := 0
 	if cfg.Contained != nil {
+		// The runtime stops the sandbox with SIGTERM (a kubelet deleting
+		// the Pod, `docker stop`): end at once, and the kernel kills
+		// every process of the sandbox with its first one, rather than
+		// keep the runtime waiting for its grace period.
+		endOnTerm()
 		// The runtime built the root; what remains lives inside it.
 		var err error
 		if workloadRoot, err = setupContained(&cfg); err != nil {

@@ -48,6 +48,12 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 		}
 		remove = append(remove, g.AgentMount)
 	}
+	for _, m := range g.Unmount {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return 0, fmt.Errorf("unmount %s: %w", m, err)
+		}
+		remove = append(remove, m)
+	}
 	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
 		remove = append(remove, "/sys")
 	} else if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
