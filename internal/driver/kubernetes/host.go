@@ -136,10 +136,15 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 		return nil, nil, h.startError(fmt.Errorf("attach to the Pod: %w", err))
 	}
 	h.conn = conn
+	t0 := time.Now()
+	// The write returns once the stream is open and has taken it.
 	if err := agent.WriteConfig(conn, cfg); err != nil {
 		return nil, nil, h.startError(err)
 	}
-	return h.dial(ctx)
+	t1 := time.Now()
+	cl, layers, err := h.dial(ctx)
+	h.d.opts.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
+	return cl, layers, err
 }
 
 // dial performs the handshake with the agent over h.conn.

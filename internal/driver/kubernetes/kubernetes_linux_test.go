@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -299,12 +300,16 @@ func TestSmoke(t *testing.T) {
 // exec's round trip through the API server's stream.
 func TestWarmPool(t *testing.T) {
 	r := testRig(t)
+	// client-go's own log goes to the first driver's logger: not this
+	// test's, which ends before the process.
+	routeKlog(slog.New(slog.DiscardHandler))
 	const size = 2
 	shape := sandbox.Spec{Runtime: RuntimeClassNone, Limits: sandbox.Limits{MemoryBytes: 64 << 20}}
 	d, err := New(Options{
 		Config: r.c.Config, Namespace: r.ns, Image: r.c.Image, ImagePullPolicy: "Never",
 		RuntimeClass: RuntimeClassNone, Instance: "pool-" + testInstance(), Persistent: true,
-		Pools: []Pool{{Name: "small", Spec: shape, Size: size}},
+		Pools:  []Pool{{Name: "small", Spec: shape, Size: size}},
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -402,6 +407,14 @@ func deletePool(t *testing.T, d *Driver) {
 			t.Error(err)
 		}
 	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // pct is the p-th percentile of ds.

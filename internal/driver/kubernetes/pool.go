@@ -170,10 +170,12 @@ func (d *Driver) claim(ctx context.Context, p *Pool, spec sandbox.Spec, rc runti
 			}
 		}()
 	}()
+	t0 := time.Now()
 	list, err := k.listPods(ctx, d.opts.Namespace, d.poolSelector(p))
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: list its Pods: %w", p.Name, err)
 	}
+	t1 := time.Now()
 	var pod *corev1.Pod
 	for i := range list.Items {
 		c := &list.Items[i]
@@ -218,10 +220,13 @@ func (d *Driver) claim(ctx context.Context, p *Pool, spec sandbox.Spec, rc runti
 		return nil, err
 	}
 	h.watch(ctx, pod)
+	t2 := time.Now()
 	cl, agentLayers, err := h.attach(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	d.opts.Logger.Debug("claimed a warm Pod", "pool", p.Name, "pod", pod.Name, "sandbox_id", spec.ID,
+		"list", t1.Sub(t0), "patch", t2.Sub(t1), "attach_and_handshake", time.Since(t2))
 	return agentdriver.New(agentdriver.Config{
 		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
 		Host: h, Egress: eg, Logger: d.opts.Logger,
