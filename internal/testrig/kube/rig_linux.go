@@ -377,9 +377,12 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 		// root CA config map for their tokens, namespace deletion,
 		// garbage collection of owned objects, and the node lifecycle
 		// (it lifts the not-ready taint the kubelet registers the node
-		// with).
+		// with); and what deploying airlock on the rig needs:
+		// Deployments (their ReplicaSets) and the binding of a
+		// PersistentVolumeClaim to a PersistentVolume the test makes.
 		"--controllers=serviceaccount-controller,root-ca-certificate-publisher-controller,namespace-controller," +
-			"garbage-collector-controller,node-lifecycle-controller",
+			"garbage-collector-controller,node-lifecycle-controller,deployment-controller,replicaset-controller," +
+			"persistentvolume-binder-controller",
 		"--node-monitor-period=1s",
 		"--root-ca-file=" + ca.caFile(), "--service-account-private-key-file=" + saKey,
 		"--use-service-account-credentials=true", "--leader-elect=false", "--v=1"})
