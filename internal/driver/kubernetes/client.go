@@ -37,7 +37,7 @@ type kclient struct {
 
 // loadConfig finds the cluster's address and credentials, and the
 // namespace it names: opts.Config, else the kubeconfig file named, else
-// the in-cluster config (a Pod's service account), else $KUBECONFIG or
+// $KUBECONFIG, else the in-cluster config (a Pod's service account), else
 // ~/.kube/config. The namespace is the kubeconfig context's, or the
 // service account's; "" when neither says.
 func loadConfig(opts Options) (*rest.Config, string, error) {
@@ -47,6 +47,8 @@ func loadConfig(opts Options) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if opts.Kubeconfig != "" {
 		rules = &clientcmd.ClientConfigLoadingRules{ExplicitPath: opts.Kubeconfig}
+	} else if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
+		// $KUBECONFIG names the cluster, in a Pod too.
 	} else if c, err := rest.InClusterConfig(); err == nil {
 		ns, _ := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 		return c, strings.TrimSpace(string(ns)), nil

@@ -40,8 +40,8 @@ import (
 // "airlock", with runtime class gvisor.
 type Options struct {
 	// Kubeconfig is the path of a kubeconfig file naming the cluster and
-	// credentials. Empty: the in-cluster config (the service account of the
-	// Pod airlock runs in), else $KUBECONFIG, else ~/.kube/config.
+	// credentials. Empty: $KUBECONFIG, else the in-cluster config (the
+	// service account of the Pod airlock runs in), else ~/.kube/config.
 	Kubeconfig string
 	// Config, when set, is used instead of Kubeconfig (tests, embedders).
 	Config *rest.Config
