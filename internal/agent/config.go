@@ -59,10 +59,12 @@ type Config struct {
 	// network beyond loopback.
 	Egress *EgressConfig `json:"egress,omitempty"`
 	// Template says the sandbox is built ahead of its use (in a virtual
-	// machine that is then saved as a snapshot): the agent builds it with
-	// this config, writes one byte to ReadyFD and closes it, and waits on FDConfig for a second
-	// Config, the sandbox's own, whose host name, sizes of /workspace and
-	// /tmp, environment, file size limit and egress it takes on before it
+	// machine that is then saved as a snapshot, or a warm Pod): the agent
+	// builds it with this config, writes one byte to ReadyFD and closes it
+	// (in stdio mode, one byte to standard output), and waits on FDConfig
+	// (standard input, framed as WriteConfig does) for a second Config,
+	// the sandbox's own, whose host name, sizes of /workspace and /tmp,
+	// environment, file size limit and egress it takes on before it
 	// serves. What else differs is not taken on. False: this is the
 	// sandbox's config.
 	Template bool `json:"template,omitempty"`
