@@ -324,8 +324,10 @@ func TestWarmPool(t *testing.T) {
 	const rounds = 8
 	for i := range rounds {
 		ready := waitPool(t, d, size)
+		spec := shape
+		spec.Env = []string{"CLAIM=" + strconv.Itoa(i)}
 		start := time.Now()
-		sb, err := d.Create(ctx, shape)
+		sb, err := d.Create(ctx, spec)
 		claim := time.Since(start)
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
@@ -335,6 +337,15 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("claim %d: the sandbox's Pod %s is not one of the pool's ready Pods %v", i, name, ready)
 		}
 		claims = append(claims, claim)
+		// The sandbox was built before the claim, and took on the
+		// claim's own configuration.
+		var out strings.Builder
+		if res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $CLAIM $(hostname)"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec in a claimed sandbox: %+v, %v", res, err)
+		}
+		if got, want := out.String(), strconv.Itoa(i)+" sandbox\n"; got != want {
+			t.Errorf("claim %d: the sandbox's environment and host name say %q, want %q", i, got, want)
+		}
 		for range 10 {
 			s := time.Now()
 			res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"true"}})
@@ -359,6 +370,48 @@ func TestWarmPool(t *testing.T) {
 	waitPool(t, d, size)
 	t.Logf("warm claim (runc, %d claims): p50 %v, max %v; exec round trip (`true`, %d execs): p50 %v, p90 %v",
 		len(claims), pct(claims, 50), pct(claims, 100), len(rtts), pct(rtts, 50), pct(rtts, 90))
+}
+
+// TestWarmPoolGVisor: a gVisor pool's Pod, whose agent built the sandbox
+// inside gVisor's kernel before the claim, serves the claim's sandbox.
+func TestWarmPoolGVisor(t *testing.T) {
+	r := testRig(t)
+	routeKlog(slog.New(slog.DiscardHandler))
+	shape := sandbox.Spec{Runtime: kube.RuntimeClassGvisor, Limits: sandbox.Limits{MemoryBytes: 64 << 20}}
+	d, err := New(Options{
+		Config: r.c.Config, Namespace: r.ns, Image: r.c.Image, ImagePullPolicy: "Never",
+		Instance: "pool-gvisor-" + testInstance(), Persistent: true,
+		Pools: []Pool{{Name: "gvisor", Spec: shape, Size: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := d.FillPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePool(t, d) })
+	ready := waitPool(t, d, 1)
+	spec := shape
+	spec.Env = []string{"CLAIM=gvisor"}
+	start := time.Now()
+	sb, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	t.Logf("warm claim (gvisor): %v", time.Since(start))
+	defer sb.Close(ctx)
+	if name := hostOf(t, sb).name; !slices.Contains(ready, name) {
+		t.Errorf("the sandbox's Pod %s is not the pool's ready Pod %v", name, ready)
+	}
+	var out strings.Builder
+	if res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $CLAIM; dmesg | head -1"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v, %v", res, err)
+	}
+	if !strings.HasPrefix(out.String(), "gvisor\n") {
+		t.Errorf("the claimed sandbox says %q, want its CLAIM first", out.String())
+	}
 }
 
 // waitPool waits until the driver's pool has n running Pods, and returns

@@ -1,14 +1,17 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
@@ -16,10 +19,12 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Warm pools: Pods made ahead of their sandboxes, whose agent has started
-// and waits for its configuration. A create whose image, runtime class and
-// Pod-sized limits (memory, CPU, /workspace, /tmp) are a pool's claims one
-// of its ready Pods by changing its labels (a patch that names the Pod's
+// Warm pools: Pods made ahead of their sandboxes, whose agent has built
+// the sandbox from the pool's configuration and waits for the sandbox's
+// own (agent.Config.Template: host name, environment, egress). A create
+// whose image, runtime class and limits fixed at the build (memory, CPU,
+// /workspace, /tmp, pids) are a pool's claims one of its ready Pods by
+// changing its labels (a patch that names the Pod's
 // resource version, so that two airlocks sharing a pool never claim the
 // same Pod), attaches to it and sends the agent the sandbox's own
 // configuration (host name, environment, egress, limits the agent
@@ -44,25 +49,28 @@ type Pool struct {
 const (
 	// LabelPool holds the pool's name.
 	LabelPool = "airlock.pool"
-	// LabelState is "warm" while a pool's Pod waits, "claimed" once a
-	// sandbox has it.
+	// LabelState is "starting" while a pool's Pod starts and its agent
+	// builds the sandbox, "warm" while it waits, "claimed" once a sandbox
+	// has it.
 	LabelState = "airlock.state"
 )
 
 // errNoWarm says a pool has no ready Pod now.
 var errNoWarm = errors.New("no ready Pod in the pool")
 
-// shape is what of a sandbox is fixed when its Pod is made.
+// shape is what of a sandbox is fixed when its Pod is made and its agent
+// builds it ahead.
 type shape struct {
 	image, runtime    string
 	memory, disk, tmp int64
 	cpuMilli          int64
+	pids              int
 }
 
 // shapeOf is spec's shape, with the driver's defaults.
 func (d *Driver) shapeOf(spec sandbox.Spec) shape {
 	l := spec.Limits.WithDefaults()
-	s := shape{image: spec.Image, runtime: spec.Runtime, memory: l.MemoryBytes, disk: l.DiskBytes, tmp: l.TmpBytes, cpuMilli: int64(l.CPUs * 1000)}
+	s := shape{image: spec.Image, runtime: spec.Runtime, memory: l.MemoryBytes, disk: l.DiskBytes, tmp: l.TmpBytes, cpuMilli: int64(l.CPUs * 1000), pids: l.Pids}
 	if s.image == "" {
 		s.image = d.opts.Image
 	}
@@ -88,6 +96,12 @@ func (d *Driver) poolSelector(p *Pool) string {
 	return LabelPool + "=" + p.Name + "," + LabelState + "=warm," + LabelDaemon + "=" + DaemonLabel(d.opts.Instance)
 }
 
+// poolMembers selects the Pods of pool p made by this instance that have
+// no sandbox yet: starting or ready.
+func (d *Driver) poolMembers(p *Pool) string {
+	return LabelPool + "=" + p.Name + "," + LabelState + " in (starting,warm)," + LabelDaemon + "=" + DaemonLabel(d.opts.Instance)
+}
+
 // FillPools makes the Pods each pool lacks, and returns once they are
 // made (not yet running). A daemon calls it at start; every claim refills
 // its pool by itself.
@@ -107,30 +121,99 @@ func (d *Driver) fill(ctx context.Context, p *Pool) error {
 	if err != nil {
 		return err
 	}
-	list, err := k.listPods(ctx, d.opts.Namespace, d.poolSelector(p))
+	list, err := k.listPods(ctx, d.opts.Namespace, d.poolMembers(p))
 	if err != nil {
 		return fmt.Errorf("pool %s: list its Pods: %w", p.Name, err)
 	}
 	have := 0
 	for _, pod := range list.Items {
-		if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+		switch {
+		case pod.DeletionTimestamp != nil:
+		case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded,
+			// Left starting by an airlock that died meanwhile.
+			pod.Labels[LabelState] == "starting" && time.Since(pod.CreationTimestamp.Time) > d.opts.StartTimeout+time.Minute:
+			_ = k.deletePod(ctx, d.opts.Namespace, pod.Name, deleteGrace, pod.UID)
+		default:
 			have++
 		}
 	}
 	for ; have < p.Size; have++ {
-		pod, err := d.poolPod(ctx, p)
+		pod, cfg, err := d.poolPod(ctx, p)
 		if err != nil {
 			return err
 		}
-		if _, err := k.createPod(ctx, pod); err != nil {
+		made, err := k.createPod(ctx, pod)
+		if err != nil {
 			return fmt.Errorf("pool %s: create a Pod: %w", p.Name, err)
 		}
+		go d.prepare(context.WithoutCancel(ctx), p, made, cfg)
 	}
 	return nil
 }
 
-// poolPod is a new Pod of pool p: a sandbox's, without the sandbox.
-func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, error) {
+// prepare waits for a new pool Pod to run, sends its agent the pool's
+// configuration, with which it builds the sandbox and then waits for the
+// sandbox's own, and marks the Pod ready. A Pod that does not get there is
+// deleted. (A driver whose sandboxes die with their process closes the
+// agent's input with the stream: its agent gets the whole configuration at
+// the claim instead.)
+func (d *Driver) prepare(ctx context.Context, p *Pool, pod *corev1.Pod, cfg *agent.Config) {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.StartTimeout)
+	defer cancel()
+	k, err := d.client()
+	if err != nil {
+		return
+	}
+	err = func() error {
+		for !containerRunning(pod) {
+			if sleepCtx(ctx, 100*time.Millisecond) != nil {
+				return fmt.Errorf("it did not run within %v: %s", d.opts.StartTimeout, describePod(pod))
+			}
+			if pod, err = k.getPod(ctx, d.opts.Namespace, pod.Name); err != nil {
+				return err
+			}
+			if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+				return fmt.Errorf("it ended: %s", describePod(pod))
+			}
+		}
+		if d.opts.Persistent {
+			var log agentdriver.LogBuffer
+			conn, err := k.openStream(ctx, d.opts.Namespace, pod.Name, nil, &log)
+			if err != nil {
+				return fmt.Errorf("attach: %w", err)
+			}
+			stop := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stop()
+			err = agent.WriteConfig(conn, cfg)
+			if err == nil {
+				// One byte says the sandbox is built.
+				var b [1]byte
+				_, err = io.ReadFull(conn, b[:])
+				if err != nil {
+					err = fmt.Errorf("the agent did not build the sandbox: %w: %s", err, bytes.TrimSpace(log.Bytes()))
+				}
+			}
+			conn.Close()
+			if err != nil {
+				return err
+			}
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": pod.ResourceVersion,
+			"labels":          map[string]string{LabelState: "warm"},
+		}})
+		_, err := k.patchPod(ctx, d.opts.Namespace, pod.Name, patch)
+		return err
+	}()
+	if err != nil {
+		d.opts.Logger.Warn("a warm pool's Pod did not get ready: deleting it", "pool", p.Name, "pod", pod.Name, "err", err)
+		_ = d.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID)
+	}
+}
+
+// poolPod is a new Pod of pool p, a sandbox's without the sandbox, and
+// the configuration its agent builds the sandbox with.
+func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Config, error) {
 	spec := p.Spec
 	spec.ID = "pool"
 	spec.Limits = spec.Limits.WithDefaults()
@@ -138,19 +221,21 @@ func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, error) {
 	spec.Image, spec.Runtime = s.image, s.runtime
 	rc, err := d.runtimeClass(ctx, spec.Runtime)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sum, err := agentbin.Sum()
 	if err != nil {
-		return nil, fmt.Errorf("the agent's binary: %w", err)
+		return nil, nil, fmt.Errorf("the agent's binary: %w", err)
 	}
 	pod := d.podSpec(spec, rc, sum).pod(d.opts.Namespace)
 	pod.Name = ""
 	pod.GenerateName = "airlock-" + p.Name + "-"
 	delete(pod.Labels, LabelSandbox)
 	pod.Labels[LabelPool] = p.Name
-	pod.Labels[LabelState] = "warm"
-	return pod, nil
+	pod.Labels[LabelState] = "starting"
+	cfg := agentConfig(spec, rc.vm, d.opts.Persistent)
+	cfg.Template = true
+	return pod, cfg, nil
 }
 
 // claim takes a ready Pod of pool p for the sandbox of spec (with
