@@ -128,6 +128,10 @@ type ContainedConfig struct {
 	// whose mount point it removes, so that no command sees it; relays are
 	// started from there (Home/bin). Empty: none.
 	AgentVolume string `json:"agent_volume,omitempty"`
+	// OwnWorkspace makes the agent give /workspace to the workload (owner
+	// UID:GID, mode 0755), where the runtime mounts it owned by root (a
+	// Pod's emptyDir). False: as the runtime made it.
+	OwnWorkspace bool `json:"own_workspace,omitempty"`
 	// Unmount are mount points the runtime made that commands must not
 	// see (a kubelet's /dev/termination-log): the agent unmounts and
 	// removes them. Empty: none.

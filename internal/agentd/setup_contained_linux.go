@@ -68,6 +68,14 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := makeHome(g); err != nil {
 		return 0, err
 	}
+	if g.OwnWorkspace {
+		if err := unix.Chown(sandbox.Workspace, cfg.UID, cfg.GID); err != nil {
+			return 0, fmt.Errorf("give %s to the workload: %w", sandbox.Workspace, err)
+		}
+		if err := unix.Chmod(sandbox.Workspace, 0o755); err != nil {
+			return 0, fmt.Errorf("give %s to the workload: %w", sandbox.Workspace, err)
+		}
+	}
 	if g.ReadOnlyRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return 0, fmt.Errorf("make the root read-only: %w", err)
