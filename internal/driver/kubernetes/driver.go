@@ -254,7 +254,7 @@ func (d *Driver) Describe() string {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, PTY: true, SurvivesRestart: d.opts.Persistent,
+		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
 	}
 }
 

@@ -47,7 +47,10 @@ type host struct {
 	closing atomic.Bool
 	mu      sync.Mutex
 	ended   *agentdriver.Death
-	created time.Time
+	// streamEnded says ended came from the stream's end, before the
+	// kubelet said why (its word replaces it).
+	streamEnded bool
+	created     time.Time
 
 	closeOnce   sync.Once
 	teardownErr error
@@ -142,6 +145,7 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 		return nil, nil, h.startError(err)
 	}
 	t1 := time.Now()
+	go h.followStream(conn)
 	cl, layers, err := h.dial(ctx)
 	h.d.opts.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
 	return cl, layers, err
@@ -346,10 +350,38 @@ func (h *host) deathOf(p *corev1.Pod, t *corev1.ContainerStateTerminated) *agent
 func (h *host) end(dt *agentdriver.Death) {
 	if !h.closing.Load() {
 		h.mu.Lock()
-		h.ended = dt
+		first := h.ended == nil || h.streamEnded
+		if first {
+			h.ended, h.streamEnded = dt, false
+		}
 		h.mu.Unlock()
-		h.d.opts.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		if first {
+			h.d.opts.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		}
 	}
+	h.doneOnce.Do(func() { close(h.done) })
+}
+
+// followStream ends the sandbox when the attach stream ends by itself: the
+// container's standard output closed, so its first process, the agent,
+// has ended, and every process of the container with it. The kubelet
+// reports why about a second later (the Pod's watch), which then replaces
+// this first word. (A stream that the kubelet cuts as idle, after its
+// --streaming-connection-idle-timeout, ends the sandbox too: this host
+// would have no way to it.)
+func (h *host) followStream(c *streamConn) {
+	<-c.Ended()
+	if h.closing.Load() || c.closed.Load() {
+		return
+	}
+	h.mu.Lock()
+	if h.ended != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = &agentdriver.Death{Reason: sandbox.ReasonError, Msg: "the sandbox's agent ended (its stream closed)" + h.stderr()}
+	h.streamEnded = true
+	h.mu.Unlock()
 	h.doneOnce.Do(func() { close(h.done) })
 }
 

@@ -159,6 +159,7 @@ func TestConformance(t *testing.T) {
 					return newDriver(t, rc, proxy)
 				},
 				FreezeAgent: freezeAgent(rc),
+				KillAgent:   killAgent,
 			})
 		})
 	}
@@ -199,8 +200,30 @@ func stopAgent(t *testing.T, sb sandbox.Instance) func() {
 	return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
 }
 
+// killAgent kills the agent with SIGKILL from the node; under gVisor,
+// where the agent is a task of the Sentry, the Sentry (runsc-sandbox).
+func killAgent(t *testing.T, sb sandbox.Instance) {
+	t.Helper()
+	h := hostOf(t, sb)
+	name := "airlock-agent"
+	if vmRuntime(h.spec.Runtime) {
+		name = "runsc-sandbox"
+	}
+	pid := procIn(t, h.uid, name)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s (pid %d): %v", name, pid, err)
+	}
+}
+
 // agentPid finds the host pid of the agent of the Pod whose uid is uid.
 func agentPid(t *testing.T, uid types.UID) int {
+	t.Helper()
+	return procIn(t, uid, "airlock-agent")
+}
+
+// procIn finds the host pid of a process called name (its argv[0]) in
+// the cgroup of the Pod whose uid is uid.
+func procIn(t *testing.T, uid types.UID, name string) int {
 	t.Helper()
 	g := podCgroup(t, uid)
 	root := g.Path("freezer")
@@ -213,7 +236,7 @@ func agentPid(t *testing.T, uid types.UID) int {
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
 			cmd, _ := os.ReadFile("/proc/" + f + "/cmdline")
-			if pid > 0 && strings.HasPrefix(string(cmd), "airlock-agent\x00") {
+			if pid > 0 && strings.HasPrefix(string(cmd), name+"\x00") {
 				found = pid
 				return filepath.SkipAll
 			}
@@ -221,7 +244,7 @@ func agentPid(t *testing.T, uid types.UID) int {
 		return nil
 	})
 	if found == 0 {
-		t.Fatalf("no agent process in the cgroup of Pod %s (%s)", uid, root)
+		t.Fatalf("no %s process in the cgroup of Pod %s (%s)", name, uid, root)
 	}
 	return found
 }

@@ -190,7 +190,7 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
 			AgentVolume: agentDir, Home: agentHome, MaskProc: !vm,
-			Unmount:  []string{corev1.TerminationMessagePathDefault},
+			Unmount: []string{corev1.TerminationMessagePathDefault}, OwnWorkspace: true,
 			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm,
 		},
 	}

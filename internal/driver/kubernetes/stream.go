@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,6 +80,7 @@ type streamConn struct {
 	err error
 
 	closeOnce sync.Once
+	closed    atomic.Bool // Close was called
 }
 
 func (c *streamConn) Read(p []byte) (int, error)  { return c.out.Read(p) }
@@ -87,6 +89,7 @@ func (c *streamConn) Write(p []byte) (int, error) { return c.in.Write(p) }
 // Close closes the process's standard input and ends the stream.
 func (c *streamConn) Close() error {
 	c.closeOnce.Do(func() {
+		c.closed.Store(true)
 		c.in.Close()
 		c.out.Close()
 		c.cancel()
