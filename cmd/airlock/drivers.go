@@ -35,6 +35,9 @@ type driverOptions struct {
 	// outlive it (Persistent), for it to reattach to after a restart;
 	// otherwise a sandbox dies with its process (run, mcp).
 	instance string
+	// kubeconfig is the kubernetes driver's kubeconfig file; empty means
+	// $KUBECONFIG, the in-cluster config, or ~/.kube/config.
+	kubeconfig string
 }
 
 // daemonInstance is the instance of the daemon whose registry is in

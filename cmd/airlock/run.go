@@ -27,7 +27,7 @@ import (
 type runFlags struct {
 	driver, memory, disk, tmp, outputLimit, workdir, root string
 	module                                                string
-	image, runtime                                        string
+	image, runtime, kubeconfig                            string
 	cpus                                                  float64
 	pids                                                  int
 	timeout, cpuTime                                      time.Duration
@@ -75,10 +75,11 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network), "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket) or "microvm" (a QEMU virtual machine with its own kernel)`)
+	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network), "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket) "microvm" (a QEMU virtual machine with its own kernel) or "kubernetes" (a Pod of a cluster: --kubeconfig, $KUBECONFIG or the in-cluster config)`)
 	fl.StringVar(&f.module, "module", "", "run this WASI command module (a .wasm file) with ARGS as its arguments; implies --driver wasm")
-	fl.StringVar(&f.image, "image", "", "--driver docker: the image of the sandbox, one the engine has (docker images)")
-	fl.StringVar(&f.runtime, "runtime", "", `--driver docker: the engine's runtime, "runc" (default), "runsc" (gVisor) or "kata", as registered with the engine`)
+	fl.StringVar(&f.image, "image", "", "--driver docker or kubernetes: the image of the sandbox, one the engine has (docker images) or the nodes can pull")
+	fl.StringVar(&f.runtime, "runtime", "", `--driver docker: the engine's runtime, "runc" (default), "runsc" (gVisor) or "kata", as registered with the engine; --driver kubernetes: the Pod's RuntimeClass, "gvisor" (default) or "runc" for the node's default runtime`)
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "--driver kubernetes: the kubeconfig file naming the cluster (default $KUBECONFIG, else the in-cluster config, else ~/.kube/config)")
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -169,7 +170,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := newDriver(f.driver, driverOptions{egress: egress.New(egress.Options{Policy: guard.egress})})
+	drv, err := newDriver(f.driver, driverOptions{egress: egress.New(egress.Options{Policy: guard.egress}), kubeconfig: f.kubeconfig})
 	if err != nil {
 		return fail(err)
 	}
@@ -285,8 +286,11 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 			return s, fmt.Errorf("--module %q: %w", f.module, err)
 		}
 	}
-	if (f.image != "" || f.runtime != "") && f.driver != "docker" {
-		return s, fmt.Errorf("--image and --runtime are for --driver docker")
+	if (f.image != "" || f.runtime != "") && f.driver != "docker" && f.driver != "kubernetes" {
+		return s, fmt.Errorf("--image and --runtime are for --driver docker and --driver kubernetes")
+	}
+	if f.kubeconfig != "" && f.driver != "kubernetes" {
+		return s, fmt.Errorf("--kubeconfig is for --driver kubernetes")
 	}
 	s.Image, s.Runtime = f.image, f.runtime
 	for _, m := range f.mounts {

@@ -59,10 +59,12 @@ type Config struct {
 	// network beyond loopback.
 	Egress *EgressConfig `json:"egress,omitempty"`
 	// Template says the sandbox is built ahead of its use (in a virtual
-	// machine that is then saved as a snapshot): the agent builds it with
-	// this config, writes one byte to ReadyFD and closes it, and waits on FDConfig for a second
-	// Config, the sandbox's own, whose host name, sizes of /workspace and
-	// /tmp, environment, file size limit and egress it takes on before it
+	// machine that is then saved as a snapshot, or a warm Pod): the agent
+	// builds it with this config, writes one byte to ReadyFD and closes it
+	// (in stdio mode, one byte to standard output), and waits on FDConfig
+	// (standard input, framed as WriteConfig does) for a second Config,
+	// the sandbox's own, whose host name, sizes of /workspace and /tmp,
+	// environment, file size limit and egress it takes on before it
 	// serves. What else differs is not taken on. False: this is the
 	// sandbox's config.
 	Template bool `json:"template,omitempty"`
@@ -126,6 +128,14 @@ type ContainedConfig struct {
 	// whose mount point it removes, so that no command sees it; relays are
 	// started from there (Home/bin). Empty: none.
 	AgentVolume string `json:"agent_volume,omitempty"`
+	// OwnWorkspace makes the agent give /workspace to the workload (owner
+	// UID:GID, mode 0755), where the runtime mounts it owned by root (a
+	// Pod's emptyDir). False: as the runtime made it.
+	OwnWorkspace bool `json:"own_workspace,omitempty"`
+	// Unmount are mount points the runtime made that commands must not
+	// see (a kubelet's /dev/termination-log): the agent unmounts and
+	// removes them. Empty: none.
+	Unmount []string `json:"unmount,omitempty"`
 	// Home is a directory the agent makes, that only root may enter, for
 	// what it keeps: the moved AgentVolume, and where the driver says so,
 	// its session socket and the commands' chroot. Empty: none.

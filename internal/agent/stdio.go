@@ -30,6 +30,17 @@ const StdioArg = "--stdio"
 // in the sandbox (`docker exec`), after its first session ended.
 const RelayArg = "--relay"
 
+// OwnNamespacesArg, as the agent's first argument, makes it move into a
+// new network namespace with only loopback (up) and a cgroup namespace of
+// its own before it does anything else, then go on with the arguments
+// that follow: for a runtime whose sandboxes always have a network the
+// workload must not reach, and share the host's cgroup namespace (a
+// Kubernetes Pod's, on a cgroup v1 node). The agent's own stream is
+// standard input and output, so it needs no network; egress goes through
+// its tunnel as everywhere; the cgroup namespace roots the hierarchies it
+// mounts at the container's own group (ContainedConfig.CgroupV1).
+const OwnNamespacesArg = "--own-namespaces"
+
 // WriteConfig writes cfg to w as the first message of a stdio stream: its
 // length as 4 bytes, big-endian, then its JSON.
 func WriteConfig(w io.Writer, cfg *Config) error {

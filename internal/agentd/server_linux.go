@@ -29,6 +29,9 @@ import (
 // outlives its host, until the host kills it), then exit, which ends
 // everything in the sandbox.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == agent.OwnNamespacesArg {
+		return ownNamespaces()
+	}
 	if len(os.Args) == 3 && os.Args[1] == agent.RelayArg {
 		return relay(os.Args[2])
 	}
@@ -50,12 +53,14 @@ func run() error {
 	}
 	var cfg agent.Config
 	var conn net.Conn // set here in stdio mode, below otherwise
+	var stdin, stdout *os.File
 	stdio := len(os.Args) > 1 && os.Args[1] == agent.StdioArg
 	if stdio {
 		c, in, out, err := openStdio()
 		if err != nil {
 			return err
 		}
+		stdin, stdout = in, out
 		cfg = *c
 		if cfg.Listen == nil {
 			conn = agent.PipeConn(in, out)
@@ -98,6 +103,11 @@ func run() error {
 	}
 	workloadRoot := 0
 	if cfg.Contained != nil {
+		// The runtime stops the sandbox with SIGTERM (a kubelet deleting
+		// the Pod, `docker stop`): end at once, and the kernel kills
+		// every process of the sandbox with its first one, rather than
+		// keep the runtime waiting for its grace period.
+		endOnTerm()
 		// The runtime built the root; what remains lives inside it.
 		var err error
 		if workloadRoot, err = setupContained(&cfg); err != nil {
@@ -154,8 +164,34 @@ func run() error {
 		for _, argv := range cfg.WarmUp {
 			warmUp(eng, argv)
 		}
-		err := awaitSandbox(&cfg, cfgDec)
-		cfgFile.Close()
+		ready := func() error {
+			if cfg.ReadyFD <= 0 {
+				return nil
+			}
+			_, err := unix.Write(cfg.ReadyFD, []byte{1})
+			if cerr := unix.Close(cfg.ReadyFD); err == nil {
+				err = cerr
+			}
+			return err
+		}
+		next := func() (*agent.Config, error) {
+			var c agent.Config
+			return &c, cfgDec.Decode(&c)
+		}
+		if stdio {
+			// A sandbox built ahead on a stream (a warm Pod): one byte
+			// on it says the sandbox is built, and the host that claims
+			// it sends its config on the stream.
+			ready = func() error {
+				_, err := stdout.Write([]byte{1})
+				return err
+			}
+			next = func() (*agent.Config, error) { return agent.ReadConfig(stdin) }
+		}
+		err := awaitSandbox(&cfg, ready, next)
+		if cfgFile != nil {
+			cfgFile.Close()
+		}
 		if err != nil {
 			return err
 		}

@@ -48,6 +48,12 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 		}
 		remove = append(remove, g.AgentMount)
 	}
+	for _, m := range g.Unmount {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return 0, fmt.Errorf("unmount %s: %w", m, err)
+		}
+		remove = append(remove, m)
+	}
 	if err := unix.Unmount("/sys", unix.MNT_DETACH); err == nil {
 		remove = append(remove, "/sys")
 	} else if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -61,6 +67,14 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	}
 	if err := makeHome(g); err != nil {
 		return 0, err
+	}
+	if g.OwnWorkspace {
+		if err := unix.Chown(sandbox.Workspace, cfg.UID, cfg.GID); err != nil {
+			return 0, fmt.Errorf("give %s to the workload: %w", sandbox.Workspace, err)
+		}
+		if err := unix.Chmod(sandbox.Workspace, 0o755); err != nil {
+			return 0, fmt.Errorf("give %s to the workload: %w", sandbox.Workspace, err)
+		}
 	}
 	if g.ReadOnlyRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {

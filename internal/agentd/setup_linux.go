@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -544,25 +543,21 @@ func bindBootID(dir, p string) error {
 }
 
 // awaitSandbox is the end of a template's setup (agent.Config.Template):
-// it says the sandbox is built, waits for the sandbox's own config on dec,
+// it says the sandbox is built, waits for the sandbox's own config (from
+// next: the config pipe, or standard input in stdio mode),
 // and takes on what may differ from the template's: the host name, the
 // sizes of /workspace, /tmp and /dev/shm, the environment, the file size
 // limit and egress; and it draws a new boot id. The guest's init sets the agent's rlimits (which
 // harden lowered already) from outside.
-func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
-	if cfg.ReadyFD > 0 {
-		_, err := unix.Write(cfg.ReadyFD, []byte{1})
-		if cerr := unix.Close(cfg.ReadyFD); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("say the sandbox is built: %w", err)
-		}
+func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent.Config, error)) error {
+	if err := ready(); err != nil {
+		return fmt.Errorf("say the sandbox is built: %w", err)
 	}
-	var next agent.Config
-	if err := dec.Decode(&next); err != nil {
+	nc, err := readNext()
+	if err != nil {
 		return fmt.Errorf("read the sandbox's config: %w", err)
 	}
+	next := *nc
 	if next.Hostname != cfg.Hostname {
 		if err := unix.Sethostname([]byte(next.Hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
@@ -591,12 +586,20 @@ func awaitSandbox(cfg *agent.Config, dec *json.Decoder) error {
 	// sandbox built ahead from it (every virtual machine restored from one
 	// snapshot): each gets one of its own. /tmp is the sandbox's, and no
 	// command runs yet.
+	// A runtime's own kernel (gVisor) has a boot id of the sandbox's
+	// own already.
 	const bootID = "/proc/sys/kernel/random/boot_id"
-	if err := unix.Unmount(bootID, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("uncover the template's boot id: %w", err)
-	}
-	if err := bindBootID("/tmp/.boot", bootID); err != nil {
-		return err
+	if g := cfg.Contained; g == nil || g.MaskProc {
+		if err := unix.Unmount(bootID, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("uncover the template's boot id: %w", err)
+		}
+		dir := "/tmp/.boot"
+		if g != nil {
+			dir = g.Home + "/.boot"
+		}
+		if err := bindBootID(dir, bootID); err != nil {
+			return err
+		}
 	}
 	cfg.Hostname, cfg.Env, cfg.Egress = next.Hostname, next.Env, next.Egress
 	cfg.DiskBytes, cfg.TmpBytes, cfg.FileSize, cfg.OpenFiles = next.DiskBytes, next.TmpBytes, next.FileSize, next.OpenFiles

@@ -88,9 +88,11 @@ type Template struct {
 	// a command named after the file; only the wasm driver runs one.
 	// Empty: none.
 	Module string `toml:"module"`
-	// Image and Runtime are the container image and the engine's runtime
-	// of a driver that runs images (docker): an image the engine has, and
-	// "runc" (empty), "runsc" or "kata" as registered with the engine.
+	// Image and Runtime are the container image and the runtime of a
+	// driver that runs images: for docker an image the engine has, and
+	// "runc" (empty), "runsc" or "kata" as registered with the engine; for
+	// kubernetes an image the nodes can pull, and a RuntimeClass
+	// ("gvisor", empty, or "runc" for the nodes' default runtime).
 	Image         string   `toml:"image"`
 	Runtime       string   `toml:"runtime"`
 	Env           []string `toml:"env"`
@@ -204,11 +206,14 @@ func (c Config) withDefaults() (Config, error) {
 		if t.Driver == "" {
 			t.Driver = "native"
 		}
-		if (t.Image != "" || t.Runtime != "") && t.Driver != "docker" {
-			return c, keyErr(key("image"), fmt.Errorf("template %q: image and runtime are for driver \"docker\"", t.Name))
+		if (t.Image != "" || t.Runtime != "") && t.Driver != "docker" && t.Driver != "kubernetes" {
+			return c, keyErr(key("image"), fmt.Errorf("template %q: image and runtime are for drivers \"docker\" and \"kubernetes\"", t.Name))
 		}
 		if t.Driver == "docker" && t.Image == "" {
 			return c, keyErr(key("image"), fmt.Errorf("template %q: driver docker needs an image the engine has (image = \"python:3.12-slim\")", t.Name))
+		}
+		if t.Driver == "kubernetes" && t.Image == "" {
+			return c, keyErr(key("image"), fmt.Errorf("template %q: driver kubernetes needs an image the nodes can pull (image = \"python:3.12-slim\")", t.Name))
 		}
 		if t.TTL == 0 {
 			t.TTL = Duration(sandbox.DefaultLifetime)

@@ -20,8 +20,8 @@ func TestTemplateImage(t *testing.T) {
 		want string
 	}{
 		{Template{Name: "a", Driver: "docker"}, "needs an image"},
-		{Template{Name: "b", Image: "python:3.12-slim"}, `are for driver "docker"`},
-		{Template{Name: "c", Driver: "gvisor", Runtime: "runsc"}, `are for driver "docker"`},
+		{Template{Name: "b", Image: "python:3.12-slim"}, `are for drivers "docker" and "kubernetes"`},
+		{Template{Name: "c", Driver: "gvisor", Runtime: "runsc"}, `are for drivers "docker" and "kubernetes"`},
 		{Template{Name: "d", Driver: "docker", Image: "bad image"}, "image \"bad image\""},
 	} {
 		if _, err := (Config{Templates: []Template{tt.t}}).withDefaults(); err == nil || !strings.Contains(err.Error(), tt.want) {

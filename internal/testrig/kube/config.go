@@ -206,7 +206,10 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 	return b.String()
 }
 
-// runscConfig is the gVisor shim's configuration (ConfigPath above).
+// runscConfig is the gVisor shim's configuration (ConfigPath above):
+// with gVisor's own cgroup v2 file system inside each sandbox
+// (in-sandbox-cgroup), where airlock's agent gives every command a group
+// of its own, as the gVisor and Docker drivers have it.
 type runscConfig struct {
 	runsc, root, logDir, platform string
 }
@@ -220,6 +223,7 @@ log_level = "info"
 
 [runsc_config]
   platform = %s
+  in-sandbox-cgroup = "v2"
   debug-log = %s
 `, q(r.runsc), q(r.root), q(r.logDir+"/shim-%ID%.log"), q(r.platform), q(r.logDir+"/runsc-%ID%-%COMMAND%.log"))
 }

@@ -145,6 +145,14 @@ func (c *Cluster) Logs() map[string]string { return c.rig.logs() }
 // LogDir is where the logs are kept once the cluster has stopped.
 func (c *Cluster) LogDir() string { return filepath.Join(c.rig.dir, "last-logs") }
 
+// ImportImage imports a one-layer image into the node's containerd (the
+// k8s.io namespace, which the kubelet uses) under ref: layer is the
+// layer's uncompressed tar, entrypoint the image's. Pods use it with
+// imagePullPolicy Never (or as an image volume with pullPolicy Never).
+func (c *Cluster) ImportImage(ctx context.Context, ref string, layer []byte, entrypoint []string) error {
+	return c.rig.importLayer(ctx, ref, layer, entrypoint)
+}
+
 // Usage is one component's resident memory.
 type Usage struct {
 	Component string

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -60,6 +61,8 @@ type rig struct {
 
 	mu      sync.Mutex
 	lock    *testrig.Lock
+	bins    *kubebin.Set // once started
+	socket  string       // containerd's, once started
 	comps   []*component
 	stopped bool
 }
@@ -268,6 +271,9 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 		return nil, err
 	}
 	socket := r.p("containerd", "containerd.sock")
+	r.mu.Lock()
+	r.bins, r.socket = pre.bins, socket
+	r.mu.Unlock()
 	pauseRef := "airlock.invalid/pause:" + pauseTag(pre.bins.Path(kubebin.Pause))
 	runscCfg := r.p("config", "runsc.toml")
 	platform := "systrap"
@@ -371,9 +377,12 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 		// root CA config map for their tokens, namespace deletion,
 		// garbage collection of owned objects, and the node lifecycle
 		// (it lifts the not-ready taint the kubelet registers the node
-		// with).
+		// with); and what deploying airlock on the rig needs:
+		// Deployments (their ReplicaSets) and the binding of a
+		// PersistentVolumeClaim to a PersistentVolume the test makes.
 		"--controllers=serviceaccount-controller,root-ca-certificate-publisher-controller,namespace-controller," +
-			"garbage-collector-controller,node-lifecycle-controller",
+			"garbage-collector-controller,node-lifecycle-controller,deployment-controller,replicaset-controller," +
+			"persistentvolume-binder-controller",
 		"--node-monitor-period=1s",
 		"--root-ca-file=" + ca.caFile(), "--service-account-private-key-file=" + saKey,
 		"--use-service-account-credentials=true", "--leader-elect=false", "--v=1"})
@@ -516,6 +525,26 @@ func (r *rig) importImages(ctx context.Context, pre *prerequisites, socket, paus
 		}
 	}
 	return nil
+}
+
+// importLayer imports a one-layer image whose layer (an uncompressed
+// tar) is in memory.
+func (r *rig) importLayer(ctx context.Context, ref string, layer []byte, entrypoint []string) error {
+	r.mu.Lock()
+	bins, socket := r.bins, r.socket
+	r.mu.Unlock()
+	if bins == nil {
+		return errors.New("import an image: the rig has not started")
+	}
+	ctx, cancel := context.WithTimeout(ctx, importTimeout)
+	defer cancel()
+	return r.importImage(ctx, bins, socket, ociImage{
+		ref:         ref,
+		layer:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
+		layerDigest: digestOf(layer),
+		layerSize:   int64(len(layer)),
+		entrypoint:  entrypoint,
+	})
 }
 
 // importImage streams one image into `ctr images import -`.

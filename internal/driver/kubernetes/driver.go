@@ -1,0 +1,384 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/airlock-sandbox/airlock/internal/agentbin"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Driver runs sandboxes as Pods of a Kubernetes cluster.
+type Driver struct {
+	opts Options
+
+	cliOnce sync.Once
+	cli     *kclient
+	cliErr  error
+
+	mu      sync.Mutex
+	classes map[string]runtimeClass // what each RuntimeClass is, once asked
+	server  string                  // the API server's version, once it answered
+	present []string                // the cluster's RuntimeClasses, once listed
+
+	sweep sync.Once
+	// fillMu serialises the fills of the pools, so that two claims do not
+	// both make the Pod a pool lacks.
+	fillMu sync.Mutex
+}
+
+// runtimeClass is what the driver knows of a RuntimeClass.
+type runtimeClass struct {
+	handler string
+	vm      bool
+}
+
+var (
+	_ sandbox.Driver    = (*Driver)(nil)
+	_ sandbox.Describer = (*Driver)(nil)
+)
+
+// New returns a Kubernetes driver. It does no I/O: the cluster is first
+// asked by Probe or Create.
+func New(opts Options) (*Driver, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/airlock"
+	}
+	if opts.RuntimeClass == "" {
+		opts.RuntimeClass = DefaultRuntimeClass
+	}
+	if opts.CPURequest <= 0 || opts.CPURequest > 1 {
+		opts.CPURequest = 0.1
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	switch corev1.PullPolicy(opts.ImagePullPolicy) {
+	case "":
+		opts.ImagePullPolicy = string(corev1.PullIfNotPresent)
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return nil, fmt.Errorf("%w: image pull policy %q: use Always, IfNotPresent or Never", sandbox.ErrInvalid, opts.ImagePullPolicy)
+	}
+	if opts.Instance == "" {
+		opts.Instance = RunInstance(hostnameOr("localhost"))
+	}
+	if opts.Egress == nil {
+		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
+	}
+	return &Driver{opts: opts, classes: map[string]runtimeClass{}}, nil
+}
+
+// Name is "kubernetes".
+func (d *Driver) Name() string { return "kubernetes" }
+
+// Namespace is where the driver makes its Pods, once it has read its
+// configuration (Probe, Create).
+func (d *Driver) Namespace() string { return d.opts.Namespace }
+
+// Instance is the Instance whose hash labels the driver's Pods.
+func (d *Driver) Instance() string { return d.opts.Instance }
+
+// client returns the API server's client, made on first use.
+func (d *Driver) client() (*kclient, error) {
+	d.cliOnce.Do(func() {
+		routeKlog(d.opts.Logger)
+		cfg, ns, err := loadConfig(d.opts)
+		if err != nil {
+			d.cliErr = unsupported(err.Error(), "give --kubeconfig FILE (or set KUBECONFIG), or run airlock in a Pod with a service account")
+			return
+		}
+		if d.opts.Namespace == "" {
+			d.opts.Namespace = ns
+		}
+		if d.opts.Namespace == "" {
+			d.opts.Namespace = DefaultNamespace
+		}
+		d.cli, d.cliErr = newKClient(cfg)
+	})
+	return d.cli, d.cliErr
+}
+
+// klogOnce routes client-go's own log (klog, a global of client-go: the
+// streams' "use of closed network connection" when a sandbox closes, …)
+// to the first driver's logger instead of standard error.
+var klogOnce sync.Once
+
+func routeKlog(l *slog.Logger) {
+	klogOnce.Do(func() { klog.SetSlogLogger(l.With("component", "client-go")) })
+}
+
+// probeTimeout bounds Probe's questions to the API server.
+var probeTimeout = 15 * time.Second
+
+// Probe checks that the API server answers, that the driver may make,
+// attach to and delete Pods in its namespace, and that the default
+// RuntimeClass exists.
+func (d *Driver) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	k, err := d.client()
+	if err != nil {
+		return err
+	}
+	v, err := k.version(ctx)
+	if err != nil {
+		return unsupported(fmt.Sprintf("the API server at %s does not answer: %v", k.config.Host, err), "check the kubeconfig's server address and that the cluster runs")
+	}
+	d.mu.Lock()
+	d.server = v
+	d.mu.Unlock()
+	for _, p := range Permissions {
+		ok, why, err := k.allowed(ctx, d.opts.Namespace, p.Verb, p.Resource, p.Subresource)
+		if err != nil {
+			return unsupported(fmt.Sprintf("ask the API server what airlock may do: %v", err), "grant airlock's service account the Role in deploy/kubernetes")
+		}
+		if !ok {
+			return unsupported(fmt.Sprintf("airlock may not %s in namespace %s (%s)", p, d.opts.Namespace, why),
+				"grant it the Role in deploy/kubernetes/rbac.yaml (pods create/get/list/watch/delete/patch, pods/attach and pods/exec create, pods/log get), in that namespace")
+		}
+	}
+	if list, err := k.listRuntimeClasses(ctx); err == nil {
+		var have []string
+		for _, c := range list.Items {
+			have = append(have, c.Name+" (handler "+c.Handler+")")
+		}
+		d.mu.Lock()
+		d.present = have
+		d.mu.Unlock()
+	}
+	_, err = d.runtimeClass(ctx, d.opts.RuntimeClass)
+	return err
+}
+
+// Permission is one thing the driver must be allowed in its namespace.
+type Permission struct {
+	Verb, Resource, Subresource string
+}
+
+func (p Permission) String() string {
+	if p.Subresource != "" {
+		return p.Verb + " " + p.Resource + "/" + p.Subresource
+	}
+	return p.Verb + " " + p.Resource
+}
+
+// Permissions is what the driver needs in its namespace (deploy's Role).
+var Permissions = []Permission{
+	{"create", "pods", ""}, {"get", "pods", ""}, {"list", "pods", ""}, {"watch", "pods", ""},
+	{"delete", "pods", ""}, {"patch", "pods", ""}, {"create", "pods", "attach"}, {"create", "pods", "exec"}, {"get", "pods", "log"},
+}
+
+// runtimeClass says what a RuntimeClass is, asking the API server once.
+// RuntimeClassNone (or "default") is the node's default runtime.
+func (d *Driver) runtimeClass(ctx context.Context, name string) (runtimeClass, error) {
+	if name == RuntimeClassNone || name == "default" {
+		return runtimeClass{}, nil
+	}
+	d.mu.Lock()
+	rc, ok := d.classes[name]
+	d.mu.Unlock()
+	if ok {
+		return rc, nil
+	}
+	k, err := d.client()
+	if err != nil {
+		return rc, err
+	}
+	c, err := k.getRuntimeClass(ctx, name)
+	switch {
+	case err == nil:
+		rc = runtimeClass{handler: c.Handler, vm: vmRuntime(name, c.Handler)}
+	case isForbidden(err):
+		// RuntimeClasses are cluster-wide, which a namespaced Role does
+		// not cover: the name tells.
+		rc = runtimeClass{vm: vmRuntime(name)}
+	case isNotFound(err):
+		have := []string{RuntimeClassNone}
+		if list, lerr := k.listRuntimeClasses(ctx); lerr == nil {
+			for _, c := range list.Items {
+				have = append(have, c.Name)
+			}
+		}
+		return rc, &sandbox.UnsupportedError{
+			What: "kubernetes runtime class " + name,
+			Why:  "the cluster has the runtime classes " + strings.Join(have, ", "),
+			Fix:  "install the runtime on the nodes and create its RuntimeClass (gVisor: handler runsc), or pick one of those",
+		}
+	default:
+		return rc, fmt.Errorf("look at runtime class %s: %w", name, err)
+	}
+	d.mu.Lock()
+	d.classes[name] = rc
+	d.mu.Unlock()
+	return rc, nil
+}
+
+// Describe says which cluster the driver uses.
+func (d *Driver) Describe() string {
+	k, err := d.client()
+	if err != nil {
+		return "no Kubernetes cluster configured"
+	}
+	d.mu.Lock()
+	v, present := d.server, d.present
+	d.mu.Unlock()
+	if v == "" {
+		v = "(not reached)"
+	}
+	classes := ""
+	if len(present) > 0 {
+		classes = "; the cluster's runtime classes: " + strings.Join(present, ", ")
+	}
+	return fmt.Sprintf("Kubernetes %s at %s; namespace %s, runtime class %s for sandboxes%s", v, k.config.Host, d.opts.Namespace, d.opts.RuntimeClass, classes)
+}
+
+// Capabilities says what Pod sandboxes can do. The languages are those of
+// the image; the suite's image has sh, bash and python3. Host paths are
+// never mounted into Pods.
+func (d *Driver) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{
+		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
+		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+	}
+}
+
+// Create starts a sandbox: its Pod, the agent over the attach stream, and
+// the handshake. Anything made before an error is deleted again.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Root != "" {
+		return nil, fmt.Errorf("%w: the kubernetes driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
+	}
+	if len(spec.Mounts) > 0 {
+		return nil, &sandbox.UnsupportedError{What: "mounts in kubernetes sandboxes", Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"}
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if spec.Image == "" {
+		spec.Image = d.opts.Image
+	}
+	if spec.Image == "" {
+		return nil, fmt.Errorf("%w: the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)", sandbox.ErrInvalid)
+	}
+	if spec.Runtime == "" {
+		spec.Runtime = d.opts.RuntimeClass
+	}
+	if spec.ID == "" {
+		spec.ID = sandbox.NewID()
+	}
+	k, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	rc, err := d.runtimeClass(ctx, spec.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := agentbin.Sum()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's binary: %w", err)
+	}
+	d.startSweep(ctx)
+	if p := d.poolFor(spec); p != nil {
+		inst, err := d.claim(ctx, p, spec, rc)
+		if err == nil || !errors.Is(err, errNoWarm) {
+			return inst, err
+		}
+		d.opts.Logger.Info("warm pool empty: making a Pod", "pool", p.Name, "sandbox_id", spec.ID)
+	}
+	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	h := newHost(d, k, spec, lock)
+	var eg *egress.Sandbox
+	defer func() {
+		if err != nil {
+			if eg != nil {
+				eg.Close()
+			}
+			_ = h.Teardown(context.WithoutCancel(ctx))
+		}
+	}()
+	cfg := agentConfig(spec, rc.vm, d.opts.Persistent)
+	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
+		return nil, err
+	}
+	ps := d.podSpec(spec, rc, sum)
+	sctx, cancel := context.WithTimeout(ctx, d.opts.StartTimeout)
+	defer cancel()
+	if err := h.createPod(sctx, ps.pod(d.opts.Namespace)); err != nil {
+		return nil, err
+	}
+	cl, agentLayers, err := h.attach(sctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return agentdriver.New(agentdriver.Config{
+		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
+		Host: h, Egress: eg, Logger: d.opts.Logger,
+	}), nil
+}
+
+// podSpec is what the Pod of spec (with defaults) is made from.
+func (d *Driver) podSpec(spec sandbox.Spec, rc runtimeClass, sum string) podSpec {
+	class := spec.Runtime
+	if class == RuntimeClassNone || class == "default" {
+		class = ""
+	}
+	agentImage := d.opts.AgentImage
+	if agentImage == "" {
+		agentImage = AgentImageRef(sum)
+	}
+	return podSpec{
+		Spec: spec, Image: spec.Image, PullPolicy: corev1.PullPolicy(d.opts.ImagePullPolicy), AgentImage: agentImage,
+		RuntimeClass: class, VM: rc.vm, Instance: d.opts.Instance, Persistent: d.opts.Persistent,
+		CPURequest: d.opts.CPURequest, AgentSum: sum,
+	}
+}
+
+// startSweep deletes, once per driver and beside its first sandbox's
+// start, the Pods that airlock processes of this instance left.
+func (d *Driver) startSweep(ctx context.Context) {
+	d.sweep.Do(func() {
+		go func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := d.Sweep(sctx); err != nil {
+				d.opts.Logger.Warn("sweep the Pods of dead airlock processes", "err", err)
+			}
+		}()
+	})
+}
+
+// unsupported says why airlock cannot use the cluster, and how to make it.
+func unsupported(why, fix string) error {
+	return &sandbox.UnsupportedError{What: "kubernetes", Why: why, Fix: fix}
+}
+
+// layersOf names the isolation layers of a Pod sandbox.
+func layersOf(vm bool) []sandbox.Layer {
+	l := []sandbox.Layer{sandbox.LayerPidNS, sandbox.LayerMountNS, sandbox.LayerNetNS, sandbox.LayerIPCNS,
+		sandbox.LayerUTSNS, sandbox.LayerCgroups}
+	if vm {
+		l = append(l, sandbox.LayerGVisor)
+	}
+	return slices.Clip(l)
+}
