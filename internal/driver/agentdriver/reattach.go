@@ -2,6 +2,8 @@ package agentdriver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -16,6 +19,29 @@ import (
 // letting go of a sandbox (Detach), the state to reattach with, the
 // commands that ran on meanwhile (Processes, Attach), and a sandbox whose
 // agent speaks another protocol (Mismatched).
+
+// NewReattached is New for a sandbox that this process reattached to over
+// cfg.Client, made by an earlier one at created: its egress is attached to
+// proxy again (network mode egress), its lifetime is what is left of it (at
+// least a second), and its exec ids get a prefix of their own, as the
+// earlier sessions' may still run. On error cfg.Client is closed.
+func NewReattached(cfg Config, proxy *egress.Proxy, created time.Time) (*Instance, error) {
+	if cfg.Spec.Network.Mode == sandbox.NetworkEgress {
+		eg, err := proxy.Attach(cfg.Spec.ID, cfg.Spec.Network)
+		if err != nil {
+			cfg.Client.Close()
+			return nil, err
+		}
+		cfg.Egress = eg
+	}
+	if !created.IsZero() && cfg.Spec.Limits.Lifetime > 0 {
+		cfg.Spec.Limits.Lifetime = max(cfg.Spec.Limits.Lifetime-time.Since(created), time.Second)
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	cfg.ExecPrefix = "r" + hex.EncodeToString(b[:]) + "-"
+	return New(cfg), nil
+}
 
 // HostDetacher is a Host that can let go of its environment without ending
 // it: it stops watching it and drops what this process holds of it (its

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -158,7 +155,6 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	}
 	h := newHost(d, st.Spec, lock)
 	h.cid = st.Container
-	var eg *egress.Sandbox
 	defer func() {
 		if err != nil {
 			// The container is left as it is: a sweep judges it.
@@ -168,9 +164,6 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 			}
 			if h.waitStop != nil {
 				h.waitStop()
-			}
-			if eg != nil {
-				eg.Close()
 			}
 			lock.Release()
 		}
@@ -207,26 +200,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: reattach: %w", id, err)
 	}
-	spec := st.Spec
-	if spec.Network.Mode == sandbox.NetworkEgress {
-		if eg, err = d.opts.Egress.Attach(id, spec.Network); err != nil {
-			cl.Close()
-			return nil, err
-		}
-	}
-	if !st.Created.IsZero() && spec.Limits.Lifetime > 0 {
-		spec.Limits.Lifetime = max(spec.Limits.Lifetime-time.Since(st.Created), time.Second)
-	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger, ExecPrefix: newExecPrefix(),
-	}), nil
-}
-
-// newExecPrefix is the prefix of a reattached sandbox's exec ids, unlike
-// those of the sessions before ("e1", "e2"…).
-func newExecPrefix() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return "r" + hex.EncodeToString(b[:]) + "-"
+	return agentdriver.NewReattached(agentdriver.Config{
+		Spec: st.Spec, Client: cl, Layers: append(h.layers(), agentLayers...), Host: h, Logger: d.opts.Logger,
+	}, d.opts.Egress, st.Created)
 }

@@ -2,16 +2,12 @@ package kubernetes
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -112,7 +108,6 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	}
 	h := newHost(d, k, st.Spec, lock)
 	h.created = st.Created
-	var eg *egress.Sandbox
 	defer func() {
 		if err != nil {
 			// The Pod is left as it is: a sweep judges it.
@@ -122,9 +117,6 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 			}
 			if h.stop != nil {
 				h.stop()
-			}
-			if eg != nil {
-				eg.Close()
 			}
 			lock.Release()
 		}
@@ -157,26 +149,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: reattach: %w", id, err)
 	}
-	spec := st.Spec
-	if spec.Network.Mode == sandbox.NetworkEgress {
-		if eg, err = d.opts.Egress.Attach(id, spec.Network); err != nil {
-			cl.Close()
-			return nil, err
-		}
-	}
-	if !st.Created.IsZero() && spec.Limits.Lifetime > 0 {
-		spec.Limits.Lifetime = max(spec.Limits.Lifetime-time.Since(st.Created), time.Second)
-	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger, ExecPrefix: newExecPrefix(),
-	}), nil
-}
-
-// newExecPrefix is the prefix of a reattached sandbox's exec ids, unlike
-// those of the sessions before ("e1", "e2"…).
-func newExecPrefix() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return "r" + hex.EncodeToString(b[:]) + "-"
+	return agentdriver.NewReattached(agentdriver.Config{
+		Spec: st.Spec, Client: cl, Layers: append(h.layers(), agentLayers...), Host: h, Logger: d.opts.Logger,
+	}, d.opts.Egress, st.Created)
 }
