@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/netip"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,19 +227,41 @@ const (
 	LayerMicroVM Layer = "microvm"
 )
 
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-
-// imagePattern is what an image reference may look like: the characters of
-// registry hosts, paths, tags and digests, no spaces, at most 512 bytes.
-var imagePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,511}$`)
-
-// runtimePattern is what a runtime's name may look like.
-var runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // ValidID reports whether id can name a sandbox or an exec: lower-case
 // letters, digits, '-' and '_', at most 63 characters. IDs become parts of
 // host paths, so nothing else is allowed.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+func ValidID(id string) bool {
+	return matchName(id, 63, func(c byte) bool { return lower(c) || digit(c) }, "_-")
+}
+
+// validImage reports whether s looks like an image reference: the
+// characters of registry hosts, paths, tags and digests, no spaces, at
+// most 512 bytes.
+func validImage(s string) bool { return matchName(s, 512, alnum, "._:/@+-") }
+
+// validRuntime reports whether s looks like a runtime's name.
+func validRuntime(s string) bool { return matchName(s, 64, alnum, "._-") }
+
+// matchName reports whether s is 1 to max bytes, begins with a byte first
+// accepts and goes on with bytes first accepts or that are in more. (A
+// regexp with a bounded repetition such as {0,511} compiles to one
+// instruction per repetition: it cost every airlock start almost a
+// millisecond.)
+func matchName(s string, max int, first func(byte) bool, more string) bool {
+	if s == "" || len(s) > max || !first(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !first(s[i]) && strings.IndexByte(more, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) bool { return 'a' <= c && c <= 'z' }
+func digit(c byte) bool { return '0' <= c && c <= '9' }
+func alnum(c byte) bool { return lower(c) || digit(c) || ('A' <= c && c <= 'Z') }
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
@@ -310,10 +331,10 @@ func (s Spec) Validate() error {
 	if err := s.Network.Validate(); err != nil {
 		return err
 	}
-	if s.Image != "" && !imagePattern.MatchString(s.Image) {
+	if s.Image != "" && !validImage(s.Image) {
 		return invalid("image %q: give an image name as the engine knows it (name[:tag] or name@sha256:digest)", s.Image)
 	}
-	if s.Runtime != "" && !runtimePattern.MatchString(s.Runtime) {
+	if s.Runtime != "" && !validRuntime(s.Runtime) {
 		return invalid("runtime %q: give a runtime name as the engine knows it (runc, runsc, kata)", s.Runtime)
 	}
 	for _, d := range s.AllowDegraded {

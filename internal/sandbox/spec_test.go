@@ -37,6 +37,38 @@ func TestValidID(t *testing.T) {
 	}
 }
 
+func TestValidImageAndRuntime(t *testing.T) {
+	images := map[string]bool{
+		"python:3.12": true,
+		"registry.example:5000/team/img@sha256:0123abcd": true,
+		"a+b_c":                  true,
+		strings.Repeat("a", 512): true,
+		strings.Repeat("a", 513): false,
+		"":                       false,
+		"-img":                   false,
+		".img":                   false,
+		"img name":               false,
+		"img\n":                  false,
+		"img;rm":                 false,
+		"imgé":                   false,
+	}
+	for s, want := range images {
+		if got := validImage(s); got != want {
+			t.Errorf("validImage(%q) = %v, want %v", s, got, want)
+		}
+	}
+	runtimes := map[string]bool{
+		"runsc": true, "kata-qemu": true, "io.containerd.runc.v2": true,
+		strings.Repeat("r", 64): true, strings.Repeat("r", 65): false,
+		"": false, "_x": false, "a/b": false, "a:b": false, "a b": false,
+	}
+	for s, want := range runtimes {
+		if got := validRuntime(s); got != want {
+			t.Errorf("validRuntime(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 func TestSpecValidate(t *testing.T) {
 	// mnt returns a spec with one read-only mount at target.
 	mnt := func(source, target string) Spec {
