@@ -35,7 +35,7 @@ DEBS  += runc containernetworking-plugins
 
 # The runsc the gVisor driver uses (docs/decisions.md, 14): gVisor built
 # from its Go module at a pinned version, installed where airlock looks
-# first. hostcap.RunscVersion must name the same version.
+# first. runsc.Version must name the same version.
 RUNSC_VERSION := v0.0.0-20260905035102-160fafc42237
 RUNSC_DIR     := /opt/airlock
 RUNSC         := $(RUNSC_DIR)/runsc-$(RUNSC_VERSION)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -367,7 +368,7 @@ func TestSystemdService(t *testing.T) {
 func runscPath() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := hostcap.FindRunsc(ctx)
+	r, err := runsc.Find(ctx)
 	if err != nil {
 		return ""
 	}

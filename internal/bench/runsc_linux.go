@@ -3,13 +3,13 @@ package bench
 import (
 	"context"
 
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 )
 
 // runscPrefix runs a command in bare gVisor with the runsc and platform
 // the gvisor driver uses, so the two rows compare like with like.
 func runscPrefix() []string {
-	r, err := hostcap.FindRunsc(context.Background())
+	r, err := runsc.Find(context.Background())
 	if err != nil || len(r.Platforms) == 0 {
 		return runscArgs
 	}
@@ -19,7 +19,7 @@ func runscPrefix() []string {
 // runscVersion names the runsc the gvisor rows use: the pinned build's
 // version, or what runsc on PATH says.
 func runscVersion(ctx context.Context) string {
-	r, err := hostcap.FindRunsc(ctx)
+	r, err := runsc.Find(ctx)
 	if err != nil {
 		return ""
 	}

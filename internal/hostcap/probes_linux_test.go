@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/testrig/dockerd"
 	"golang.org/x/sys/unix"
 )
@@ -314,8 +315,8 @@ func TestTools(t *testing.T) {
 			installed := lookPathIn(tt.bin)
 			if tt.name == "runsc" {
 				// The runsc airlock uses need not be on PATH.
-				_, err := FindRunsc(context.Background())
-				installed = !errors.Is(err, ErrNoRunsc)
+				_, err := runsc.Find(context.Background())
+				installed = !errors.Is(err, runsc.ErrNotFound)
 			}
 			if !installed {
 				if r.OK || !strings.Contains(r.Why, "not installed") || !strings.Contains(r.Fix, tt.fix) {
@@ -414,10 +415,10 @@ func TestDockerProbe(t *testing.T) {
 // (the runsc `make runsc` built is moved out of the way).
 func fakeTools(t *testing.T, scripts map[string]string) {
 	t.Helper()
-	pinned := runscPinned
-	runscPinned = filepath.Join(t.TempDir(), "no-runsc")
-	t.Cleanup(func() { runscPinned = pinned })
-	t.Setenv(EnvRunsc, "")
+	pinned := runsc.Pinned
+	runsc.Pinned = filepath.Join(t.TempDir(), "no-runsc")
+	t.Cleanup(func() { runsc.Pinned = pinned })
+	t.Setenv(runsc.Env, "")
 	dir := t.TempDir()
 	for name, body := range scripts {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 )
 
 // runTool runs a program under its own timeout and returns its combined
@@ -56,12 +58,12 @@ const runscFix = "apt-get install runsc (Debian's build is old: ptrace platform 
 const runscTimeout = 20 * time.Second
 
 // probeRunsc runs `runsc do true` with no network with the runsc airlock
-// uses (FindRunsc), on the systrap platform when this runsc knows it, else
+// uses (runsc.Find), on the systrap platform when this runsc knows it, else
 // on ptrace.
 func probeRunsc(ctx context.Context) Result {
-	r, err := FindRunsc(ctx)
-	if errors.Is(err, ErrNoRunsc) {
-		return fail(fmt.Sprintf("runsc is not installed (not at %s, not found on PATH)", runscPinned), runscFix)
+	r, err := runsc.Find(ctx)
+	if errors.Is(err, runsc.ErrNotFound) {
+		return fail(fmt.Sprintf("runsc is not installed (not at %s, not found on PATH)", runsc.Pinned), runscFix)
 	}
 	if err != nil {
 		return fail(err.Error(), runscFix)

@@ -18,8 +18,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -27,7 +27,7 @@ import (
 type Driver struct {
 	opts     Options
 	agent    string
-	runsc    *hostcap.Runsc
+	runsc    *runsc.Binary
 	runscErr error
 	platform string
 	hier     *cgroup.Hierarchy // nil when the host has no usable cgroups
@@ -66,9 +66,9 @@ func New(opts Options) (*Driver, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if opts.Runsc != "" {
-		d.runsc, d.runscErr = hostcap.InspectRunsc(ctx, opts.Runsc)
+		d.runsc, d.runscErr = runsc.Inspect(ctx, opts.Runsc)
 	} else {
-		d.runsc, d.runscErr = hostcap.FindRunsc(ctx)
+		d.runsc, d.runscErr = runsc.Find(ctx)
 	}
 	if d.runsc != nil {
 		d.platform = opts.Platform
@@ -96,7 +96,7 @@ func (d *Driver) Name() string { return "gvisor" }
 
 // Runsc describes the runsc the driver uses, and the platform; nil when
 // none was found.
-func (d *Driver) Runsc() (*hostcap.Runsc, string) { return d.runsc, d.platform }
+func (d *Driver) Runsc() (*runsc.Binary, string) { return d.runsc, d.platform }
 
 // Describe says which runsc and platform the driver uses.
 func (d *Driver) Describe() string {

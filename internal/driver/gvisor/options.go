@@ -8,7 +8,7 @@
 // bounds gVisor's processes and the workload together.
 //
 // Which runsc: the one `make runsc` builds (a pinned gVisor, platform
-// systrap), else a runsc on PATH (see hostcap.FindRunsc and
+// systrap), else a runsc on PATH (see runsc.Find and
 // docs/decisions.md).
 package gvisor
 
@@ -21,7 +21,7 @@ import (
 // Options configure the driver. The zero value is ready to use.
 type Options struct {
 	// Runsc is the runsc binary. Empty means the one airlock builds
-	// (hostcap.RunscPinnedPath), else runsc on PATH.
+	// (runsc.PinnedPath), else runsc on PATH.
 	Runsc string
 	// Platform is runsc's platform. Empty means systrap where this runsc
 	// has it, else ptrace. (KVM is not chosen by default: it hangs on hosts

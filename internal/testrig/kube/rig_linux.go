@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
@@ -112,9 +112,9 @@ func (r *rig) prerequisites(ctx context.Context) (*prerequisites, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotBuilt, err)
 	}
-	runsc, err := hostcap.FindRunsc(ctx)
-	if err != nil || !runsc.Pinned {
-		return nil, fmt.Errorf("%w: gVisor's shim needs the runsc `make runsc` builds (%s), not found", ErrNotBuilt, hostcap.RunscPinnedPath())
+	rs, err := runsc.Find(ctx)
+	if err != nil || !rs.Pinned {
+		return nil, fmt.Errorf("%w: gVisor's shim needs the runsc `make runsc` builds (%s), not found", ErrNotBuilt, runsc.PinnedPath())
 	}
 	runc, err := exec.LookPath("runc")
 	if err != nil {
@@ -130,7 +130,7 @@ func (r *rig) prerequisites(ctx context.Context) (*prerequisites, error) {
 			return nil, fmt.Errorf("%s is not installed: apt-get install iproute2 util-linux mount", tool)
 		}
 	}
-	return &prerequisites{bins: bins, image: img, runsc: runsc.Path, runc: runc}, nil
+	return &prerequisites{bins: bins, image: img, runsc: rs.Path, runc: runc}, nil
 }
 
 // ports are the TCP ports of a run, picked free at start.
@@ -277,7 +277,7 @@ func (r *rig) start(ctx context.Context) (_ *Cluster, err error) {
 	pauseRef := "airlock.invalid/pause:" + pauseTag(pre.bins.Path(kubebin.Pause))
 	runscCfg := r.p("config", "runsc.toml")
 	platform := "systrap"
-	if rs, err := hostcap.InspectRunsc(ctx, pre.runsc); err == nil {
+	if rs, err := runsc.Inspect(ctx, pre.runsc); err == nil {
 		platform = rs.DefaultPlatform()
 	}
 	if err := os.WriteFile(runscCfg, []byte(runscConfig{runsc: pre.runsc, root: r.p("runsc"),

@@ -55,7 +55,7 @@ const (
 	ContainerdVersion = "v2.4.2"
 	// GvisorVersion is gvisor.dev/gvisor, for containerd-shim-runsc-v1:
 	// the same version as the runsc `make runsc` builds (the Makefile's
-	// RUNSC_VERSION, hostcap.RunscVersion; a test checks they agree).
+	// RUNSC_VERSION, runsc.Version; a test checks they agree).
 	GvisorVersion = "v0.0.0-20260905035102-160fafc42237"
 )
 

@@ -5,15 +5,15 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
 )
 
 // TestGvisorPin: the shim is built from the same gVisor as runsc.
 func TestGvisorPin(t *testing.T) {
-	if kubebin.GvisorVersion != hostcap.RunscVersion {
-		t.Errorf("kubebin.GvisorVersion = %s, hostcap.RunscVersion = %s: bump both (and the Makefile's RUNSC_VERSION)",
-			kubebin.GvisorVersion, hostcap.RunscVersion)
+	if kubebin.GvisorVersion != runsc.Version {
+		t.Errorf("kubebin.GvisorVersion = %s, runsc.Version = %s: bump both (and the Makefile's RUNSC_VERSION)",
+			kubebin.GvisorVersion, runsc.Version)
 	}
 	mk, err := os.ReadFile("../../../../Makefile")
 	if err != nil {

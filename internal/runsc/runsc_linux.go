@@ -1,4 +1,8 @@
-package hostcap
+// Package runsc finds the gVisor runtime (runsc) airlock uses and says
+// what it knows: its version, platforms and flags. It is apart from
+// hostcap, whose probes link test rigs and other drivers, so that the
+// gVisor driver links only this.
+package runsc
 
 import (
 	"context"
@@ -14,15 +18,15 @@ import (
 
 // The runsc airlock builds (`make runsc`, docs/decisions.md): a pinned
 // version of the gvisor.dev/gvisor Go module, installed where airlock
-// looks first. The Makefile's RUNSC_VERSION must equal RunscVersion.
+// looks first. The Makefile's RUNSC_VERSION must equal Version.
 const (
-	// RunscVersion is the gvisor.dev/gvisor module version `make runsc`
+	// Version is the gvisor.dev/gvisor module version `make runsc`
 	// builds.
-	RunscVersion = "v0.0.0-20260905035102-160fafc42237"
-	// RunscDir is where `make runsc` installs it.
-	RunscDir = "/opt/airlock"
-	// EnvRunsc names the variable that points at another runsc to use.
-	EnvRunsc = "AIRLOCK_RUNSC"
+	Version = "v0.0.0-20260905035102-160fafc42237"
+	// Dir is where `make runsc` installs it.
+	Dir = "/opt/airlock"
+	// Env names the variable that points at another runsc to use.
+	Env = "AIRLOCK_RUNSC"
 )
 
 // What the pinned build knows: its platforms, default first, and the flags
@@ -32,17 +36,18 @@ var (
 	pinnedFlags     = []string{"in-sandbox-cgroup", "overlay2", "host-settings", "platform", "network", "root", "ignore-cgroups", "rootless"}
 )
 
-// RunscPinnedPath is the runsc `make runsc` builds.
-func RunscPinnedPath() string { return filepath.Join(RunscDir, "runsc-"+RunscVersion) }
+// PinnedPath is the runsc `make runsc` builds.
+func PinnedPath() string { return filepath.Join(Dir, "runsc-"+Version) }
 
-// runscPinned is RunscPinnedPath, a variable so that tests can move it.
-var runscPinned = RunscPinnedPath()
+// Pinned is where Find looks first: PinnedPath, a variable so that tests
+// (here and in hostcap) can move it.
+var Pinned = PinnedPath()
 
-// Runsc describes a runsc binary.
-type Runsc struct {
+// Binary describes a runsc binary.
+type Binary struct {
 	// Path is the binary.
 	Path string
-	// Version is RunscVersion for the one airlock built, else what
+	// Version is Version for the one airlock built, else what
 	// `runsc --version` says ("0.0~20221219.0" for Debian's).
 	Version string
 	// Pinned says this is the runsc `make runsc` built.
@@ -53,35 +58,35 @@ type Runsc struct {
 	flags []string
 }
 
-// ErrNoRunsc says no runsc was found.
-var ErrNoRunsc = errors.New("runsc is not installed")
+// ErrNotFound says no runsc was found.
+var ErrNotFound = errors.New("runsc is not installed")
 
-// FindRunsc finds the runsc airlock uses: $AIRLOCK_RUNSC when set, else
+// Find finds the runsc airlock uses: $AIRLOCK_RUNSC when set, else
 // the one `make runsc` built, else runsc on PATH; and asks it what it
 // knows (`runsc flags`, and `runsc --version` for one airlock did not
 // build). It takes about 10 ms.
-func FindRunsc(ctx context.Context) (*Runsc, error) {
-	path := os.Getenv(EnvRunsc)
+func Find(ctx context.Context) (*Binary, error) {
+	path := os.Getenv(Env)
 	if path == "" {
-		if _, err := os.Stat(runscPinned); err == nil {
-			path = runscPinned
+		if _, err := os.Stat(Pinned); err == nil {
+			path = Pinned
 		} else if p, err := exec.LookPath("runsc"); err == nil {
 			path = p
 		} else {
-			return nil, fmt.Errorf("%w (not at %s, not on PATH)", ErrNoRunsc, runscPinned)
+			return nil, fmt.Errorf("%w (not at %s, not on PATH)", ErrNotFound, Pinned)
 		}
 	}
-	return InspectRunsc(ctx, path)
+	return Inspect(ctx, path)
 }
 
-// InspectRunsc asks the runsc at path what it is and knows.
-func InspectRunsc(ctx context.Context, path string) (*Runsc, error) {
-	r := &Runsc{Path: path}
-	if path == runscPinned {
+// Inspect asks the runsc at path what it is and knows.
+func Inspect(ctx context.Context, path string) (*Binary, error) {
+	r := &Binary{Path: path}
+	if path == Pinned {
 		// A module build says "VERSION_MISSING"; its path names it. What
 		// it knows is known: asking would cost every `airlock run` a
 		// 100 MB program's start (a test checks this against it).
-		r.Version, r.Pinned = RunscVersion, true
+		r.Version, r.Pinned = Version, true
 		r.Platforms, r.flags = slices.Clone(pinnedPlatforms), slices.Clone(pinnedFlags)
 		return r, nil
 	}
@@ -89,21 +94,22 @@ func InspectRunsc(ctx context.Context, path string) (*Runsc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runsc does not run: %w", err)
 	}
-	r.Version = strings.TrimPrefix(firstLine(out), "runsc version ")
+	line, _, _ := strings.Cut(out, "\n")
+	r.Version = strings.TrimPrefix(strings.TrimSpace(line), "runsc version ")
 	out, err = runTool(ctx, 5*time.Second, path, "flags")
 	if err != nil {
 		// Not every build has the flags command; the platforms are then
 		// found by trying them.
 		return r, nil //nolint:nilerr // an old runsc still works
 	}
-	r.flags, r.Platforms = parseRunscFlags(out)
+	r.flags, r.Platforms = parseFlags(out)
 	return r, nil
 }
 
-// parseRunscFlags reads `runsc flags`: the flag names, and the platforms
+// parseFlags reads `runsc flags`: the flag names, and the platforms
 // from the -platform flag's help ("specifies which platform to use:
 // systrap (default), ptrace, kvm."), default first.
-func parseRunscFlags(out string) (flags, platforms []string) {
+func parseFlags(out string) (flags, platforms []string) {
 	for _, line := range strings.Split(out, "\n") {
 		t := strings.TrimSpace(line)
 		if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "   ") {
@@ -133,11 +139,11 @@ func parseRunscFlags(out string) (flags, platforms []string) {
 }
 
 // HasFlag says whether this runsc knows the global flag name (no dash).
-func (r *Runsc) HasFlag(name string) bool { return slices.Contains(r.flags, name) }
+func (r *Binary) HasFlag(name string) bool { return slices.Contains(r.flags, name) }
 
 // HasPlatform says whether this runsc knows platform p. When its platforms
 // are unknown, only ptrace (every build has it) is assumed.
-func (r *Runsc) HasPlatform(p string) bool {
+func (r *Binary) HasPlatform(p string) bool {
 	if len(r.Platforms) == 0 {
 		return p == "ptrace"
 	}
@@ -148,7 +154,7 @@ func (r *Runsc) HasPlatform(p string) bool {
 // when it has it (faster, the current default), else ptrace. KVM is never
 // chosen by itself: on hosts whose /dev/kvm is not the real thing (nested,
 // PVM) runsc hangs on it.
-func (r *Runsc) DefaultPlatform() string {
+func (r *Binary) DefaultPlatform() string {
 	if r.HasPlatform("systrap") {
 		return "systrap"
 	}
@@ -158,7 +164,7 @@ func (r *Runsc) DefaultPlatform() string {
 // Describe says which runsc this is, for doctor and errors:
 // "runsc v0.0.0-… (built by make runsc)", or
 // "runsc 0.0~20221219.0 at /usr/bin/runsc (old: ptrace platform only)".
-func (r *Runsc) Describe() string {
+func (r *Binary) Describe() string {
 	if r.Pinned {
 		return "runsc " + r.Version + " (built by make runsc)"
 	}
@@ -167,4 +173,23 @@ func (r *Runsc) Describe() string {
 		s += " (old: no systrap platform; build a current one with `make runsc`)"
 	}
 	return s
+}
+
+// runTool runs path with args and returns its output, trimmed.
+func runTool(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Dir = "/"
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w after %v", ctx.Err(), timeout)
+		}
+		last := s[strings.LastIndexByte(s, '\n')+1:]
+		return s, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, last)
+	}
+	return s, nil
 }
