@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/google/cel-go/cel"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -243,12 +242,18 @@ type Policy struct {
 
 type compiled struct {
 	Rule
-	prg cel.Program
+	when condition
 }
 
 type compiledTier struct {
 	Tier
-	prg cel.Program
+	when condition
+}
+
+// condition is a compiled `when` expression (cel.go).
+type condition interface {
+	// holds evaluates it with vars; a result that is not true is false.
+	holds(ctx context.Context, vars map[string]any) (bool, error)
 }
 
 // Default returns the policy that applies with no policy file: every
@@ -305,23 +310,14 @@ func New(f File) (*Policy, error) {
 		}
 		p.approvalTimeout = d
 	}
-	env, err := celEnv()
-	if err != nil {
-		return nil, fmt.Errorf("make CEL environment: %w", err)
-	}
-	compile := func(what, expr string) (cel.Program, error) {
-		ast, iss := env.Compile(expr)
-		if iss.Err() != nil {
-			return nil, fmt.Errorf("%s: %w", what, iss.Err())
+	// The CEL environment is made only for a policy with expressions:
+	// making it costs a one-shot `airlock run` more than its sandbox.
+	var compile func(what, expr string) (condition, error)
+	var err error
+	if len(f.Tiers)+len(f.Rules) > 0 {
+		if compile, err = newCompiler(); err != nil {
+			return nil, err
 		}
-		if ast.OutputType() != cel.BoolType {
-			return nil, fmt.Errorf("%s: when is %s, not a bool", what, ast.OutputType())
-		}
-		prg, err := env.Program(ast, cel.CostLimit(maxRuleCost))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		return prg, nil
 	}
 	tierNames := map[string]bool{}
 	for i, t := range f.Tiers {
@@ -334,11 +330,11 @@ func New(f File) (*Policy, error) {
 			return nil, fmt.Errorf("tier %q names no driver: set driver = \"wasm\", \"native\", \"gvisor\"…", t.Name)
 		}
 		tierNames[t.Name] = true
-		prg, err := compile(fmt.Sprintf("tier %q", t.Name), t.When)
+		when, err := compile(fmt.Sprintf("tier %q", t.Name), t.When)
 		if err != nil {
 			return nil, err
 		}
-		p.tiers = append(p.tiers, compiledTier{Tier: t, prg: prg})
+		p.tiers = append(p.tiers, compiledTier{Tier: t, when: when})
 	}
 	seen := map[string]bool{}
 	for i, r := range f.Rules {
@@ -354,18 +350,11 @@ func New(f File) (*Policy, error) {
 		default:
 			return nil, fmt.Errorf("rule %q: decision %q: use allow, deny or ask", r.Name, r.Decision)
 		}
-		ast, iss := env.Compile(r.When)
-		if iss.Err() != nil {
-			return nil, fmt.Errorf("rule %q: %w", r.Name, iss.Err())
-		}
-		if ast.OutputType() != cel.BoolType {
-			return nil, fmt.Errorf("rule %q: when is %s, not a bool", r.Name, ast.OutputType())
-		}
-		prg, err := env.Program(ast, cel.CostLimit(maxRuleCost))
+		when, err := compile(fmt.Sprintf("rule %q", r.Name), r.When)
 		if err != nil {
-			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+			return nil, err
 		}
-		p.rules = append(p.rules, compiled{Rule: r, prg: prg})
+		p.rules = append(p.rules, compiled{Rule: r, when: when})
 	}
 	if p.ceilings, err = f.Ceilings.compile(); err != nil {
 		return nil, err
@@ -408,11 +397,11 @@ func (p *Policy) ChooseDriver(ctx context.Context, r Request) (TierChoice, error
 	}
 	vars := r.vars()
 	for _, t := range p.tiers {
-		out, _, err := t.prg.ContextEval(ctx, vars)
+		ok, err := t.when.holds(ctx, vars)
 		if err != nil {
 			return TierChoice{Rule: "tier:" + t.Name}, fmt.Errorf("evaluate tier %q: %w", t.Name, err)
 		}
-		if b, ok := out.Value().(bool); ok && b {
+		if ok {
 			reason := t.Reason
 			if reason == "" {
 				reason = fmt.Sprintf("policy tier %q matched", t.Name)
@@ -446,12 +435,12 @@ func (p *Policy) Decide(ctx context.Context, r Request) (Decision, error) {
 	}
 	vars := r.vars()
 	for _, c := range p.rules {
-		out, _, err := c.prg.ContextEval(ctx, vars)
+		ok, err := c.when.holds(ctx, vars)
 		if err != nil {
 			return Decision{Verdict: Deny, Rule: "rule:" + c.Name, Reason: "the policy rule could not be evaluated"},
 				fmt.Errorf("evaluate rule %q: %w", c.Name, err)
 		}
-		if b, ok := out.Value().(bool); ok && b {
+		if ok {
 			reason := c.Reason
 			if reason == "" {
 				reason = fmt.Sprintf("policy rule %q matched", c.Name)
@@ -582,26 +571,6 @@ func (r Request) vars() map[string]any {
 		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port),
 		"key": r.Key, "limits": limits, "network": network, "explicit": r.Explicit, "labels": labels,
 	}
-}
-
-func celEnv() (*cel.Env, error) {
-	return cel.NewEnv(
-		cel.Variable("action", cel.StringType),
-		cel.Variable("sandbox", cel.StringType),
-		cel.Variable("template", cel.StringType),
-		cel.Variable("driver", cel.StringType),
-		cel.Variable("argv", cel.ListType(cel.StringType)),
-		cel.Variable("code", cel.StringType),
-		cel.Variable("language", cel.StringType),
-		cel.Variable("path", cel.StringType),
-		cel.Variable("host", cel.StringType),
-		cel.Variable("port", cel.IntType),
-		cel.Variable("key", cel.StringType),
-		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),
-		cel.Variable("network", cel.StringType),
-		cel.Variable("explicit", cel.BoolType),
-		cel.Variable("labels", cel.MapType(cel.StringType, cel.StringType)),
-	)
 }
 
 func contains(list []string, s string) bool {
