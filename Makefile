@@ -9,6 +9,7 @@
 # Both hello and test install what they need (Debian packages, as root).
 GO    ?= go
 AGENT := internal/agentbin/bin/airlock-agent
+FULL  := internal/fullbin/bin/airlock
 # The version airlock --version prints and the Debian package carries.
 VERSION ?= 0.1.0~git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null)
 # What the tests and the sandboxes use from the host: the tools commands
@@ -59,8 +60,14 @@ agent:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(AGENT) ./cmd/airlock-agent
 	sha256sum $(AGENT) | cut -d' ' -f1 > $(AGENT).sha256
 
+# bin/airlock is the front (docs/decisions.md): `run` on the native and
+# gVisor drivers and --version, with the complete airlock (bin/airlock-full)
+# embedded, compressed, for everything else.
 build: agent
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-X main.version=$(VERSION)' -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -X main.version=$(VERSION)' -o bin/airlock-full ./cmd/airlock
+	gzip -n -c bin/airlock-full > $(FULL).gz
+	sha256sum bin/airlock-full | cut -d' ' -f1 > $(FULL).sha256
+	CGO_ENABLED=0 $(GO) build -trimpath -tags front -ldflags='-X main.version=$(VERSION)' -o bin/airlock ./cmd/airlock
 
 # deb packs bin/airlock with its unit, reference config and man pages
 # (packaging/build-deb.sh; dpkg-deb comes with every Debian).
@@ -143,6 +150,7 @@ check:
 	$(GO) vet -stdmethods=false ./...
 	$(MAKE) --no-print-directory lint
 	GOOS=darwin $(GO) build ./...
+	$(GO) build -tags front ./...
 	$(GO) mod tidy -diff
 
 lint: $(GOLANGCI)
@@ -154,4 +162,4 @@ $(GOLANGCI):
 	@GOBIN=$(dir $@) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 
 clean:
-	rm -rf bin $(AGENT) $(AGENT).sha256
+	rm -rf bin $(AGENT) $(AGENT).sha256 $(FULL).gz $(FULL).sha256

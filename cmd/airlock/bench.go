@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/bench"
+	"github.com/airlock-sandbox/airlock/internal/fullbin"
 )
 
 type benchFlags struct {
@@ -19,6 +22,8 @@ type benchFlags struct {
 	dockerRuntime   string
 	e2bSDK          string
 }
+
+func init() { registerCommand(newBenchCmd) }
 
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
@@ -63,11 +68,16 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if f.density > 0 {
 		o.Density = f.density
 	}
-	exe, err := os.Executable()
+	// The airlock a user runs: the front that handed the bench to this
+	// program when there is one.
+	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the airlock binary to time: %w", err)
 	}
-	o.Airlock = exe
+	o.Airlock = self
+	if front := os.Getenv(fullbin.EnvFront); front != "" {
+		o.Airlock, o.AirlockFull = front, self
+	}
 	o.DockerImage, o.DockerRuntime = f.dockerImage, f.dockerRuntime
 	o.Progress = cmd.ErrOrStderr()
 	o.E2BSDK = f.e2bSDK

@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -7,6 +9,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 )
+
+func init() { registerCommand(newDoctorCmd) }
 
 func newDoctorCmd() *cobra.Command {
 	var asJSON bool

@@ -65,11 +65,13 @@ func registerDriver(name string, new func(driverOptions) (sandbox.Driver, error)
 	driverTable = append(driverTable, driverEntry{name: name, new: new})
 }
 
-// commandTable lists commands that a driver's file adds (a driver's own
-// setup), in the order they registered.
+// commandTable lists airlock's commands: each file of a command (run.go,
+// serve.go…) and of a driver with a setup of its own registers its own,
+// so that a build which leaves a file out (the front, main.go) leaves out
+// its command.
 var commandTable []func() *cobra.Command
 
-// registerCommand adds a command of a driver; drivers_*.go call it from
+// registerCommand adds a command; the file that defines it calls it from
 // init.
 func registerCommand(newCmd func() *cobra.Command) {
 	commandTable = append(commandTable, newCmd)
@@ -82,6 +84,16 @@ func driverNames() []string {
 		names = append(names, e.name)
 	}
 	return names
+}
+
+// haveDriver says whether this build has the driver called name.
+func haveDriver(name string) bool {
+	for _, e := range driverTable {
+		if e.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // newDriver makes the driver called name.

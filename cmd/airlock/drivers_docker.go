@@ -1,4 +1,4 @@
-//go:build !no_docker
+//go:build !no_docker && !front
 
 package main
 

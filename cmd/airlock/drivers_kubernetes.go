@@ -1,4 +1,4 @@
-//go:build !no_kubernetes
+//go:build !no_kubernetes && !front
 
 package main
 

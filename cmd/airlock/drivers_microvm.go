@@ -1,4 +1,4 @@
-//go:build !no_microvm
+//go:build !no_microvm && !front
 
 package main
 

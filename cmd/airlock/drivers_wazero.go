@@ -1,4 +1,4 @@
-//go:build !no_wasm
+//go:build !no_wasm && !front
 
 // This file is not called drivers_wasm.go: a _wasm suffix would build it
 // only for GOARCH=wasm.

@@ -17,6 +17,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// version is set at build time (make: -ldflags -X main.version=...).
+var version = "dev"
+
 // Exit codes of airlock itself, as Docker uses them.
 const (
 	exitAirlock       = 125 // airlock failed: bad flags, setup failure
@@ -31,12 +34,26 @@ func main() {
 	os.Exit(code)
 }
 
+// handOver runs the complete airlock with args in this process's place.
+func handOver(args []string, stderr io.Writer) int {
+	err := handOff(append([]string{os.Args[0]}, args...))
+	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	return exitAirlock
+}
+
 // exitError carries the exit code a command wants airlock to exit with.
 type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// handOff, in the front, runs the complete airlock in this process's place
+// with argv; nil in the complete airlock.
+var handOff func(argv []string) error
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if handOff != nil && !frontDoes(args) {
+		return handOver(args, stderr)
+	}
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Run untrusted, agent-generated code in a sandbox",
@@ -48,15 +65,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCmd(), newDoctorCmd(), newBenchCmd(),
-		newServeCmd(),
-		newKeysCmd(),
-		newReapCmd(),
-		newSandboxCmd(),
-		newMCPCmd(),
-		newAuditCmd(),
-		newManCmd(),
-	)
 	for _, c := range commandTable {
 		root.AddCommand(c())
 	}

@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -11,8 +13,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// version is set at build time (make: -ldflags -X main.version=...).
-var version = "dev"
+func init() { registerCommand(newManCmd) }
 
 // newManCmd writes a man page per command, made from the same text as
 // --help; `make deb` ships them. Hidden: it is for packaging.

@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -24,6 +26,8 @@ import (
 type mcpFlags struct {
 	stateDir, config, policy string
 }
+
+func init() { registerCommand(newMCPCmd) }
 
 func newMCPCmd() *cobra.Command {
 	var f mcpFlags

@@ -43,6 +43,8 @@ type runFlags struct {
 	policyFile, auditLog, auditKey string
 }
 
+func init() { registerCommand(newRunCmd) }
+
 func newRunCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
@@ -61,6 +63,10 @@ it is not found inside the sandbox.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.timeoutSet = cmd.Flags().Changed("timeout")
+			if handOff != nil && (f.module != "" || f.policyFile != "" || !haveDriver(f.driver)) {
+				// The front has neither the other drivers nor CEL.
+				return handOff(os.Args)
+			}
 			if f.module != "" {
 				if !cmd.Flags().Changed("driver") {
 					f.driver = "wasm"

@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -24,6 +26,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
+
+func init() { registerCommand(newSandboxCmd) }
 
 func newSandboxCmd() *cobra.Command {
 	cmd := &cobra.Command{

@@ -1,3 +1,5 @@
+//go:build !front
+
 package main
 
 import (
@@ -30,6 +32,12 @@ const defaultStateDir = "/var/lib/airlock"
 type serveFlags struct {
 	listen, stateDir, config, logFormat, policy, auditKey string
 	checkConfig, shutdownSandboxes                        bool
+}
+
+func init() {
+	registerCommand(newServeCmd)
+	registerCommand(newKeysCmd)
+	registerCommand(newReapCmd)
 }
 
 func newServeCmd() *cobra.Command {

@@ -52,6 +52,9 @@ type Options struct {
 	// Airlock is the airlock binary whose `airlock run` is timed; empty
 	// reports that row as failed.
 	Airlock string
+	// AirlockFull is the complete airlock that the front Airlock hands
+	// its other commands to; empty when Airlock is complete itself.
+	AirlockFull string
 	// DockerImage is the image of the docker rows, one the engine
 	// (DOCKER_HOST, else the local socket) has; empty reports them as
 	// missing.
@@ -139,6 +142,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
+	binR, err := binaryRows(ctx, o, progress)
+	if err != nil {
+		return nil, err
+	}
 	startR, err := startRows(ctx, o, qemu, progress)
 	if err != nil {
 		return nil, err
@@ -167,6 +174,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Rows = append(r.Rows, binR...)
 	r.Rows = append(r.Rows, startR...)
 	r.Rows = append(r.Rows, execR...)
 	r.Rows = append(r.Rows, dockerRows(ctx, o, progress)...)

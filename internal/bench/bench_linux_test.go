@@ -25,7 +25,7 @@ import (
 // wantRows are the ids of a complete report with steps 1, 2, 4 and one
 // client count, in table order.
 func wantRows(clients []int) []string {
-	var ids []string
+	ids := []string{idHelloGo, idVersion}
 	for _, w := range []string{"start/true", "start/python"} {
 		for _, l := range []string{"fork-exec", "unshare", "bwrap", "airlock-native", "airlock-gvisor", "runsc-do", "airlock-microvm", "qemu"} {
 			ids = append(ids, w+"/"+l)

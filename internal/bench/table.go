@@ -9,6 +9,7 @@ import (
 
 // sectionTitles head the table's sections.
 var sectionTitles = map[string]string{
+	"start/binary": "0. start: the airlock program itself, nothing run",
 	"start/true":   "1. start: /bin/true, one-shot, fork to exit",
 	"start/python": "1. start: python3 -c 'print(1)', one-shot, fork to exit",
 	"exec":         "2. exec round trip in a live sandbox",
