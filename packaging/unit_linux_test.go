@@ -75,7 +75,7 @@ var systemdOnly = []string{
 // bwrapArgs turns the unit's [Service] section into a bubblewrap command
 // line that runs ExecStart in the Debian root as the unit would: the same
 // command, the same capability bounding set, no new privileges, a
-// read-only system but for the state and runtime directories, no /home,
+// read-only system but for the state, cache and runtime directories, no /home,
 // private /tmp and /dev. Every setting of the unit is either applied here
 // or listed in systemdOnly, so a new one needs a decision. runDir is the
 // host directory bound as /run/airlock (see the caller).
@@ -103,6 +103,15 @@ func bwrapArgs(t *testing.T, u unit, root, runDir string) []string {
 		for _, name := range strings.Fields(v) {
 			dir := "/var/lib/" + name
 			if err := os.MkdirAll(filepath.Join(root, dir), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--bind", filepath.Join(root, dir), dir)
+		}
+	})
+	apply("CacheDirectory", func(v string) {
+		for _, name := range strings.Fields(v) {
+			dir := "/var/cache/" + name
+			if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			args = append(args, "--bind", filepath.Join(root, dir), dir)
