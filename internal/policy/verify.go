@@ -5,6 +5,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // The built-in checks of the verifier.
@@ -87,7 +88,7 @@ func Verify(r Request, network Network) []Finding {
 		if r.Action == ActionFileDelete && isRootTarget(r.Path) {
 			add(CheckDestructiveDelete, "deleting %q would remove the whole workspace or file system", r.Path)
 		}
-		if m := credentialRE.FindString(r.Path); m != "" {
+		if m := credentialRE().FindString(r.Path); m != "" {
 			add(CheckCredentialRead, "%q is a credential path", r.Path)
 		}
 		return out
@@ -102,10 +103,10 @@ func Verify(r Request, network Network) []Finding {
 	if what := destructiveDelete(r.Argv, text); what != "" {
 		add(CheckDestructiveDelete, "%s would delete the file system or the workspace root", what)
 	}
-	if m := credentialRE.FindString(text); m != "" {
+	if m := credentialRE().FindString(text); m != "" {
 		add(CheckCredentialRead, "the command touches the credential path %q", strings.TrimSpace(m))
 	}
-	for _, re := range pipeToShellREs {
+	for _, re := range pipeToShellREs() {
 		if m := re.FindString(text); m != "" {
 			add(CheckPipeToShell, "%q runs whatever a download returns: download the file, inspect it, then run it", shorten(m))
 		}
@@ -149,11 +150,11 @@ func isRootTarget(p string) bool {
 }
 
 var (
-	segmentSplit = regexp.MustCompile(`&&|\|\||[;&|\n` + "`" + `()]|\$\(`)
-	rmtreeRE     = regexp.MustCompile(`(?:shutil\.)?rmtree\(\s*(?:r?['"]([^'"]*)['"]|(os\.path\.expanduser\(\s*['"]~['"]\s*\)|Path\.home\(\)|os\.environ\[['"]HOME['"]\]))`)
-	findDeleteRE = regexp.MustCompile(`\bfind\s+(\S+)\s(?:[^\n;|&]*\s)?(?:-delete\b|-exec\s+rm\b)`)
-	fsWipeRE     = regexp.MustCompile(`\bmkfs(?:\.\w+)?\s+/dev/|\bdd\s+[^\n;|]*\bof=/dev/(?:sd|nvme|vd|xvd|hd)`)
-	goRemoveRE   = regexp.MustCompile(`\bos\.RemoveAll\(\s*"(/|/workspace)"\s*\)|\bfs\.rmSync\(\s*['"](/|/workspace)['"]`)
+	segmentSplit = lazy(`&&|\|\||[;&|\n` + "`" + `()]|\$\(`)
+	rmtreeRE     = lazy(`(?:shutil\.)?rmtree\(\s*(?:r?['"]([^'"]*)['"]|(os\.path\.expanduser\(\s*['"]~['"]\s*\)|Path\.home\(\)|os\.environ\[['"]HOME['"]\]))`)
+	findDeleteRE = lazy(`\bfind\s+(\S+)\s(?:[^\n;|&]*\s)?(?:-delete\b|-exec\s+rm\b)`)
+	fsWipeRE     = lazy(`\bmkfs(?:\.\w+)?\s+/dev/|\bdd\s+[^\n;|]*\bof=/dev/(?:sd|nvme|vd|xvd|hd)`)
+	goRemoveRE   = lazy(`\bos\.RemoveAll\(\s*"(/|/workspace)"\s*\)|\bfs\.rmSync\(\s*['"](/|/workspace)['"]`)
 )
 
 // destructiveDelete returns what in text deletes a root target, or "".
@@ -161,7 +162,7 @@ func destructiveDelete(argv []string, text string) string {
 	if len(argv) > 0 && path.Base(argv[0]) == "rm" && rmIsDestructive(argv[1:]) {
 		return "`" + shorten(strings.Join(argv, " ")) + "`"
 	}
-	for _, seg := range segmentSplit.Split(text, -1) {
+	for _, seg := range segmentSplit().Split(text, -1) {
 		f := strings.Fields(seg)
 		for i, w := range f {
 			w = strings.Trim(w, `'"{`)
@@ -170,20 +171,20 @@ func destructiveDelete(argv []string, text string) string {
 			}
 		}
 	}
-	for _, m := range rmtreeRE.FindAllStringSubmatch(text, -1) {
+	for _, m := range rmtreeRE().FindAllStringSubmatch(text, -1) {
 		if m[2] != "" || isRootTarget(m[1]) {
 			return "`" + m[0] + "`"
 		}
 	}
-	for _, m := range findDeleteRE.FindAllStringSubmatch(text, -1) {
+	for _, m := range findDeleteRE().FindAllStringSubmatch(text, -1) {
 		if isRootTarget(m[1]) {
 			return "`" + shorten(m[0]) + "`"
 		}
 	}
-	if m := goRemoveRE.FindString(text); m != "" {
+	if m := goRemoveRE().FindString(text); m != "" {
 		return "`" + m + "`"
 	}
-	if m := fsWipeRE.FindString(text); m != "" {
+	if m := fsWipeRE().FindString(text); m != "" {
 		return "`" + shorten(m) + "`"
 	}
 	return ""
@@ -222,38 +223,38 @@ func rmIsDestructive(args []string) bool {
 
 // credentialRE matches paths of credentials an agent has no business
 // reading.
-var credentialRE = regexp.MustCompile(`(?:~|\$HOME|\$\{HOME\}|/root|/home/[^/\s'"]+)?/\.ssh(?:/|\b)|` +
+var credentialRE = lazy(`(?:~|\$HOME|\$\{HOME\}|/root|/home/[^/\s'"]+)?/\.ssh(?:/|\b)|` +
 	`\bid_(?:rsa|dsa|ecdsa|ed25519)\b|/etc/(?:g?shadow|sudoers)\b|\.aws/credentials|\.aws/config\b|` +
 	`\.netrc\b|\.git-credentials\b|\.docker/config\.json|\.kube/config\b|\.config/gcloud\b|` +
 	`/var/run/secrets/kubernetes\.io|\.gnupg/|/proc/(?:self|1|\d+)/environ\b`)
 
-var pipeToShellREs = []*regexp.Regexp{
-	regexp.MustCompile(`\b(?:curl|wget|fetch)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:env\s+\S+\s+)?(?:/\S*/)?(?:ba|z|da|k|fi)?sh\b`),
-	regexp.MustCompile(`\b(?:curl|wget)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:python3?|perl|ruby|node)(?:\s+-)?\s*(?:$|[;&|)\n])`),
-	regexp.MustCompile(`\b(?:ba|z|da)?sh\s+(?:-c\s+)?["']?\$\(\s*(?:curl|wget)\b`),
-	regexp.MustCompile(`\b(?:ba|z|da)?sh\s+<\(\s*(?:curl|wget)\b`),
-	regexp.MustCompile(`\beval\s+["']?\$\(\s*(?:curl|wget)\b`),
-}
+var pipeToShellREs = lazyAll(
+	`\b(?:curl|wget|fetch)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:env\s+\S+\s+)?(?:/\S*/)?(?:ba|z|da|k|fi)?sh\b`,
+	`\b(?:curl|wget)\b[^|;&\n]*\|\s*(?:sudo\s+)?(?:python3?|perl|ruby|node)(?:\s+-)?\s*(?:$|[;&|)\n])`,
+	`\b(?:ba|z|da)?sh\s+(?:-c\s+)?["']?\$\(\s*(?:curl|wget)\b`,
+	`\b(?:ba|z|da)?sh\s+<\(\s*(?:curl|wget)\b`,
+	`\beval\s+["']?\$\(\s*(?:curl|wget)\b`,
+)
 
 var (
-	shellFuncBombRE = regexp.MustCompile(`([A-Za-z_:][\w:]*)\s*\(\s*\)\s*\{([^}]*)\}`)
-	forkLoopREs     = []*regexp.Regexp{
-		regexp.MustCompile(`while\s*\(?\s*(?:True|1|true)\s*\)?\s*:?\s*\n?\s*(?:os\.)?fork\(\)`),
-		regexp.MustCompile(`for\s*\(\s*;\s*;\s*\)\s*\{?\s*fork\(\)`),
-		regexp.MustCompile(`\bfork\s+while\s+fork\b`),
-		regexp.MustCompile(`while\s*\(?\s*(?:True|1|true)\s*\)?\s*:?\s*\n?\s*(?:subprocess\.Popen|os\.system|multiprocessing\.Process)\(\s*\[?\s*(?:sys\.executable|['"]python3?['"])[^\n]*__file__`),
-	}
+	shellFuncBombRE = lazy(`([A-Za-z_:][\w:]*)\s*\(\s*\)\s*\{([^}]*)\}`)
+	forkLoopREs     = lazyAll(
+		`while\s*\(?\s*(?:True|1|true)\s*\)?\s*:?\s*\n?\s*(?:os\.)?fork\(\)`,
+		`for\s*\(\s*;\s*;\s*\)\s*\{?\s*fork\(\)`,
+		`\bfork\s+while\s+fork\b`,
+		`while\s*\(?\s*(?:True|1|true)\s*\)?\s*:?\s*\n?\s*(?:subprocess\.Popen|os\.system|multiprocessing\.Process)\(\s*\[?\s*(?:sys\.executable|['"]python3?['"])[^\n]*__file__`,
+	)
 )
 
 // forkBomb returns the fork-bomb shape in text, or "".
 func forkBomb(text string) string {
-	for _, m := range shellFuncBombRE.FindAllStringSubmatch(text, -1) {
+	for _, m := range shellFuncBombRE().FindAllStringSubmatch(text, -1) {
 		name, body := m[1], strings.Join(strings.Fields(m[2]), "")
 		if strings.Contains(body, "&") && (strings.Contains(body, name+"|"+name) || strings.Contains(body, name+"&"+name)) {
 			return m[0]
 		}
 	}
-	for _, re := range forkLoopREs {
+	for _, re := range forkLoopREs() {
 		if m := re.FindString(text); m != "" {
 			return m
 		}
@@ -263,35 +264,35 @@ func forkBomb(text string) string {
 
 var (
 	// Uploads: a URL host in a command that sends data.
-	curlSendRE   = regexp.MustCompile(`\bcurl\b[^\n;|&]*?(?:\s-d\b|\s--data\S*|\s-F\b|\s--form\b|\s-T\b|\s--upload-file\b|\s-X\s*(?:POST|PUT))[^\n;|&]*`)
-	wgetSendRE   = regexp.MustCompile(`\bwget\b[^\n;|&]*--post-(?:data|file)[^\n;|&]*`)
-	pySendRE     = regexp.MustCompile(`\b(?:requests|httpx|session|client)\.(?:post|put|patch)\(\s*[fr]?['"]([^'"]+)['"]`)
-	urlHostRE    = regexp.MustCompile(`https?://([A-Za-z0-9.-]+(?::\d+)?)`)
-	netcatRE     = regexp.MustCompile(`\b(?:nc|ncat|netcat|socat)\s+(?:-\w+\s+)*([A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}|\d+\.\d+\.\d+\.\d+)\s+\d+`)
-	devTCPRE     = regexp.MustCompile(`/dev/(?:tcp|udp)/([A-Za-z0-9.-]+)/\d+`)
-	scpRE        = regexp.MustCompile(`\b(?:scp|rsync)\s[^\n;|&]*?\s[\w.-]+@([A-Za-z0-9.-]+):`)
-	pySocketRE   = regexp.MustCompile(`\.connect\(\s*\(\s*['"]([A-Za-z0-9.-]+)['"]\s*,\s*\d+`)
-	localHostsRE = regexp.MustCompile(`^(?:localhost|127\.\d+\.\d+\.\d+|::1)$`)
+	curlSendRE   = lazy(`\bcurl\b[^\n;|&]*?(?:\s-d\b|\s--data\S*|\s-F\b|\s--form\b|\s-T\b|\s--upload-file\b|\s-X\s*(?:POST|PUT))[^\n;|&]*`)
+	wgetSendRE   = lazy(`\bwget\b[^\n;|&]*--post-(?:data|file)[^\n;|&]*`)
+	pySendRE     = lazy(`\b(?:requests|httpx|session|client)\.(?:post|put|patch)\(\s*[fr]?['"]([^'"]+)['"]`)
+	urlHostRE    = lazy(`https?://([A-Za-z0-9.-]+(?::\d+)?)`)
+	netcatRE     = lazy(`\b(?:nc|ncat|netcat|socat)\s+(?:-\w+\s+)*([A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}|\d+\.\d+\.\d+\.\d+)\s+\d+`)
+	devTCPRE     = lazy(`/dev/(?:tcp|udp)/([A-Za-z0-9.-]+)/\d+`)
+	scpRE        = lazy(`\b(?:scp|rsync)\s[^\n;|&]*?\s[\w.-]+@([A-Za-z0-9.-]+):`)
+	pySocketRE   = lazy(`\.connect\(\s*\(\s*['"]([A-Za-z0-9.-]+)['"]\s*,\s*\d+`)
+	localHostsRE = lazy(`^(?:localhost|127\.\d+\.\d+\.\d+|::1)$`)
 )
 
 // exfilHosts returns the hosts text obviously sends data to.
 func exfilHosts(text string) []string {
 	var hosts []string
 	addURL := func(s string) {
-		for _, m := range urlHostRE.FindAllStringSubmatch(s, -1) {
+		for _, m := range urlHostRE().FindAllStringSubmatch(s, -1) {
 			hosts = append(hosts, m[1])
 		}
 	}
-	for _, m := range curlSendRE.FindAllString(text, -1) {
+	for _, m := range curlSendRE().FindAllString(text, -1) {
 		addURL(m)
 	}
-	for _, m := range wgetSendRE.FindAllString(text, -1) {
+	for _, m := range wgetSendRE().FindAllString(text, -1) {
 		addURL(m)
 	}
-	for _, m := range pySendRE.FindAllStringSubmatch(text, -1) {
+	for _, m := range pySendRE().FindAllStringSubmatch(text, -1) {
 		addURL(m[1])
 	}
-	for _, re := range []*regexp.Regexp{netcatRE, devTCPRE, scpRE, pySocketRE} {
+	for _, re := range []*regexp.Regexp{netcatRE(), devTCPRE(), scpRE(), pySocketRE()} {
 		for _, m := range re.FindAllStringSubmatch(text, -1) {
 			hosts = append(hosts, m[1])
 		}
@@ -302,9 +303,27 @@ func exfilHosts(text string) []string {
 		if i := strings.LastIndexByte(h, ':'); i >= 0 {
 			bare = h[:i]
 		}
-		if !localHostsRE.MatchString(bare) {
+		if !localHostsRE().MatchString(bare) {
 			out = append(out, h)
 		}
 	}
 	return out
+}
+
+// lazy compiles expr on first use. Compiled at package initialisation,
+// the checks' expressions cost every start of airlock 0.26 ms, whether or
+// not it decided anything.
+func lazy(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
+
+// lazyAll is lazy for a list of expressions.
+func lazyAll(exprs ...string) func() []*regexp.Regexp {
+	return sync.OnceValue(func() []*regexp.Regexp {
+		res := make([]*regexp.Regexp, len(exprs))
+		for i, e := range exprs {
+			res[i] = regexp.MustCompile(e)
+		}
+		return res
+	})
 }
