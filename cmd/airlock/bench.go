@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,7 @@ type benchFlags struct {
 	dockerImage     string
 	dockerRuntime   string
 	e2bSDK          string
+	only            []string
 }
 
 func init() { registerCommand(newBenchCmd) }
@@ -53,6 +55,7 @@ root: the native driver needs it.`,
 	fl.IntVar(&f.density, "density", 0, "grow to `N` idle sandboxes at once (default 200, --quick 20)")
 	fl.StringVar(&f.dockerImage, "docker-image", "", "time the docker driver beside `docker run` on `IMAGE`, one the engine has (without it those rows are missing)")
 	fl.StringVar(&f.dockerRuntime, "docker-runtime", "", `the engine's runtime of the docker rows (default "runc")`)
+	fl.StringSliceVar(&f.only, "only", nil, "measure only these `SECTIONS` (comma-separated: "+strings.Join(bench.Sections, ", ")+")")
 	fl.StringVar(&f.e2bSDK, "e2b-sdk", "", "the npm project with the official E2B SDKs for the e2b rows (`DIR`; default internal/api/e2b/sdktest when run from the source tree and `npm ci` was run there)")
 	return cmd
 }
@@ -81,6 +84,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	o.DockerImage, o.DockerRuntime = f.dockerImage, f.dockerRuntime
 	o.Progress = cmd.ErrOrStderr()
 	o.E2BSDK = f.e2bSDK
+	o.Only = f.only
 	if o.E2BSDK == "" {
 		if _, err := os.Stat("internal/api/e2b/sdktest/node_modules/e2b/package.json"); err == nil {
 			o.E2BSDK = "internal/api/e2b/sdktest"

@@ -22,6 +22,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
@@ -64,6 +66,10 @@ type Options struct {
 	DockerRuntime string
 	// Progress, when not nil, receives a line per step as the run goes.
 	Progress io.Writer
+	// Only, when not empty, names the sections to measure (start, exec,
+	// docker, microvm, density, egress, wasm, snapshots, export,
+	// throughput, restart, e2b); the report then has only their rows.
+	Only []string
 	// E2BSDK is the npm project with the official E2B SDKs installed
 	// (internal/api/e2b/sdktest after `npm ci`) that the e2b rows drive
 	// airlock with; empty reports those rows as missing.
@@ -88,6 +94,22 @@ func (o *Options) SetRuns(n int) {
 	o.PythonRuns = max(1, n/4)
 }
 
+// Sections are the sections Options.Only may name.
+var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b"}
+
+// want says whether any of sections is to be measured.
+func (o Options) want(sections ...string) bool {
+	if len(o.Only) == 0 {
+		return true
+	}
+	for _, s := range sections {
+		if slices.Contains(o.Only, s) {
+			return true
+		}
+	}
+	return false
+}
+
 func (o Options) densitySteps() []int { return DensitySteps(o.Density) }
 
 // runTimeout bounds one run of a command.
@@ -103,6 +125,11 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: durations must be positive")
 	case len(o.Clients) == 0:
 		return fmt.Errorf("bench: give at least one client count")
+	}
+	for _, s := range o.Only {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("bench: no section %q: give one of %s", s, strings.Join(Sections, ", "))
+		}
 	}
 	for _, c := range o.Clients {
 		if c < 1 {
@@ -142,57 +169,88 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	binR, err := binaryRows(ctx, o, progress)
-	if err != nil {
-		return nil, err
-	}
-	startR, err := startRows(ctx, o, qemu, progress)
-	if err != nil {
-		return nil, err
+	var startR, binR []Row
+	var err error
+	if o.want("start") {
+		if binR, err = binaryRows(ctx, o, progress); err != nil {
+			return nil, err
+		}
+		if startR, err = startRows(ctx, o, qemu, progress); err != nil {
+			return nil, err
+		}
 	}
 	var drv sandbox.Driver
-	// The native driver as the daemon makes it: its sandboxes outlive the
-	// process (the agent holds them; nothing else runs per sandbox).
-	d, drvErr := native.New(native.Options{Persistent: true})
-	if drvErr == nil {
-		drvErr = d.Probe(ctx)
-		drv = d
+	var drvErr error
+	if o.want("exec", "throughput", "density", "snapshots", "export", "restart", "e2b") {
+		// The native driver as the daemon makes it: its sandboxes outlive the
+		// process (the agent holds them; nothing else runs per sandbox).
+		d, err := native.New(native.Options{Persistent: true})
+		if drvErr = err; drvErr == nil {
+			drvErr = d.Probe(ctx)
+			drv = d
+		}
 	}
-	execR, tputR, err := liveRows(ctx, o, drv, drvErr, progress)
-	if err != nil {
-		return nil, err
+	var execR, tputR, vmR, densR, wasmR, wasmTput []Row
+	var steps []DensityStep
+	var notes []string
+	if o.want("exec", "throughput") {
+		if execR, tputR, err = liveRows(ctx, o, drv, drvErr, progress); err != nil {
+			return nil, err
+		}
 	}
-	vmR, err := microvmRows(ctx, o, progress)
-	if err != nil {
-		return nil, err
+	if o.want("microvm") {
+		if vmR, err = microvmRows(ctx, o, progress); err != nil {
+			return nil, err
+		}
 	}
-	densR, steps, notes, err := densityRows(ctx, o, drv, drvErr, progress)
-	if err != nil {
-		return nil, err
+	if o.want("density") {
+		if densR, steps, notes, err = densityRows(ctx, o, drv, drvErr, progress); err != nil {
+			return nil, err
+		}
 	}
-	wasmR, wasmTput, err := wasmRows(ctx, o, progress)
-	if err != nil {
-		return nil, err
+	if o.want("wasm", "throughput") {
+		if wasmR, wasmTput, err = wasmRows(ctx, o, progress); err != nil {
+			return nil, err
+		}
 	}
-	r.Rows = append(r.Rows, binR...)
-	r.Rows = append(r.Rows, startR...)
-	r.Rows = append(r.Rows, execR...)
-	r.Rows = append(r.Rows, dockerRows(ctx, o, progress)...)
-	r.Rows = append(r.Rows, vmR...)
-	r.Rows = append(r.Rows, densR...)
-	r.Rows = append(r.Rows, egressRows(ctx, o, progress)...)
-	r.Rows = append(r.Rows, wasmR...)
-	r.Rows = append(r.Rows, snapshotRows(ctx, o, drv, drvErr, progress)...)
-	r.Rows = append(r.Rows, exportRows(ctx, o, drv, drvErr, progress)...)
-	r.Rows = append(r.Rows, tputR...)
-	r.Rows = append(r.Rows, wasmTput...)
-	if drvErr == nil {
-		r.Rows = append(r.Rows, restartRows(ctx, o, progress)...)
-	} else {
-		r.Rows = append(r.Rows, Row{Section: "restart", ID: "restart/reattach", What: "reattach sandboxes after a daemon restart (native)",
-			Unit: UnitMS, Status: StatusFailed, Detail: drvErr.Error()})
+	add := func(section string, rows []Row) {
+		for _, row := range rows {
+			if o.want(section) {
+				r.Rows = append(r.Rows, row)
+			}
+		}
 	}
-	r.Rows = append(r.Rows, e2bRows(ctx, o, drv, drvErr, progress)...)
+	add("start", binR)
+	add("start", startR)
+	add("exec", execR)
+	if o.want("docker") {
+		add("docker", dockerRows(ctx, o, progress))
+	}
+	add("microvm", vmR)
+	add("density", densR)
+	if o.want("egress") {
+		add("egress", egressRows(ctx, o, progress))
+	}
+	add("wasm", wasmR)
+	if o.want("snapshots") {
+		add("snapshots", snapshotRows(ctx, o, drv, drvErr, progress))
+	}
+	if o.want("export") {
+		add("export", exportRows(ctx, o, drv, drvErr, progress))
+	}
+	add("throughput", tputR)
+	add("throughput", wasmTput)
+	if o.want("restart") {
+		if drvErr == nil {
+			add("restart", restartRows(ctx, o, progress))
+		} else {
+			add("restart", []Row{{Section: "restart", ID: "restart/reattach", What: "reattach sandboxes after a daemon restart (native)",
+				Unit: UnitMS, Status: StatusFailed, Detail: drvErr.Error()}})
+		}
+	}
+	if o.want("e2b") {
+		add("e2b", e2bRows(ctx, o, drv, drvErr, progress))
+	}
 	if steps != nil {
 		r.Density = steps
 	}
