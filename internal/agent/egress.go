@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"connectrpc.com/connect"
 )
 
 // Egress tunnels.
@@ -26,11 +24,17 @@ import (
 // as a net.Conn that belongs to this sandbox: the proxy knows the sandbox by
 // the agent connection the bytes came over, never by anything in them.
 //
-// Messages are EgressChunks in a raw codec (the bytes as they are, no JSON
-// or base64): the first message each way is empty (the host's "ready", the
-// agent's "accepted"). The host ends its direction by closing its half of
-// the stream; the agent, which cannot close its half without ending the
-// call, sends one more empty chunk.
+// The stream is Connect's streaming protocol with a raw codec
+// (application/connect+raw), spoken directly over the agent's HTTP/2
+// connection by both sides (egresswire.go): every message is a 5-byte
+// prefix (flags, big-endian length) and the tunnelled bytes as they are;
+// the first message each way is empty (the host's "ready", the agent's
+// "accepted"). The host ends its direction by ending the request body; the
+// agent ends its own with one more empty message, and the call with
+// Connect's end-of-stream message. Neither side goes through connect-go
+// here: each message it copies twice more, and the prefix it writes apart
+// from the bytes costs the host an HTTP/2 frame and a system call of its
+// own per message (docs/decisions.md).
 
 // ProcEgress is the Egress procedure's path.
 const ProcEgress = service + "Egress"
@@ -58,45 +62,6 @@ type EgressConfig struct {
 	Forward []string `json:"forward,omitempty"`
 }
 
-// EgressChunk is one message of an Egress stream: bytes of the tunnelled
-// connection.
-type EgressChunk struct {
-	Data []byte
-}
-
-// RawCodec carries EgressChunks as the bytes they hold.
-type RawCodec struct{}
-
-func (RawCodec) Name() string { return "raw" }
-
-func (RawCodec) Marshal(v any) ([]byte, error) {
-	c, ok := v.(*EgressChunk)
-	if !ok {
-		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
-	}
-	return c.Data, nil
-}
-
-func (RawCodec) Unmarshal(b []byte, v any) error {
-	c, ok := v.(*EgressChunk)
-	if !ok {
-		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
-	}
-	// Callers that receive into the same chunk reuse its buffer: the
-	// agent's heap is kept tight, so a download must not allocate per chunk.
-	c.Data = append(c.Data[:0], b...)
-	return nil
-}
-
-func EgressHandlerOptions() []connect.HandlerOption {
-	return []connect.HandlerOption{
-		connect.WithCompression("gzip", nil, nil),
-		connect.WithCodec(RawCodec{}),
-		connect.WithReadMaxBytes(MaxMessage),
-		connect.WithSendMaxBytes(MaxMessage),
-	}
-}
-
 // egressIdle is how many streams the host keeps waiting in the agent.
 const egressIdle = 4
 
@@ -105,32 +70,13 @@ const egressIdle = 4
 // sandbox's proxy port. It returns when ctx ends or the agent connection
 // fails.
 func (c *Client) ServeEgress(ctx context.Context, serve func(net.Conn)) error {
-	cl := connect.NewClient[EgressChunk, EgressChunk](&http.Client{Transport: c.cc}, baseURL+ProcEgress,
-		connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(RawCodec{}),
-		connect.WithReadMaxBytes(MaxMessage), connect.WithSendMaxBytes(MaxMessage))
 	taken := make(chan error, egressIdle)
 	wait := func() {
-		st := cl.CallBidiStream(ctx)
-		if err := st.Send(&EgressChunk{}); err != nil {
-			st.CloseRequest()
-			st.CloseResponse()
-			taken <- err
-			return
+		sc, err := c.openEgress(ctx)
+		taken <- err
+		if err == nil {
+			serve(sc)
 		}
-		if _, err := st.Receive(); err != nil {
-			st.CloseRequest()
-			st.CloseResponse()
-			taken <- err
-			return
-		}
-		taken <- nil
-		sc, err := newStreamConn(st)
-		if err != nil {
-			st.CloseRequest()
-			st.CloseResponse()
-			return
-		}
-		serve(sc)
 	}
 	for range egressIdle {
 		go wait()
@@ -163,75 +109,135 @@ func (c *Client) ServeEgress(ctx context.Context, serve func(net.Conn)) error {
 	}
 }
 
+// openEgress opens an Egress stream and waits until the agent has a
+// command's connection for it.
+func (c *Client) openEgress(ctx context.Context) (*streamConn, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	body := newEgressBody()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, baseURL+ProcEgress, body)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", egressContentType)
+	req.Header.Set("Connect-Protocol-Version", "1")
+	resp, err := c.cc.RoundTrip(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// Closing the response aborts the stream, the request body's blocked
+	// reads and writes included; the context alone does not.
+	sc := &streamConn{body: body, resp: resp, cancel: func() { cancel(); resp.Body.Close() }}
+	fail := func(err error) (*streamConn, error) {
+		cancel()
+		resp.Body.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != egressContentType {
+		return fail(fmt.Errorf("agent: the egress stream was answered with %s, %q", resp.Status, resp.Header.Get("Content-Type")))
+	}
+	// The agent's "accepted": an empty message.
+	n, end, err := ReadEgressPrefix(resp.Body)
+	switch {
+	case err != nil:
+		return fail(err)
+	case end:
+		return fail(readEgressEnd(resp.Body, n))
+	case n != 0:
+		return fail(errors.New("agent: the egress stream did not start with an empty message"))
+	}
+	return sc, nil
+}
+
 // streamConn is a host-side Egress stream as a net.Conn. A read deadline
 // that passes tears the stream down (the connection is then unusable);
 // write deadlines are not supported.
 type streamConn struct {
-	st      *connect.BidiStreamForClient[EgressChunk, EgressChunk]
-	conn    connect.StreamingClientConn
-	pending []byte
-	msg     EgressChunk // received into again and again
-	eof     bool        // the agent sent the empty chunk that ends its half
-	dmu     sync.Mutex
-	rdl     time.Time // read deadline; zero: none
-	rmu     sync.Mutex
-	wmu     sync.Mutex
-	once    sync.Once
-}
-
-func newStreamConn(st *connect.BidiStreamForClient[EgressChunk, EgressChunk]) (*streamConn, error) {
-	conn, err := st.Conn()
-	if err != nil {
-		return nil, err
-	}
-	return &streamConn{st: st, conn: conn}, nil
+	body   *egressBody
+	resp   *http.Response
+	cancel func() // tears the stream down
+	left   uint32 // bytes left of the message being read
+	eof    bool   // the agent sent the empty message that ends its half
+	err    error  // the stream ended with this error
+	dmu    sync.Mutex
+	rdl    time.Time // read deadline; zero: none
+	rmu    sync.Mutex
+	once   sync.Once
 }
 
 func (c *streamConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	for len(c.pending) == 0 {
-		if c.eof {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.dmu.Lock()
+	dl := c.rdl
+	c.dmu.Unlock()
+	var timer *time.Timer
+	var expired atomic.Bool
+	if !dl.IsZero() {
+		timer = time.AfterFunc(time.Until(dl), func() { expired.Store(true); c.cancel() })
+	}
+	n, err := c.read(p)
+	if timer != nil {
+		timer.Stop()
+	}
+	if expired.Load() && err != nil {
+		c.err = os.ErrDeadlineExceeded
+		return n, os.ErrDeadlineExceeded
+	}
+	return n, err
+}
+
+// read reads the bytes of the next message (or of the one being read) into
+// p, straight from the HTTP/2 stream.
+func (c *streamConn) read(p []byte) (int, error) {
+	for c.left == 0 {
+		switch {
+		case c.err != nil:
+			return 0, c.err
+		case c.eof:
 			return 0, io.EOF
 		}
-		// Connect does not call Unmarshal for an empty message.
-		c.msg.Data = c.msg.Data[:0]
-		c.dmu.Lock()
-		dl := c.rdl
-		c.dmu.Unlock()
-		var timer *time.Timer
-		var expired atomic.Bool
-		if !dl.IsZero() {
-			timer = time.AfterFunc(time.Until(dl), func() { expired.Store(true); _ = c.st.CloseResponse() })
-		}
-		err := c.conn.Receive(&c.msg)
-		if timer != nil {
-			timer.Stop()
-		}
-		if expired.Load() {
-			return 0, os.ErrDeadlineExceeded
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return 0, io.EOF
+		n, end, err := ReadEgressPrefix(c.resp.Body)
+		switch {
+		case err != nil:
+			c.err = hostError(err)
+		case end:
+			if c.err = readEgressEnd(c.resp.Body, n); c.err == nil {
+				c.err = io.EOF
 			}
-			return 0, hostError(err)
+		case n == 0:
+			c.eof = true
+		default:
+			c.left = n
 		}
-		c.pending, c.eof = c.msg.Data, len(c.msg.Data) == 0
 	}
-	n := copy(p, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
+	n, err := c.resp.Body.Read(p[:min(uint32(len(p)), c.left)])
+	c.left -= uint32(n)
+	if err != nil {
+		if errors.Is(err, io.EOF) && c.left > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if c.left > 0 || !errors.Is(err, io.EOF) {
+			c.err = err
+		}
+		if n > 0 {
+			err = nil
+		}
+	}
+	return n, err
 }
 
 func (c *streamConn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), EgressChunkSize)
-		if err := c.st.Send(&EgressChunk{Data: p[:k]}); err != nil {
-			return n, hostError(err)
+		if err := c.body.write(p[:k]); err != nil {
+			return n, err
 		}
 		n += k
 		p = p[k:]
@@ -242,9 +248,8 @@ func (c *streamConn) Write(p []byte) (int, error) {
 // CloseWrite ends the host's half: the agent shuts down the write side of
 // the command's connection.
 func (c *streamConn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.st.CloseRequest()
+	c.body.closeWrite()
+	return nil
 }
 
 // Close ends the host's half, which flushes what was written, and lets the
@@ -252,20 +257,14 @@ func (c *streamConn) CloseWrite() error {
 // before the stream is torn down, at most egressLinger later.
 func (c *streamConn) Close() error {
 	c.once.Do(func() {
-		c.wmu.Lock()
-		_ = c.st.CloseRequest()
-		c.wmu.Unlock()
+		c.body.closeWrite()
 		go func() {
-			t := time.AfterFunc(egressLinger, func() { _ = c.st.CloseResponse() })
+			t := time.AfterFunc(egressLinger, c.cancel)
 			defer t.Stop()
 			c.rmu.Lock()
 			defer c.rmu.Unlock()
-			for {
-				if _, err := c.st.Receive(); err != nil {
-					break
-				}
-			}
-			_ = c.st.CloseResponse()
+			_, _ = io.Copy(io.Discard, c.resp.Body)
+			c.cancel()
 		}()
 	})
 	return nil
@@ -293,6 +292,6 @@ func (c *streamConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
-// EgressChunkSize is the most one EgressChunk carries: large enough that a
+// EgressChunkSize is the most one message carries: large enough that a
 // download costs few messages, far below MaxMessage.
 const EgressChunkSize = 256 << 10

@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -86,43 +85,72 @@ func (e *egressServer) accept(ln net.Listener, forward string) {
 // register adds the Egress procedure to mux. Without the listener a call
 // fails at once.
 func (e *egressServer) register(mux *http.ServeMux) {
-	mux.Handle(agent.ProcEgress, connect.NewBidiStreamHandler(agent.ProcEgress, e.serve, agent.EgressHandlerOptions()...))
+	mux.Handle(agent.ProcEgress, e)
 }
 
-// serve waits for the host's ready message and a command's connection,
-// then carries the connection's bytes both ways until both halves end.
-func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[agent.EgressChunk, agent.EgressChunk]) error {
-	if e == nil {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("this sandbox has no egress"))
+// ServeHTTP serves an Egress call (see agent.ServeEgress): it waits for the
+// host's ready message and a command's connection, then carries the
+// connection's bytes both ways until both halves end.
+func (e *egressServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != agent.EgressContentType {
+		w.Header().Set("Accept-Post", agent.EgressContentType)
+		http.Error(w, "send a POST of "+agent.EgressContentType, http.StatusUnsupportedMediaType)
+		return
 	}
-	if _, err := stream.Receive(); err != nil {
-		return err
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "the egress stream needs HTTP/2", http.StatusHTTPVersionNotSupported)
+		return
+	}
+	st := &rawStream{body: r.Body, w: w, fl: fl}
+	w.Header().Set("Content-Type", agent.EgressContentType)
+	end := func(code connect.Code, err error) {
+		// The status and headers go with the end when nothing was sent.
+		_, _ = w.Write(agent.EgressEnd(code, err))
+		fl.Flush()
+	}
+	if e == nil {
+		end(connect.CodeFailedPrecondition, errors.New("this sandbox has no egress"))
+		return
+	}
+	// The host's ready message.
+	if err := st.skipMessage(); err != nil {
+		return
 	}
 	var a accepted
 	select {
 	case a = <-e.conns:
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-r.Context().Done():
+		return
 	}
 	c := a.c
 	defer c.Close()
-	if err := stream.Send(&agent.EgressChunk{}); err != nil {
-		return err
+	if err := st.send(nil); err != nil {
+		return
 	}
 	if a.forward != "" {
-		if ok, err := connectForward(stream, c, a.forward); !ok || err != nil {
-			return err
+		if ok, err := connectForward(st, c, a.forward); !ok || err != nil {
+			if err != nil {
+				end(connect.CodeInternal, err)
+			}
+			return
 		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
-		// Host to command; the host's end of its half shuts down writing.
+		// Host to command, straight from the stream into the connection;
+		// the host's end of its half shuts down writing.
 		defer wg.Done()
-		var m agent.EgressChunk // its buffer is reused
+		buf := make([]byte, agent.EgressChunkSize)
 		for {
-			m.Data = m.Data[:0] // Connect does not unmarshal empty messages
-			err := stream.Conn().Receive(&m)
+			n, err := st.read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					c.Close()
+					return
+				}
+			}
 			if err != nil {
 				if errors.Is(err, io.EOF) {
 					if tc, ok := c.(*net.TCPConn); ok {
@@ -133,31 +161,124 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[age
 				c.Close()
 				return
 			}
-			if _, err := c.Write(m.Data); err != nil {
-				c.Close()
-				return
-			}
 		}
 	}()
-	buf := make([]byte, agent.EgressChunkSize)
+	// Command to host: each read is one message, its prefix in front of
+	// the bytes in the one buffer.
+	buf := make([]byte, agent.EgressPrefixLen+agent.EgressChunkSize)
 	for {
-		n, err := c.Read(buf)
+		n, err := c.Read(buf[agent.EgressPrefixLen:])
 		if n > 0 {
-			if serr := stream.Send(&agent.EgressChunk{Data: buf[:n]}); serr != nil {
+			if serr := st.sendPrefixed(buf[:agent.EgressPrefixLen+n]); serr != nil {
 				c.Close()
 				break
 			}
 		}
 		if err != nil {
-			// An empty chunk tells the host that the command will send
+			// An empty message tells the host that the command will send
 			// no more (a half-close), while the host may still send.
-			_ = stream.Send(&agent.EgressChunk{})
+			_ = st.send(nil)
 			break
 		}
 	}
-	// Returning ends the stream, so wait for the host's half first.
+	// Ending the call ends the stream, so wait for the host's half first.
 	wg.Wait()
+	end(0, nil)
+}
+
+// rawStream is the agent's side of an Egress call: the request body's
+// messages in, the response's out.
+type rawStream struct {
+	body io.Reader
+	w    io.Writer
+	fl   http.Flusher
+	left uint32 // bytes left of the message being read
+	eof  bool
+}
+
+// send sends p as one message.
+func (s *rawStream) send(p []byte) error {
+	b := make([]byte, agent.EgressPrefixLen+len(p))
+	copy(b[agent.EgressPrefixLen:], p)
+	return s.sendPrefixed(b)
+}
+
+// sendPrefixed sends b[agent.EgressPrefixLen:] as one message, its prefix
+// written into b's first bytes.
+func (s *rawStream) sendPrefixed(b []byte) error {
+	agent.PutEgressPrefix(b, len(b)-agent.EgressPrefixLen)
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	s.fl.Flush()
 	return nil
+}
+
+// read reads bytes of the host's messages into p; io.EOF once the host
+// has ended its half.
+func (s *rawStream) read(p []byte) (int, error) {
+	for s.left == 0 {
+		if s.eof {
+			return 0, io.EOF
+		}
+		n, end, err := agent.ReadEgressPrefix(s.body)
+		switch {
+		case errors.Is(err, io.EOF):
+			s.eof = true
+			return 0, io.EOF
+		case err != nil:
+			return 0, err
+		case end:
+			return 0, errors.New("egress stream: the host sent an end-of-stream message")
+		}
+		s.left = n
+	}
+	n, err := s.body.Read(p[:min(uint32(len(p)), s.left)])
+	s.left -= uint32(n)
+	if errors.Is(err, io.EOF) {
+		if s.left > 0 {
+			return n, io.ErrUnexpectedEOF
+		}
+		s.eof = true
+		if n > 0 {
+			err = nil
+		}
+	}
+	return n, err
+}
+
+// message reads the next whole message, at most max bytes; io.EOF once
+// the host has ended its half.
+func (s *rawStream) message(max int) ([]byte, error) {
+	if s.left != 0 {
+		return nil, errors.New("egress stream: a message read in part")
+	}
+	if s.eof {
+		return nil, io.EOF
+	}
+	n, end, err := agent.ReadEgressPrefix(s.body)
+	switch {
+	case errors.Is(err, io.EOF):
+		s.eof = true
+		return nil, io.EOF
+	case err != nil:
+		return nil, err
+	case end:
+		return nil, errors.New("egress stream: the host sent an end-of-stream message")
+	case int(n) > max:
+		return nil, fmt.Errorf("egress stream: a message of %d bytes, more than %d", n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(s.body, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// skipMessage reads one message and drops it.
+func (s *rawStream) skipMessage() error {
+	_, err := s.message(agent.MaxMessage)
+	return err
 }
 
 // connectForward asks the proxy, over the stream, for a tunnel to the
@@ -165,23 +286,22 @@ func (e *egressServer) serve(ctx context.Context, stream *connect.BidiStream[age
 // carries the command's connection as it is. A refusal (the proxy's HTTP
 // answer, which names the rule) is passed to the command, whose
 // connection then ends.
-func connectForward(stream *connect.BidiStream[agent.EgressChunk, agent.EgressChunk], c net.Conn, addr string) (bool, error) {
+func connectForward(st *rawStream, c net.Conn, addr string) (bool, error) {
 	req := "CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\n\r\n"
-	if err := stream.Send(&agent.EgressChunk{Data: []byte(req)}); err != nil {
+	if err := st.send([]byte(req)); err != nil {
 		return false, err
 	}
 	var head []byte
-	var m agent.EgressChunk
 	for {
-		m.Data = m.Data[:0]
-		if err := stream.Conn().Receive(&m); err != nil {
+		m, err := st.message(agent.EgressChunkSize)
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				_, _ = c.Write(head)
 				return false, nil
 			}
 			return false, err
 		}
-		head = append(head, m.Data...)
+		head = append(head, m...)
 		if i := bytes.Index(head, []byte("\r\n\r\n")); i >= 0 {
 			status := head[:i]
 			if j := bytes.IndexByte(status, '\n'); j >= 0 {
@@ -199,11 +319,11 @@ func connectForward(stream *connect.BidiStream[agent.EgressChunk, agent.EgressCh
 			// Refused: the command gets the proxy's answer and the end.
 			_, _ = c.Write(head)
 			for {
-				m.Data = m.Data[:0]
-				if err := stream.Conn().Receive(&m); err != nil {
+				m, err := st.message(agent.EgressChunkSize)
+				if err != nil {
 					return false, nil
 				}
-				if _, err := c.Write(m.Data); err != nil {
+				if _, err := c.Write(m); err != nil {
 					return false, nil
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -86,9 +87,13 @@ func TestEgressTunnel(t *testing.T) {
 // the procedure.
 func TestEgressWithoutListener(t *testing.T) {
 	var e *egressServer
-	err := e.serve(context.Background(), nil)
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Fatalf("serve without a listener: %v", err)
+	req := httptest.NewRequest(http.MethodPost, agent.ProcEgress, bytes.NewReader(make([]byte, agent.EgressPrefixLen)))
+	req.Header.Set("Content-Type", agent.EgressContentType)
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, req)
+	want := agent.EgressEnd(connect.CodeFailedPrecondition, errors.New("this sandbox has no egress"))
+	if w.Code != http.StatusOK || !bytes.Equal(w.Body.Bytes(), want) {
+		t.Fatalf("serve without a listener: %d %q, want 200 %q", w.Code, w.Body.Bytes(), want)
 	}
 }
 
