@@ -37,6 +37,7 @@ func wantRows(clients []int) []string {
 		"density/pss", "density/cgroup", "density/tasks", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
+		"egress/client-direct", "egress/sandbox-latency", "egress/client-direct-download", "egress/sandbox-throughput",
 		"wasm/instantiate", "wasm/python",
 		"snapshots/first", "snapshots/incremental", "snapshots/restore", "snapshots/create", "snapshots/fork", "snapshots/diff",
 		"export/direct", "export/throughput")
@@ -199,5 +200,37 @@ func TestQuickBenchIsComplete(t *testing.T) {
 	svgElements(t, svg.Bytes())
 	if !strings.Contains(progress.String(), "bench: density") {
 		t.Errorf("no progress reported:\n%s", progress.String())
+	}
+}
+
+// TestOnlyEgress runs the egress section alone: the report has its rows
+// and no other, all measured (a sandbox's python3 downloaded through its
+// agent tunnel, every byte of it), and an unknown section is refused.
+func TestOnlyEgress(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1")
+	o := Defaults(true)
+	o.SetRuns(3)
+	o.Only = []string{"nosuch"}
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "egress") {
+		t.Fatalf("an unknown section: %v, want an error naming the sections", err)
+	}
+	o.Only = []string{"egress"}
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, row := range r.Rows {
+		ids = append(ids, row.ID)
+		if row.Section != "egress" || row.Status != StatusOK {
+			t.Errorf("%s: section %s, status %s (%s); want egress, ok", row.ID, row.Section, row.Status, row.Detail)
+		}
+	}
+	if want := []string{"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
+		"egress/client-direct", "egress/sandbox-latency", "egress/client-direct-download", "egress/sandbox-throughput"}; !slices.Equal(ids, want) {
+		t.Fatalf("rows %v, want %v", ids, want)
+	}
+	if row, _ := r.Row("egress/sandbox-throughput"); row.Compare[0].Ratio == nil || *row.Compare[0].Ratio <= 0 {
+		t.Errorf("the tunnel's download has no ratio to direct: %+v", row.Compare)
 	}
 }
