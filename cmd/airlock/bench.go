@@ -30,7 +30,7 @@ func init() { registerCommand(newBenchCmd) }
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--json FILE] [--chart FILE] [-n N] [--density N]",
+		Use:   "bench [--quick] [--only SECTIONS] [--json FILE] [--chart FILE] [-n N] [--density N]",
 		Short: "Measure airlock against bwrap, runsc and plain exec on this machine",
 		Long: `Measure, on this machine and in one run, how airlock compares with plain
 fork/exec, unshare, bubblewrap and gVisor's runsc: start latency of one-shot
@@ -40,8 +40,10 @@ the official E2B JS SDK against the daemon's E2B endpoints (--e2b-sdk).
 Every figure is printed beside its baseline as a ratio. Baselines that are not
 installed are reported as missing, with the command that installs them.
 
-The full run takes a few minutes; --quick takes under one, for CI. Run it as
-root: the native driver needs it.`,
+The full run takes a few minutes; --quick takes under one, for CI; --only
+measures some sections (--only egress: the proxy, and python3 in a sandbox
+through its agent tunnel beside python3 on the host). Run it as root: the
+native driver needs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, f)
