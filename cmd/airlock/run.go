@@ -354,7 +354,7 @@ func (f runFlags) environ() ([]string, error) {
 func parseMount(s string) (sandbox.Mount, error) {
 	m, err := sandbox.ParseMount(s)
 	if err != nil {
-		return m, fmt.Errorf("--mount: %w", err)
+		return m, fmt.Errorf("--mount %q: write HOST:PATH, HOST:PATH:ro, HOST:PATH:rw or HOST:PATH:cow (copy-on-write: changes reach the host when applied)", s)
 	}
 	return m, nil
 }
