@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
@@ -44,14 +46,28 @@ func TestCowChanges(t *testing.T) {
 	if hostcap.CgroupMode() == "v2" {
 		cg = "cgroupv2"
 	}
-	testcap.Require(t, "root", "userns", cg, "seccomp", "landlock", "overlay")
+	t.Run("native", func(t *testing.T) {
+		testcap.Require(t, "root", "userns", cg, "seccomp", "landlock", "overlay")
+		drv, err := native.New(native.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCowChanges(t, drv)
+	})
+	t.Run("gvisor", func(t *testing.T) {
+		testcap.Require(t, "root", cg, "runsc", "overlay")
+		drv, err := gvisor.New(gvisor.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCowChanges(t, drv)
+	})
+}
+
+func testCowChanges(t *testing.T, drv sandbox.Driver) {
 	open := cowProject(t, map[string]string{"main.go": "package main\n", "README": "read me\n"})
 	gated := cowProject(t, map[string]string{"prod.conf": "live=1\n"})
 	other := cowProject(t, map[string]string{"x": "x\n"})
-	drv, err := native.New(native.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e, logPath := startPolicyEnvWith(t, fmt.Sprintf(`
 mounts = ["%s:/work:cow", "%s:/prod:cow"]
 
@@ -66,7 +82,7 @@ mounts = ["%s"]
 	op, _ := client.New(e.url, opSecret)
 
 	// A mount the policy does not list is refused.
-	_, err = agent.CreateSandbox(ctx, client.CreateRequest{Mounts: []client.Mount{{Source: other, Target: "/work", Cow: true}}})
+	_, err := agent.CreateSandbox(ctx, client.CreateRequest{Mounts: []client.Mount{{Source: other, Target: "/work", Cow: true}}})
 	if ce := apiError(t, err, 403, "denied"); !strings.Contains(ce.Message, "allowlist") {
 		t.Errorf("message: %s", ce.Message)
 	}
