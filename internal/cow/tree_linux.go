@@ -111,7 +111,10 @@ func (w *walker) dir(fd int, p string, depth int, upper bool) error {
 		}
 		w.count++
 		if w.count > w.max {
-			return fmt.Errorf("%w: more than %d entries; mount a smaller directory", sandbox.ErrLimit, w.max)
+			if w.links != nil {
+				return fmt.Errorf("%w: the sandbox's layer holds more than %d entries: discard changes (or remove files in the sandbox) to review the rest", sandbox.ErrLimit, w.max)
+			}
+			return fmt.Errorf("%w: the host directory holds more than %d entries: mount a smaller directory", sandbox.ErrLimit, w.max)
 		}
 		cp := path.Join(p, name)
 		var st unix.Stat_t
