@@ -526,6 +526,10 @@ func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.T
 func Discard(ctx context.Context, dir string, paths []string) (*DiscardResult, error) {
 	defer lock(dir)()
 	s, err := load(ctx, dir)
+	if errors.Is(err, sandbox.ErrLimit) && len(paths) == 0 {
+		// Too much to list: discarding everything needs no listing.
+		return discardAll(dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -614,6 +618,49 @@ func Discard(ctx context.Context, dir string, paths []string) (*DiscardResult, e
 				d.Digest = c.After.Digest
 			}
 			res.Dropped = append(res.Dropped, d)
+		}
+	}
+	return res, nil
+}
+
+// discardAll empties the upper layer of dir: every change dropped.
+func discardAll(dir string) (*DiscardResult, error) {
+	m, err := loadMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	ufd, err := unix.Open(upperPath(dir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(ufd), "upper")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	res := &DiscardResult{Target: m.Target, Discarded: []string{}}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(ufd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = removeAllAt(ufd, n, 0)
+		} else {
+			err = unix.Unlinkat(ufd, n, 0)
+		}
+		p := path.Join(m.Target, n)
+		if err != nil {
+			res.Refused = append(res.Refused, Refusal{Path: p, Reason: err.Error()})
+			continue
+		}
+		res.Discarded = append(res.Discarded, p)
+		res.Dropped = append(res.Dropped, Applied{Path: p, Kind: "all"})
+	}
+	for _, e := range m.Entries {
+		if e.Path == m.Target {
+			_ = unix.Fchmod(ufd, e.Mode)
 		}
 	}
 	return res, nil

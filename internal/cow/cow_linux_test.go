@@ -3,6 +3,7 @@ package cow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -544,5 +545,35 @@ func TestDigestCache(t *testing.T) {
 	must(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
 	if got := f.changes(t)["a.txt"].After.Digest; got == first {
 		t.Errorf("a same-size rewrite with the old mtime shows the old digest %s", got)
+	}
+}
+
+// TestTooManyToList: a layer past the entry limit cannot be listed or
+// applied (a clear error), and discarding everything still works.
+func TestTooManyToList(t *testing.T) {
+	// 256 MiB: the tmpfs has an inode per KiB.
+	f := newFixture(t, 256<<20, map[string]string{"a.txt": "a\n"})
+	for i := range MaxEntries/1000 + 1 {
+		d := filepath.Join(f.merged, fmt.Sprintf("d%03d", i))
+		must(t, os.Mkdir(d, 0o755))
+		for j := range 1000 {
+			must(t, os.WriteFile(filepath.Join(d, fmt.Sprint(j)), nil, 0o644))
+		}
+	}
+	if _, err := Changes(context.Background(), f.dir, snapshot.DiffLimits{}); !errors.Is(err, sandbox.ErrLimit) || !strings.Contains(err.Error(), "discard changes") {
+		t.Fatalf("listing past the limit: %v", err)
+	}
+	if _, err := Apply(context.Background(), f.dir, nil); !errors.Is(err, sandbox.ErrLimit) {
+		t.Fatalf("apply past the limit: %v", err)
+	}
+	res, err := Discard(context.Background(), f.dir, nil)
+	if err != nil || len(res.Discarded) != MaxEntries/1000+1 {
+		t.Fatalf("discard all: %v, %d discarded", err, len(res.Discarded))
+	}
+	if ch := f.changes(t); len(ch) != 0 {
+		t.Errorf("pending after discarding all: %d", len(ch))
+	}
+	if names, _ := os.ReadDir(f.host); len(names) != 1 {
+		t.Errorf("the host changed: %v", names)
 	}
 }
