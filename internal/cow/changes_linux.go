@@ -243,6 +243,30 @@ func hostEntry(root int, rel string) (*sandbox.TreeEntry, error) {
 	return e, nil
 }
 
+// added names an entry of the host directory rel (the sandbox's path p)
+// that the manifest does not have; "" when there is none.
+func (s *state) added(root int, rel, p string) string {
+	known := map[string]bool{}
+	for _, e := range s.m.Entries {
+		if path.Dir(e.Path) == p {
+			known[path.Base(e.Path)] = true
+		}
+	}
+	fd, err := openBeneath(root, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return ""
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	names, _ := f.Readdirnames(-1)
+	for _, n := range names {
+		if !known[n] {
+			return path.Join(rel, n)
+		}
+	}
+	return ""
+}
+
 // same says the host's entry now is what the manifest recorded (type,
 // content, symlink target; not modes or times).
 func same(now, then *sandbox.TreeEntry) bool {
@@ -264,6 +288,13 @@ func (s *state) conflict(root int, c snapshot.Change) string {
 		return "cannot read the host's file: " + err.Error()
 	}
 	if same(now, c.Before) {
+		if c.Before != nil && c.Before.Type == sandbox.EntryDir && (c.After == nil || c.After.Type != sandbox.EntryDir) {
+			// A directory the sandbox removed: the host must not have
+			// put anything new in it.
+			if extra := s.added(root, rel, c.Path); extra != "" {
+				return "the host made " + quote(extra) + " in it since the sandbox started"
+			}
+		}
 		return ""
 	}
 	switch {

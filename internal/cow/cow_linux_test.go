@@ -577,3 +577,20 @@ func TestTooManyToList(t *testing.T) {
 		t.Errorf("the host changed: %v", names)
 	}
 }
+
+// TestConflictInRemovedDir: the sandbox removed a directory in which the
+// host has made a file since: a conflict, nothing applied.
+func TestConflictInRemovedDir(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"d/a": "a\n", "b": "b\n"})
+	must(t, os.RemoveAll(filepath.Join(f.merged, "d")))
+	f.sandboxWrite(t, "b", "sandbox\n")
+	must(t, os.WriteFile(filepath.Join(f.host, "d", "new"), []byte("host\n"), 0o644))
+	_, err := Apply(context.Background(), f.dir, nil)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Path != "/w/d" || !strings.Contains(ce.Conflicts[0].Reason, "d/new") {
+		t.Fatalf("apply: %v", err)
+	}
+	if f.hostRead(t, "d/a") != "a\n" || f.hostRead(t, "b") != "b\n" {
+		t.Error("the host changed")
+	}
+}
