@@ -515,4 +515,3 @@ func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.T
 	}
 	return sandbox.TreeEntry{Type: sandbox.EntrySymlink, Mode: 0o777, Target: target}, nil
 }
-

@@ -199,4 +199,3 @@ func removeAllAt(dfd int, name string, depth int) error {
 	f.Close()
 	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
 }
-
