@@ -170,6 +170,8 @@ func overlay(lower int, upper, work string) (*os.File, error) {
 // the record. A journal of an interrupted apply is kept for Recover.
 // Nothing below a mount that does not come off is deleted.
 func Remove(dir string) error {
+	// After an apply or discard in progress.
+	defer lock(dir)()
 	forget(dir)
 	merged := filepath.Join(dir, "merged")
 	_ = unix.Unmount(merged, unix.MNT_DETACH)
