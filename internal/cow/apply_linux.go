@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 )
@@ -26,11 +27,16 @@ import (
 // changes it is about to make, so that the next start after a crash can
 // say which it made.
 type journal struct {
-	Sandbox string        `json:"sandbox"`
-	Source  string        `json:"source"`
-	Target  string        `json:"target"`
-	Started time.Time     `json:"started"`
-	Plan    []journalStep `json:"plan"`
+	Sandbox string    `json:"sandbox"`
+	Source  string    `json:"source"`
+	Target  string    `json:"target"`
+	Started time.Time `json:"started"`
+	// Pid and PidStart name the process that applies: while it lives,
+	// the apply is not interrupted (another airlock sharing the state
+	// directory must leave it alone).
+	Pid      int           `json:"pid,omitempty"`
+	PidStart uint64        `json:"pid_start,omitempty"`
+	Plan     []journalStep `json:"plan"`
 }
 
 type journalStep struct {
@@ -148,7 +154,8 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 	if len(todo) == 0 {
 		return res, nil
 	}
-	j := journal{Sandbox: s.m.Sandbox, Source: s.m.Source, Target: s.m.Target, Started: time.Now().UTC()}
+	j := journal{Sandbox: s.m.Sandbox, Source: s.m.Source, Target: s.m.Target, Started: time.Now().UTC(), Pid: os.Getpid()}
+	j.PidStart, _ = agentdriver.StartTime(j.Pid)
 	for _, c := range todo {
 		j.Plan = append(j.Plan, journalStep{Path: c.Path, Kind: c.Kind, Before: c.Before, After: c.After})
 	}

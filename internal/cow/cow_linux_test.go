@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -592,5 +593,28 @@ func TestConflictInRemovedDir(t *testing.T) {
 	}
 	if f.hostRead(t, "d/a") != "a\n" || f.hostRead(t, "b") != "b\n" {
 		t.Error("the host changed")
+	}
+}
+
+// TestRecoverLeavesLiveApply: a journal whose applying process lives (an
+// apply in progress, perhaps of another airlock sharing the state
+// directory) is not taken for an interrupted one.
+func TestRecoverLeavesLiveApply(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"a": "a\n"})
+	st, err := agentdriver.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, writeAtomic(journalPath(f.dir), journal{Sandbox: "sb1", Source: f.host, Target: "/w", Pid: os.Getpid(), PidStart: st}))
+	if r, err := Recover(f.dir); r != nil || err != nil {
+		t.Fatalf("Recover of a live apply: %+v %v", r, err)
+	}
+	if _, err := os.Stat(journalPath(f.dir)); err != nil {
+		t.Fatalf("the live apply's journal is gone: %v", err)
+	}
+	// Once its process is gone (another start time), it is recovered.
+	must(t, writeAtomic(journalPath(f.dir), journal{Sandbox: "sb1", Source: f.host, Target: "/w", Pid: os.Getpid(), PidStart: st + 1}))
+	if r, err := Recover(f.dir); r == nil || err != nil {
+		t.Fatalf("Recover of a dead apply: %+v %v", r, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -46,6 +47,11 @@ func Recover(dir string) (*Recovery, error) {
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("read the apply journal %s: %w", journalPath(dir), err)
+	}
+	if j.Pid > 0 {
+		if st, err := agentdriver.StartTime(j.Pid); err == nil && st == j.PidStart {
+			return nil, nil // the process that applies lives: in progress
+		}
 	}
 	m, err := loadMeta(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,26 +19,26 @@ import (
 func TestSweepCowLayers(t *testing.T) {
 	requireNative(t)
 	testcap.Require(t, "overlay")
-	d, err := New(Options{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The host's state directory: a sweep judges every sandbox cgroup by
+	// its lock there (another directory would make live sandboxes of
+	// other processes look stale). The ids below are the test's own.
+	d := newDriver(t)
 	project := t.TempDir()
 	if err := os.WriteFile(filepath.Join(project, "a"), []byte("a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stale := cow.LayerDir(d.opts.StateDir, "sb-stale", 0)
-	_, f, err := cow.Make(t.Context(), stale, "sb-stale", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{})
+	stale := cow.LayerDir(d.opts.StateDir, "sb-cowtest-stale", 0)
+	_, f, err := cow.Make(t.Context(), stale, "sb-cowtest-stale", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	journaled := cow.LayerDir(d.opts.StateDir, "sb-crashed", 0)
-	if _, f, err = cow.Make(t.Context(), journaled, "sb-crashed", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{}); err != nil {
+	journaled := cow.LayerDir(d.opts.StateDir, "sb-cowtest-crashed", 0)
+	if _, f, err = cow.Make(t.Context(), journaled, "sb-cowtest-crashed", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := os.WriteFile(filepath.Join(journaled, "journal.json"), []byte(`{"sandbox":"sb-crashed","source":"`+project+`","target":"/w","plan":[]}`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(journaled, "journal.json"), []byte(`{"sandbox":"sb-cowtest-crashed","source":"`+project+`","target":"/w","plan":[]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Sweep(t.Context()); err != nil {
@@ -50,7 +51,7 @@ func TestSweepCowLayers(t *testing.T) {
 		t.Errorf("the sweep removed a journal before it was read: %v", err)
 	}
 	rs, err := d.RecoverCow()
-	if err != nil || len(rs) != 1 || rs[0].Sandbox != "sb-crashed" {
+	if err != nil || !slices.ContainsFunc(rs, func(r cow.Recovery) bool { return r.Sandbox == "sb-cowtest-crashed" }) {
 		t.Fatalf("RecoverCow: %+v %v", rs, err)
 	}
 	if err := d.Sweep(t.Context()); err != nil {
@@ -60,7 +61,7 @@ func TestSweepCowLayers(t *testing.T) {
 		t.Errorf("the recovered layer is left: %v", err)
 	}
 	b, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(b), d.opts.StateDir) {
-		t.Errorf("mounts left below %s", d.opts.StateDir)
+	if strings.Contains(string(b), "sb-cowtest-") {
+		t.Errorf("mounts of the test's layers left")
 	}
 }
