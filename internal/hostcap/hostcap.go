@@ -56,6 +56,7 @@ var Names = []string{
 	"wasm",       // the wasm driver with python.wasm (make wasm-python)
 	"jupyter",    // a Jupyter kernel (python3-ipykernel, jupyter_client) that evaluates 1+1, for the E2B code interpreter
 	"s3",         // an S3-compatible server for the object store's tests (internal/testrig/s3server), built by make s3-rig
+	"overlay",    // overlayfs mounts made by root, for copy-on-write mounts (internal/cow)
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

@@ -36,6 +36,7 @@ var probes = map[string]probe{
 	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
 	"wasm":       {run: probeWasm, timeout: 60 * time.Second},
 	"s3":         {run: probeS3, timeout: 40 * time.Second},
+	"overlay":    {run: probeOverlay},
 }
 
 // ok is a working capability.

@@ -96,6 +96,11 @@ type Mount struct {
 	Target string `json:"target"`
 	// Writable lets the sandbox write to it; read-only by default.
 	Writable bool `json:"writable,omitempty"`
+	// Cow makes it a copy-on-write mount of a host directory: the
+	// sandbox writes freely, its writes land in a layer of its own
+	// (bounded by its disk limit), and reach the host only when a person
+	// applies them (see internal/cow). Not with Writable.
+	Cow bool `json:"cow,omitempty"`
 }
 
 // NetworkMode says how a sandbox reaches the network.
@@ -323,6 +328,9 @@ func (s Spec) Validate() error {
 		}
 		if err := validTarget(m.Target); err != nil {
 			return err
+		}
+		if m.Cow && m.Writable {
+			return invalid("mount %s: a cow mount is writable in the sandbox already; leave writable out", m.Target)
 		}
 	}
 	if s.Module != "" && (!path.IsAbs(s.Module) || !strings.HasSuffix(s.Module, ".wasm")) {

@@ -1,0 +1,726 @@
+//go:build linux
+
+package cow
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot"
+)
+
+// journal is what an apply writes before it touches the host: the
+// changes it is about to make, so that the next start after a crash can
+// say which it made.
+type journal struct {
+	Sandbox string        `json:"sandbox"`
+	Source  string        `json:"source"`
+	Target  string        `json:"target"`
+	Started time.Time     `json:"started"`
+	Plan    []journalStep `json:"plan"`
+}
+
+type journalStep struct {
+	Path   string             `json:"path"`
+	Kind   string             `json:"kind"`
+	Before *sandbox.TreeEntry `json:"before,omitempty"`
+	After  *sandbox.TreeEntry `json:"after,omitempty"`
+}
+
+// choose returns the changes sel picks (nil: all), with the directories
+// they need made first.
+func (s *state) choose(sel []string) []snapshot.Change {
+	by := map[string]snapshot.Change{}
+	for _, c := range s.diff.Changes {
+		by[c.Path] = c
+	}
+	pick := map[string]bool{}
+	for _, c := range s.diff.Changes {
+		if !selected(sel, c.Path) {
+			continue
+		}
+		pick[c.Path] = true
+		if c.After == nil {
+			continue
+		}
+		for p := path.Dir(c.Path); p != s.m.Target && p != "/" && p != "."; p = path.Dir(p) {
+			if a, ok := by[p]; ok && a.After != nil && a.After.Type == sandbox.EntryDir && (a.Before == nil || a.Before.Type != sandbox.EntryDir) {
+				pick[p] = true
+			}
+		}
+	}
+	var out []snapshot.Change
+	for _, c := range s.diff.Changes {
+		if pick[c.Path] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Apply writes the pending changes at paths (relative to the mount's root
+// or absolute in the sandbox; a directory stands for all below it; none:
+// every change) into the host directory. Paths apply refuses (see
+// Change.Refused) are listed in the result and left alone. When the host
+// changed under any other chosen path since the sandbox started, nothing
+// is applied and the error is a *ConflictError. Each file is written to a
+// temporary file beside it, synced and renamed over the old one: a crash
+// leaves it old or new.
+func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error) {
+	defer lock(dir)()
+	s, err := load(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	var sel []string
+	if len(paths) > 0 {
+		if sel, err = normalize(s.m.Target, paths); err != nil {
+			return nil, err
+		}
+	}
+	root, err := s.openSource()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	chosen := s.choose(sel)
+	if sel != nil && len(chosen) == 0 {
+		return nil, fmt.Errorf("%w: no pending change at %s; list them with `airlock sandbox changes`", sandbox.ErrNotFound, strings.Join(sel, ", "))
+	}
+	res := &ApplyResult{Target: s.m.Target, Applied: []Applied{}, Refused: []Refusal{}}
+	refused := s.refusals()
+	var todo []snapshot.Change
+	var conflicts []Refusal
+	for _, c := range chosen {
+		if r := refused[c.Path]; r != "" {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: r})
+			continue
+		}
+		if r := s.conflict(root, c); r != "" {
+			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: r})
+		}
+		todo = append(todo, c)
+	}
+	if len(conflicts) > 0 {
+		return nil, &ConflictError{Target: s.m.Target, Conflicts: conflicts}
+	}
+	if len(todo) == 0 {
+		return res, nil
+	}
+	j := journal{Sandbox: s.m.Sandbox, Source: s.m.Source, Target: s.m.Target, Started: time.Now().UTC()}
+	for _, c := range todo {
+		j.Plan = append(j.Plan, journalStep{Path: c.Path, Kind: c.Kind, Before: c.Before, After: c.After})
+	}
+	if err := writeAtomic(journalPath(dir), j); err != nil {
+		return nil, fmt.Errorf("write the apply's journal: %w", err)
+	}
+	ufd, err := unix.Open(upperPath(dir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ufd)
+	a := &applier{s: s, root: root, upper: ufd, entries: map[string]sandbox.TreeEntry{}}
+	for _, e := range s.m.Entries {
+		a.entries[e.Path] = e
+	}
+	failed := map[string]bool{}
+	// Removals first, deepest first: deleted paths, and what a change of
+	// type to or from a directory replaces.
+	for i := len(todo) - 1; i >= 0; i-- {
+		c := todo[i]
+		if !a.removes(c) {
+			continue
+		}
+		if err := a.remove(c); err != nil {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: err.Error()})
+			failed[c.Path] = true
+			continue
+		}
+		if c.After == nil {
+			res.Applied = append(res.Applied, Applied{Path: c.Path, Kind: c.Kind})
+		}
+	}
+	// Then what is made or changed, shallowest first.
+	for _, c := range todo {
+		if c.After == nil || failed[c.Path] {
+			continue
+		}
+		if p := a.failedAncestor(failed, c.Path); p != "" {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: "its directory " + quote(p) + " could not be applied"})
+			failed[c.Path] = true
+			continue
+		}
+		ap, err := a.put(ctx, c)
+		if err != nil {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: err.Error()})
+			failed[c.Path] = true
+			continue
+		}
+		res.Applied = append(res.Applied, ap)
+	}
+	slices.SortFunc(res.Applied, func(x, y Applied) int { return strings.Compare(x.Path, y.Path) })
+	s.m.Entries = s.m.Entries[:0]
+	for _, e := range a.entries {
+		s.m.Entries = append(s.m.Entries, e)
+	}
+	sortEntries(s.m.Entries)
+	if err := s.m.save(dir); err != nil {
+		return res, fmt.Errorf("applied, but keeping the record failed (the next listing may show applied paths as conflicts): %w", err)
+	}
+	if err := os.Remove(journalPath(dir)); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+type applier struct {
+	s       *state
+	root    int
+	upper   int
+	entries map[string]sandbox.TreeEntry
+}
+
+func (a *applier) removes(c snapshot.Change) bool {
+	if c.Before == nil {
+		return false
+	}
+	if c.After == nil {
+		return true
+	}
+	return c.Before.Type != c.After.Type && (c.Before.Type == sandbox.EntryDir || c.After.Type == sandbox.EntryDir)
+}
+
+func (a *applier) failedAncestor(failed map[string]bool, p string) string {
+	for d := path.Dir(p); d != a.s.m.Target && d != "/" && d != "."; d = path.Dir(d) {
+		if failed[d] {
+			return d
+		}
+	}
+	return ""
+}
+
+func (a *applier) rel(p string) string {
+	r, _ := relOf(a.s.m.Target, p)
+	return r
+}
+
+// parent opens rel's directory on the host for reading.
+func (a *applier) parent(rel string) (int, error) {
+	fd, err := openBeneath(a.root, path.Dir(rel), unix.O_RDONLY|unix.O_DIRECTORY)
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return -1, errors.New("a symlink on the host is in the way: apply never follows one")
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return -1, errors.New("its directory is not on the host: apply the directory too")
+	case err != nil:
+		return -1, err
+	}
+	return fd, nil
+}
+
+func (a *applier) remove(c snapshot.Change) error {
+	rel := a.rel(c.Path)
+	if rel == "." {
+		return errors.New("the mounted directory itself is never removed")
+	}
+	pfd, err := a.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	flags := 0
+	if c.Before.Type == sandbox.EntryDir {
+		flags = unix.AT_REMOVEDIR
+	}
+	err = unix.Unlinkat(pfd, path.Base(rel), flags)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return errors.New("the host directory holds files the sandbox did not see: remove them on the host, or leave the directory")
+	case err != nil:
+		return err
+	}
+	_ = unix.Fsync(pfd)
+	delete(a.entries, c.Path)
+	return nil
+}
+
+// put makes the host's entry at c's path what the sandbox's is.
+func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
+	rel := a.rel(c.Path)
+	ap := Applied{Path: c.Path, Kind: c.Kind}
+	if rel == "." {
+		// Only the mode of the mounted directory itself can change.
+		mode := c.After.Mode &^ 0o6000
+		fd, err := unix.Openat(a.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return ap, err
+		}
+		defer unix.Close(fd)
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return ap, err
+		}
+		if c.After.Mode&0o6000 != 0 {
+			ap.Note = "setuid/setgid bits stripped"
+		}
+		e := *c.After
+		e.Mode = mode
+		a.entries[c.Path] = e
+		return ap, nil
+	}
+	pfd, err := a.parent(rel)
+	if err != nil {
+		return ap, err
+	}
+	defer unix.Close(pfd)
+	name := path.Base(rel)
+	uid, gid := a.s.m.UID, a.s.m.GID
+	var old unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &old, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		uid, gid = int(old.Uid), int(old.Gid)
+	}
+	var e sandbox.TreeEntry
+	switch c.After.Type {
+	case sandbox.EntryFile:
+		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode)
+	case sandbox.EntryDir:
+		e, err = a.putDir(pfd, rel, name, uid, gid)
+	case sandbox.EntrySymlink:
+		e, err = a.putSymlink(pfd, rel, name, uid, gid)
+	default:
+		err = errors.New("apply never makes device files, FIFOs or sockets")
+	}
+	if err != nil {
+		return ap, err
+	}
+	_ = unix.Fsync(pfd)
+	e.Path = c.Path
+	if e.Mode != c.After.Mode && c.After.Mode&0o6000 != 0 {
+		ap.Note = "setuid/setgid bits stripped"
+	}
+	ap.Digest = e.Digest
+	a.entries[c.Path] = e
+	return ap, nil
+}
+
+// upperStat opens rel in the upper layer.
+func (a *applier) openUpper(rel string, flags int) (int, *unix.Stat_t, error) {
+	fd, err := openBeneath(a.upper, rel, flags)
+	if err != nil {
+		return -1, nil, fmt.Errorf("read it in the sandbox's layer: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, &st, nil
+}
+
+func tempName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return tempPrefix + hex.EncodeToString(b[:])
+}
+
+func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, gid int, modeOnly bool) (sandbox.TreeEntry, error) {
+	sfd, st, err := a.openUpper(rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	src := os.NewFile(uintptr(sfd), rel)
+	defer src.Close()
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return sandbox.TreeEntry{}, errors.New("it is no longer a file in the sandbox: list the changes again")
+	}
+	if st.Nlink > 1 {
+		return sandbox.TreeEntry{}, errors.New("it is a hard link in the sandbox now: apply never links host files")
+	}
+	mode := st.Mode & 0o1777 // setuid and setgid stripped
+	if modeOnly {
+		// The content is the host's: change its mode in place.
+		fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return sandbox.TreeEntry{}, err
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		d, err := digestFile(f)
+		if err != nil {
+			return sandbox.TreeEntry{}, err
+		}
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return sandbox.TreeEntry{}, err
+		}
+		return sandbox.TreeEntry{Type: sandbox.EntryFile, Mode: mode, Size: st.Size, Digest: d}, nil
+	}
+	tmp := tempName()
+	tfd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("make a temporary file on the host: %w", err)
+	}
+	dst := os.NewFile(uintptr(tfd), tmp)
+	ok := false
+	defer func() {
+		dst.Close()
+		if !ok {
+			_ = unix.Unlinkat(pfd, tmp, 0)
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h), &ctxReader{ctx: ctx, r: src})
+	if err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("copy it to the host: %w", err)
+	}
+	if err := unix.Fchown(tfd, uid, gid); err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("keep the owner: %w", err)
+	}
+	if err := unix.Fchmod(tfd, mode); err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	if err := dst.Sync(); err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("put it in place: %w", err)
+	}
+	ok = true
+	return sandbox.TreeEntry{Type: sandbox.EntryFile, Mode: mode, Size: n, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func (a *applier) putDir(pfd int, rel, name string, uid, gid int) (sandbox.TreeEntry, error) {
+	sfd, st, err := a.openUpper(rel, unix.O_PATH)
+	if err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	unix.Close(sfd)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return sandbox.TreeEntry{}, errors.New("it is no longer a directory in the sandbox: list the changes again")
+	}
+	mode := st.Mode & 0o1777
+	if err := unix.Mkdirat(pfd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return sandbox.TreeEntry{}, err
+	} else if err == nil {
+		if err := unix.Fchownat(pfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return sandbox.TreeEntry{}, fmt.Errorf("keep the owner: %w", err)
+		}
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("a file that is not a directory is in the way on the host: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	return sandbox.TreeEntry{Type: sandbox.EntryDir, Mode: mode}, nil
+}
+
+func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.TreeEntry, error) {
+	sfd, err := openBeneath(a.upper, path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("read it in the sandbox's layer: %w", err)
+	}
+	target, err := readlinkAt(sfd, path.Base(rel))
+	unix.Close(sfd)
+	if err != nil {
+		return sandbox.TreeEntry{}, fmt.Errorf("it is no longer a symlink in the sandbox: list the changes again (%w)", err)
+	}
+	// The target is checked again as it is now.
+	if r := a.s.refusal(snapshot.Change{After: &sandbox.TreeEntry{Type: sandbox.EntrySymlink, Target: target}}, rel); r != "" {
+		return sandbox.TreeEntry{}, errors.New(r)
+	}
+	tmp := tempName()
+	if err := unix.Symlinkat(target, pfd, tmp); err != nil {
+		return sandbox.TreeEntry{}, err
+	}
+	if err := unix.Fchownat(pfd, tmp, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		_ = unix.Unlinkat(pfd, tmp, 0)
+		return sandbox.TreeEntry{}, fmt.Errorf("keep the owner: %w", err)
+	}
+	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
+		_ = unix.Unlinkat(pfd, tmp, 0)
+		return sandbox.TreeEntry{}, fmt.Errorf("put it in place: %w", err)
+	}
+	return sandbox.TreeEntry{Type: sandbox.EntrySymlink, Mode: 0o777, Target: target}, nil
+}
+
+// Discard drops the pending changes at paths (as Apply's) from the
+// sandbox's layer: the sandbox sees the host's files there again. A
+// process in the sandbox that holds a discarded file open keeps it, and
+// the kernel may show the sandbox a discarded name it looked up recently
+// until it drops it from its cache: discard is for work that is over.
+func Discard(ctx context.Context, dir string, paths []string) (*DiscardResult, error) {
+	defer lock(dir)()
+	s, err := load(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	var sel []string
+	if len(paths) > 0 {
+		if sel, err = normalize(s.m.Target, paths); err != nil {
+			return nil, err
+		}
+	}
+	var chosen []snapshot.Change
+	for _, c := range s.diff.Changes {
+		if selected(sel, c.Path) {
+			chosen = append(chosen, c)
+		}
+	}
+	if sel != nil && len(chosen) == 0 {
+		return nil, fmt.Errorf("%w: no pending change at %s; list them with `airlock sandbox changes`", sandbox.ErrNotFound, strings.Join(sel, ", "))
+	}
+	ufd, err := unix.Open(upperPath(dir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ufd)
+	res := &DiscardResult{Target: s.m.Target, Discarded: []string{}}
+	var gone []string
+	under := func(p string) bool {
+		for _, g := range gone {
+			if strings.HasPrefix(p, g+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range chosen {
+		if under(c.Path) {
+			res.Discarded = append(res.Discarded, c.Path)
+			continue
+		}
+		rel, _ := relOf(s.m.Target, c.Path)
+		if rel == "." {
+			// The mounted directory's own mode: back to the host's.
+			mode := uint32(0o755)
+			for _, e := range s.m.Entries {
+				if e.Path == s.m.Target {
+					mode = e.Mode
+				}
+			}
+			if err := unix.Fchmod(ufd, mode); err != nil {
+				res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: err.Error()})
+				continue
+			}
+			res.Discarded = append(res.Discarded, c.Path)
+			continue
+		}
+		pfd, err := openBeneath(ufd, path.Dir(rel), unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: "it is part of a change to its directory: discard " + quote(path.Dir(c.Path)) + " instead"})
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(pfd, path.Base(rel), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Close(pfd)
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: "it is part of a change to its directory: discard " + quote(path.Dir(c.Path)) + " instead"})
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = removeAllAt(pfd, path.Base(rel), 0)
+		} else {
+			err = unix.Unlinkat(pfd, path.Base(rel), 0)
+		}
+		unix.Close(pfd)
+		if err != nil {
+			res.Refused = append(res.Refused, Refusal{Path: c.Path, Reason: err.Error()})
+			continue
+		}
+		gone = append(gone, c.Path)
+		res.Discarded = append(res.Discarded, c.Path)
+	}
+	return res, nil
+}
+
+// removeAllAt removes the directory name below dfd with all it holds,
+// never following a symlink.
+func removeAllAt(dfd int, name string, depth int) error {
+	if depth > maxDepth+1 {
+		return fmt.Errorf("%w: too deep", sandbox.ErrLimit)
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = removeAllAt(fd, n, depth+1)
+		} else {
+			err = unix.Unlinkat(fd, n, 0)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			f.Close()
+			return err
+		}
+	}
+	f.Close()
+	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+}
+
+// Recovery is what the next start found of an apply a crash interrupted.
+type Recovery struct {
+	Sandbox string    `json:"sandbox"`
+	Source  string    `json:"source"`
+	Target  string    `json:"target"`
+	Started time.Time `json:"started"`
+	// Applied, NotApplied: the paths the host holds new, and old.
+	// Unknown: neither (the host changed them since).
+	Applied    []string `json:"applied"`
+	NotApplied []string `json:"not_applied"`
+	Unknown    []string `json:"unknown,omitempty"`
+}
+
+// Recover finishes the record of an apply in dir that a crash
+// interrupted: it says which of its paths the host holds new, records
+// those as applied, and removes its temporary files. Nil when dir holds
+// no journal.
+func Recover(dir string) (*Recovery, error) {
+	defer lock(dir)()
+	b, err := os.ReadFile(journalPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("read the apply journal %s: %w", journalPath(dir), err)
+	}
+	m, err := loadMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &state{dir: dir, m: m}
+	r := &Recovery{Sandbox: j.Sandbox, Source: j.Source, Target: j.Target, Started: j.Started, Applied: []string{}, NotApplied: []string{}}
+	root, err := s.openSource()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(root)
+	entries := map[string]sandbox.TreeEntry{}
+	for _, e := range m.Entries {
+		entries[e.Path] = e
+	}
+	dirs := map[string]bool{}
+	for _, st := range j.Plan {
+		rel, ok := relOf(j.Target, st.Path)
+		if !ok || (rel != "." && CheckName(rel) != "") {
+			continue
+		}
+		dirs[path.Dir(rel)] = true
+		now, err := hostEntry(root, rel)
+		switch {
+		case err != nil:
+			r.Unknown = append(r.Unknown, st.Path)
+		case same(now, st.After):
+			r.Applied = append(r.Applied, st.Path)
+			if now == nil {
+				delete(entries, st.Path)
+			} else {
+				now.Path = st.Path
+				entries[st.Path] = *now
+			}
+		case same(now, st.Before):
+			r.NotApplied = append(r.NotApplied, st.Path)
+		default:
+			r.Unknown = append(r.Unknown, st.Path)
+		}
+	}
+	for d := range dirs {
+		fd, err := openBeneath(root, d, unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			continue
+		}
+		f := os.NewFile(uintptr(fd), d)
+		names, _ := f.Readdirnames(-1)
+		for _, n := range names {
+			if strings.HasPrefix(n, tempPrefix) {
+				_ = unix.Unlinkat(fd, n, 0)
+			}
+		}
+		f.Close()
+	}
+	m.Entries = m.Entries[:0]
+	for _, e := range entries {
+		m.Entries = append(m.Entries, e)
+	}
+	sortEntries(m.Entries)
+	if err := m.save(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(journalPath(dir)); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// RecoverAll runs Recover on every layer below stateDir (as the drivers
+// lay them out: stateDir/cow/SANDBOX/N) and removes what is left of
+// layers whose sandbox is gone.
+func RecoverAll(stateDir string) ([]Recovery, error) {
+	dirs, err := Dirs(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Recovery
+	var errs []error
+	for _, d := range dirs {
+		r, err := Recover(d)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
+			continue
+		}
+		if r != nil {
+			out = append(out, *r)
+		}
+		if _, err := os.Stat(upperPath(d)); errors.Is(err, os.ErrNotExist) {
+			_ = Remove(d)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Dirs lists the layer directories below stateDir.
+func Dirs(stateDir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(stateDir, "cow", "*", "*"))
+}
