@@ -293,14 +293,14 @@ func TestHostile(t *testing.T) {
 
 	ch := f.changes(t)
 	for p, want := range map[string]string{
-		"conf":                 "absolute path",
-		"conf/app.ini":         "its directory",
-		"up":                   "leads outside",
-		"hard":                 "hard link",
-		"evil\nname":           "control character",
-		"dir\x1b[31m":          "control character",
+		"conf":                  "absolute path",
+		"conf/app.ini":          "its directory",
+		"up":                    "leads outside",
+		"hard":                  "hard link",
+		"evil\nname":            "control character",
+		"dir\x1b[31m":           "control character",
 		"dir\x1b[31m/inner.txt": "control character",
-		"fifo":                 "never makes device files, FIFOs",
+		"fifo":                  "never makes device files, FIFOs",
 	} {
 		if !strings.Contains(ch[p].Refused, want) {
 			t.Errorf("%q: refused %q, want it to say %q", p, ch[p].Refused, want)
