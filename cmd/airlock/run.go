@@ -180,6 +180,9 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
+	if err := drv.Capabilities().CheckSpec(f.driver, spec); err != nil {
+		return fail(err)
+	}
 	sb, err := drv.Create(ctx, spec)
 	if err != nil {
 		return fail(err)

@@ -63,7 +63,8 @@ type meta struct {
 	Entries []sandbox.TreeEntry `json:"entries"`
 }
 
-// LayerDir is where a driver keeps the layer of mount i of sandbox id.
+// LayerDir is where a driver keeps the layer of mount i of sandbox id
+// (as sandbox.CowLayers says).
 func LayerDir(stateDir, id string, i int) string {
 	return filepath.Join(stateDir, "cow", id, strconv.Itoa(i))
 }

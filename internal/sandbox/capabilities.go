@@ -22,6 +22,9 @@ type Capabilities struct {
 	// HostMounts: Spec.Root and Spec.Mounts name host paths this driver
 	// can show inside.
 	HostMounts bool `json:"host_mounts"`
+	// CowMounts: Mount.Cow works (internal/cow): the instance is a
+	// CowMounter.
+	CowMounts bool `json:"cow_mounts"`
 	// PerExecUsage: usage (CPU time, peak memory) is counted per exec;
 	// otherwise it is what the agent reports, checked against the whole
 	// sandbox's counters.
@@ -33,4 +36,16 @@ type Capabilities struct {
 	// SurvivesRestart: a sandbox outlives the process that made it, and a
 	// new one reattaches to it (Recoverer).
 	SurvivesRestart bool `json:"survives_restart"`
+}
+
+// CheckSpec refuses what spec asks for that a driver with c cannot give
+// and would otherwise give as something else: a copy-on-write mount made
+// into a plain one.
+func (c Capabilities) CheckSpec(driver string, spec Spec) error {
+	for _, m := range spec.Mounts {
+		if m.Cow && !c.CowMounts {
+			return &UnsupportedError{What: "cow mount " + m.Target, Why: "the " + driver + " driver cannot make copy-on-write mounts", Fix: "use the native or gvisor driver, or mount it ro"}
+		}
+	}
+	return nil
 }

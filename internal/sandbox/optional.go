@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"io"
+	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -177,4 +179,31 @@ type Snapshotter interface {
 	// host goes away before every blob arrived leaves the trees as they
 	// were; once every blob arrived the agent finishes it on its own.
 	Apply(ctx context.Context, req ApplyRequest, get BlobGet) (ApplyStats, error)
+}
+
+// CowMounter is an instance with copy-on-write mounts (Mount.Cow): the
+// host keeps each one's layer, which package cow reads and applies.
+type CowMounter interface {
+	// CowLayers lists the cow mounts, in the order of Spec.Mounts.
+	CowLayers() []CowLayer
+}
+
+// CowLayer is one copy-on-write mount of a sandbox.
+type CowLayer struct {
+	// Source is the host directory; Target where the sandbox sees it.
+	Source, Target string
+	// Dir is the host directory holding the layer (package cow's).
+	Dir string
+}
+
+// CowLayers lists spec's cow mounts as a driver that keeps their layers
+// below stateDir/cow/ID/N (package cow's layout) holds them.
+func CowLayers(stateDir string, spec Spec) []CowLayer {
+	var out []CowLayer
+	for i, m := range spec.Mounts {
+		if m.Cow {
+			out = append(out, CowLayer{Source: m.Source, Target: m.Target, Dir: filepath.Join(stateDir, "cow", spec.ID, strconv.Itoa(i))})
+		}
+	}
+	return out
 }

@@ -327,6 +327,9 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	// The supervisor enforces the TTL, which can be extended; the driver's
 	// own lifetime is only a backstop.
 	spec.Limits.Lifetime = driverLifetime
+	if err := drv.Capabilities().CheckSpec(l.rec.Driver, spec); err != nil {
+		return s.driverError(id, err)
+	}
 	inst, err := drv.Create(ctx, spec)
 	if err != nil {
 		return s.driverError(id, err)

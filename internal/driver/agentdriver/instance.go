@@ -72,6 +72,7 @@ var (
 	_ sandbox.ProcessAttacher = (*Instance)(nil)
 	_ sandbox.AgentInstance   = (*Instance)(nil)
 	_ sandbox.EndCause        = (*Instance)(nil)
+	_ sandbox.CowMounter      = (*Instance)(nil)
 	_ egress.Reporter         = (*Instance)(nil)
 )
 
@@ -122,6 +123,15 @@ func (in *Instance) Usage(ctx context.Context) (sandbox.SandboxUsage, error) {
 		return u.Usage(ctx)
 	}
 	return sandbox.SandboxUsage{}, fmt.Errorf("usage of sandbox %s: %w", in.spec.ID, sandbox.ErrUnsupported)
+}
+
+// CowLayers lists the sandbox's copy-on-write mounts, where the host
+// keeps them (none when the driver makes none).
+func (in *Instance) CowLayers() []sandbox.CowLayer {
+	if c, ok := in.host.(sandbox.CowMounter); ok {
+		return c.CowLayers()
+	}
+	return nil
 }
 
 // Start starts req and returns at once.

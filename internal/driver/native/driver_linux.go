@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/confine"
+	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
@@ -119,7 +120,7 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true,
+		Egress: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true,
 		SurvivesRestart: d.opts.Persistent,
 	}
 }
@@ -220,7 +221,16 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		cfg.Root = agent.FDFirst + len(extra)
 		extra = append(extra, f)
 	}
-	for _, m := range spec.Mounts {
+	for i, m := range spec.Mounts {
+		if m.Cow {
+			_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, m, spec.Limits.DiskBytes)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: agent.FDFirst + len(extra), Target: m.Target, Dir: true, Writable: true})
+			extra = append(extra, f)
+			continue
+		}
 		f, isDir, err := openMount(m)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -56,7 +57,13 @@ var (
 	_ agentdriver.HostDetacher = (*host)(nil)
 	_ agentdriver.HostState    = (*host)(nil)
 	_ sandbox.UsageReader      = (*host)(nil)
+	_ sandbox.CowMounter       = (*host)(nil)
 )
+
+// CowLayers lists the sandbox's copy-on-write mounts.
+func (h *host) CowLayers() []sandbox.CowLayer {
+	return sandbox.CowLayers(h.d.opts.StateDir, h.spec)
+}
 
 // closeDone says the agent has exited.
 func (h *host) closeDone() { h.doneOnce.Do(func() { close(h.done) }) }
@@ -123,6 +130,12 @@ func (h *host) Teardown(context.Context) error {
 		if h.persistent {
 			_ = os.Remove(h.sockPath)
 			_ = os.Remove(h.logPath)
+		}
+		// The layers go with the sandbox: its pending changes with them.
+		for _, l := range sandbox.CowLayers(h.d.opts.StateDir, h.spec) {
+			if err := cow.Remove(l.Dir); err != nil {
+				h.d.opts.Logger.Warn("remove a cow layer", "sandbox_id", h.spec.ID, "dir", l.Dir, "err", err)
+			}
 		}
 		h.lock.Release()
 	})
