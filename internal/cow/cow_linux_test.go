@@ -43,7 +43,7 @@ func newFixture(t *testing.T, size int64, files map[string]string) fixture {
 		return os.Lchown(p, 4321, 4321)
 	}))
 	dir := LayerDir(filepath.Join(base, "state"), "sb1", 0)
-	l, mnt, err := Make(context.Background(), dir, "sb1", sandbox.Mount{Source: host, Target: "/w", Cow: true}, size)
+	l, mnt, err := Make(context.Background(), dir, "sb1", sandbox.Mount{Source: host, Target: "/w", Cow: true}, size, IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,11 @@ type Layer struct {
 	Dir, Source, Target string
 }
 
+// IDMap is the sandbox's owner of the mount (Linux only).
+type IDMap struct{ UID, GID int }
+
 // Make needs Linux.
-func Make(context.Context, string, string, sandbox.Mount, int64) (*Layer, *os.File, error) {
+func Make(context.Context, string, string, sandbox.Mount, int64, IDMap) (*Layer, *os.File, error) {
 	return nil, nil, errUnsupported
 }
 

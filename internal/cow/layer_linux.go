@@ -29,7 +29,12 @@ type Layer struct {
 // layer, and returns a detached overlay mount (nosuid, nodev) of the host
 // directory under it, for the driver to attach in the sandbox. On an
 // error nothing is left.
-func Make(ctx context.Context, dir, id string, m sandbox.Mount, sizeBytes int64) (l *Layer, mnt *os.File, err error) {
+//
+// With owner set, the sandbox sees the files the host directory's owner
+// owns as owner's (an idmapped mount of the host directory as the lower
+// layer), and the files it makes belong to owner in the upper layer;
+// where the host's file system cannot be idmapped, Make fails.
+func Make(ctx context.Context, dir, id string, m sandbox.Mount, sizeBytes int64, owner IDMap) (l *Layer, mnt *os.File, err error) {
 	src, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -91,9 +96,18 @@ func Make(ctx context.Context, dir, id string, m sandbox.Mount, sizeBytes int64)
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return nil, nil, err
 	}
+	lower, uid, gid := src, int(st.Uid), int(st.Gid)
+	if owner != (IDMap{}) {
+		mfd, err := owner.idmapped(src, uid, gid)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cow mount %s: %w", m.Source, err)
+		}
+		defer unix.Close(mfd)
+		lower, uid, gid = mfd, owner.UID, owner.GID
+	}
 	// The merged root shows the upper root's owner and mode: the host
-	// directory's.
-	if err := os.Chown(up, int(st.Uid), int(st.Gid)); err != nil {
+	// directory's, as the sandbox sees it.
+	if err := os.Chown(up, uid, gid); err != nil {
 		return nil, nil, err
 	}
 	if err := os.Chmod(up, os.FileMode(st.Mode&0o777)|unixModeBits(st.Mode)); err != nil {
@@ -102,7 +116,7 @@ func Make(ctx context.Context, dir, id string, m sandbox.Mount, sizeBytes int64)
 	if err := md.save(dir); err != nil {
 		return nil, nil, fmt.Errorf("cow mount %s: keep its record: %w", m.Source, err)
 	}
-	f, err := overlay(src, up, work)
+	f, err := overlay(lower, up, work)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cow mount %s: %w", m.Source, err)
 	}

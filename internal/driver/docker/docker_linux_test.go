@@ -105,7 +105,9 @@ var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Time
 // unsupportedCases are the suite's cases the driver cannot pass, and why
 // (the same for every runtime).
 func unsupportedCases(string) map[string]string {
+	noCow := "the docker driver makes no copy-on-write mounts (Capabilities.CowMounts is false): the engine makes its binds; a cow mount is refused with ErrUnsupported"
 	return map[string]string{
+		"cow/apply": noCow, "cow/quota": noCow, "cow/hostile": noCow,
 		"mounts/root": "the docker driver runs images: a sandbox's root is the image the engine has, never a host directory " +
 			"(which a remote engine could not see); Spec.Root is refused with ErrInvalid",
 		"mounts/swap_race": "the engine resolves a bind mount's source path itself when it starts the container, after airlock's " +

@@ -137,6 +137,9 @@ func unsupportedCases(runtimeClass string) map[string]string {
 		"mounts/symlink_refused":      noHostPaths,
 		"mounts/swap_race":            noHostPaths,
 		"mounts/root_symlink_refused": noHostPaths,
+		"cow/apply":                   noHostPaths,
+		"cow/quota":                   noHostPaths,
+		"cow/hostile":                 noHostPaths,
 	}
 	if runtimeClass != RuntimeClassNone {
 		m["exec/cancel_frozen_agent"] = "the test stops the agent from the node with SIGSTOP; under gVisor the agent is a task of the Sentry, " +

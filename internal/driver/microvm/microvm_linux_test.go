@@ -106,6 +106,7 @@ const noHostDirs = "a microVM sees no host directory (the guest kernel has no 9p
 var Unsupported = map[string]string{
 	"mounts/read_only": noHostDirs, "mounts/writable": noHostDirs, "mounts/symlink_refused": noHostDirs,
 	"mounts/swap_race": noHostDirs, "mounts/root": noHostDirs, "mounts/root_symlink_refused": noHostDirs,
+	"cow/apply": noHostDirs, "cow/quota": noHostDirs, "cow/hostile": noHostDirs,
 }
 
 // TestConformance runs the whole suite on sandboxes restored from a

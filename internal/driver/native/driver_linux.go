@@ -223,7 +223,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}
 	for i, m := range spec.Mounts {
 		if m.Cow {
-			_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, m, spec.Limits.DiskBytes)
+			_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, m, spec.Limits.DiskBytes,
+				cow.IDMap{UID: h.base + workloadUID, GID: h.base + workloadGID})
 			if err != nil {
 				return nil, err
 			}

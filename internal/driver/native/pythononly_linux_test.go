@@ -38,7 +38,7 @@ func TestConformanceWithoutShell(t *testing.T) {
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
 	declare("a Python-only sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
-		"mounts/root", "mounts/root_symlink_refused")
+		"mounts/root", "mounts/root_symlink_refused", "cow/apply", "cow/quota", "cow/hostile")
 	declare("the snapshot cases build their workspaces with a shell, which a Python-only sandbox does not have",
 		"snapshots/capture_restore", "snapshots/incremental", "snapshots/refuses_special_files", "snapshots/restore_without_room",
 		"snapshots/capture_while_writing", "snapshots/agent_killed_during_restore")

@@ -76,7 +76,7 @@ func TestConformance(t *testing.T) {
 	// covered by TestMemoryLimit and TestDiskLimits below instead.
 	declare("a wasm sandbox shows no host paths",
 		"mounts/read_only", "mounts/writable", "mounts/symlink_refused", "mounts/swap_race",
-		"mounts/root", "mounts/root_symlink_refused")
+		"mounts/root", "mounts/root_symlink_refused", "cow/apply", "cow/quota", "cow/hostile")
 	declare("the wasm driver does not snapshot its sandboxes (Capabilities.Snapshots is false): its files live in a host directory that no agent walks; snapshots need an agent driver",
 		"snapshots/capture_restore", "snapshots/incremental", "snapshots/refuses_special_files", "snapshots/restore_without_room",
 		"snapshots/capture_while_writing", "snapshots/agent_killed_during_restore")

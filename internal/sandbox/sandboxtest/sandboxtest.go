@@ -99,6 +99,7 @@ const (
 	needNoRestart
 	needSnapshots // Capabilities.Snapshots
 	needKill      // Options.KillAgent
+	needCowMounts // Capabilities.CowMounts
 )
 
 // missing says which of needs the driver's capabilities or the options
@@ -119,6 +120,8 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 			return "Capabilities.HostMounts (host paths as the root and as mounts)", true
 		case n == needPTY && !caps.PTY:
 			return "Capabilities.PTY (commands on a terminal: ExecRequest.PTY)", true
+		case n == needCowMounts && !caps.CowMounts:
+			return "Capabilities.CowMounts (copy-on-write mounts: Mount.Cow)", true
 		case n == needSnapshots && !caps.Snapshots:
 			return "Capabilities.Snapshots (sandbox.Snapshotter: capture and restore the workspace)", true
 		}
@@ -195,6 +198,7 @@ func groups() []group {
 		{"pty", ptyCases()},
 		{"restart", restartCases()},
 		{"snapshots", snapshotCases()},
+		{"cow", cowCases()},
 	}
 }
 
