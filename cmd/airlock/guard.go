@@ -77,11 +77,7 @@ func (g *runGuard) record(ctx context.Context, ev audit.Event) error {
 func (g *runGuard) check(ctx context.Context, driver string, spec sandbox.Spec, argv []string) error {
 	var mounts []string
 	for _, m := range spec.Mounts {
-		mode := "ro"
-		if m.Writable {
-			mode = "rw"
-		}
-		mounts = append(mounts, m.Source+":"+m.Target+":"+mode)
+		mounts = append(mounts, m.String())
 	}
 	limits := spec.Limits
 	for _, r := range []policy.Request{

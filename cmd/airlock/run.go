@@ -96,7 +96,7 @@ it is not found inside the sandbox.`,
 	fl.StringVar(&f.outputLimit, "output-limit", "1M", "limit of each output stream; past it the command is killed")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE in the command's environment, or copy KEY from yours (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox (default /workspace)")
-	fl.StringArrayVar(&f.mounts, "mount", nil, "make a host path visible: HOST:PATH[:ro|:rw], read-only by default (repeatable)")
+	fl.StringArrayVar(&f.mounts, "mount", nil, "make a host path visible: HOST:PATH[:ro|:rw|:cow], read-only by default; cow: the sandbox writes a layer of its own, applied to the host only after review (airlock sandbox changes; daemon sandboxes) (repeatable)")
 	fl.StringVar(&f.root, "root", "", "host directory to use as the read-only root file system (default: the host's /usr and an /etc allowlist)")
 	fl.StringArrayVar(&f.degraded, "allow-degraded", nil, "run without this isolation layer if the host lacks it (repeatable): "+layerList())
 	fl.BoolVar(&f.json, "json", false, "print one JSON object with the outcome instead of streaming")
@@ -349,18 +349,12 @@ func (f runFlags) environ() ([]string, error) {
 	return env, nil
 }
 
-// parseMount reads HOST:PATH[:ro|:rw].
+// parseMount reads HOST:PATH[:ro|:rw|:cow].
 func parseMount(s string) (sandbox.Mount, error) {
-	parts := strings.Split(s, ":")
-	m := sandbox.Mount{}
-	switch {
-	case len(parts) == 2:
-	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
-		m.Writable = parts[2] == "rw"
-	default:
-		return m, fmt.Errorf("--mount %q: write HOST:PATH, HOST:PATH:ro or HOST:PATH:rw", s)
+	m, err := sandbox.ParseMount(s)
+	if err != nil {
+		return m, fmt.Errorf("--mount: %w", err)
 	}
-	m.Source, m.Target = parts[0], parts[1]
 	return m, nil
 }
 

@@ -162,8 +162,11 @@ type File struct {
 	// "python3 **" lets Python code run and shell code needs "sh **" or
 	// "bash **". Languages narrows code execs further.
 	Commands []string `toml:"commands"`
-	// Mounts are the host mounts a create may ask for: "HOST:PATH:ro" or
-	// "HOST:PATH:rw" (an rw entry also allows ro). Empty allows any.
+	// Mounts are the host mounts a create may ask for: "HOST:PATH:ro",
+	// "HOST:PATH:rw" (which also allows ro and cow) or "HOST:PATH:cow"
+	// (copy-on-write: the sandbox's writes reach the host only when they
+	// are applied). Empty allows any a template names; a create through
+	// the API may ask only for those listed here.
 	Mounts []string `toml:"mounts"`
 	// Network, when set, bounds every sandbox's egress (see Network); nil
 	// leaves it to the templates.
@@ -222,6 +225,10 @@ type Approval struct {
 	// Timeout is how long an action waits for a person before it is
 	// denied. Empty means five minutes.
 	Timeout string `toml:"timeout"`
+	// Mounts are host directories whose copy-on-write mounts' changes
+	// only an operator may apply or discard ("*": every one). Empty:
+	// the sandbox's owner decides.
+	Mounts []string `toml:"mounts"`
 }
 
 // maxRuleCost bounds the work one rule may do on one request (CEL's cost
@@ -414,6 +421,23 @@ func (p *Policy) ChooseDriver(ctx context.Context, r Request) (TierChoice, error
 
 // Redactor masks the secrets the policy names; nil when it names none.
 func (p *Policy) Redactor() *Redactor { return p.redactor }
+
+// MountAllowed says the policy's mounts allowlist names m
+// ("HOST:PATH[:ro|:rw|:cow]"); false when the list is empty.
+func (p *Policy) MountAllowed(m string) bool {
+	return len(p.f.Mounts) > 0 && mountAllowed(p.f.Mounts, m)
+}
+
+// MountNeedsApproval says changes to a copy-on-write mount of the host
+// directory source may be applied or discarded only by an operator.
+func (p *Policy) MountNeedsApproval(source string) bool {
+	for _, m := range p.f.Approval.Mounts {
+		if m == "*" || path.Clean(m) == path.Clean(source) {
+			return true
+		}
+	}
+	return false
+}
 
 // ApprovalTimeout is how long an action waits for a person.
 func (p *Policy) ApprovalTimeout() time.Duration { return p.approvalTimeout }
@@ -614,10 +638,10 @@ func splitMount(m string) (host, dst, mode string, err error) {
 		parts = append(parts, "ro")
 	case 3:
 	default:
-		return "", "", "", fmt.Errorf("mount %q: use HOST:PATH[:ro|:rw]", m)
+		return "", "", "", fmt.Errorf("mount %q: use HOST:PATH[:ro|:rw|:cow]", m)
 	}
-	if parts[2] != "ro" && parts[2] != "rw" {
-		return "", "", "", fmt.Errorf("mount %q: mode must be ro or rw", m)
+	if parts[2] != "ro" && parts[2] != "rw" && parts[2] != "cow" {
+		return "", "", "", fmt.Errorf("mount %q: mode must be ro, rw or cow", m)
 	}
 	return parts[0], parts[1], parts[2], nil
 }
@@ -629,7 +653,7 @@ func mountAllowed(allowed []string, m string) bool {
 	}
 	for _, a := range allowed {
 		ah, ad, amode, _ := splitMount(a)
-		if ah == h && ad == d && (amode == mode || amode == "rw") {
+		if ah == h && ad == d && (amode == mode || amode == "rw" || (amode == "cow" && mode == "ro")) {
 			return true
 		}
 	}

@@ -415,3 +415,31 @@ func NewID() string {
 	_, _ = rand.Read(b[:])
 	return "sb-" + hex.EncodeToString(b[:])
 }
+
+// String writes m as HOST:PATH:MODE, MODE ro, rw or cow.
+func (m Mount) String() string {
+	mode := "ro"
+	switch {
+	case m.Cow:
+		mode = "cow"
+	case m.Writable:
+		mode = "rw"
+	}
+	return m.Source + ":" + m.Target + ":" + mode
+}
+
+// ParseMount reads HOST:PATH[:ro|:rw|:cow].
+func ParseMount(s string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	m := Mount{}
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw" || parts[2] == "cow"):
+		m.Writable = parts[2] == "rw"
+		m.Cow = parts[2] == "cow"
+	default:
+		return m, invalid("mount %q: write HOST:PATH, HOST:PATH:ro, HOST:PATH:rw or HOST:PATH:cow (copy-on-write: changes reach the host when applied)", s)
+	}
+	m.Source, m.Target = parts[0], parts[1]
+	return m, nil
+}
