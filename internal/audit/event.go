@@ -70,7 +70,29 @@ const (
 	// KindExport records a sandbox's file stored in an object store (or
 	// refused: Decision "deny").
 	KindExport Kind = "export"
+	// KindCowApply records changes of a copy-on-write mount written to
+	// the host (Decision "apply", or "conflict" when the host had changed
+	// and nothing was written); KindCowDiscard changes dropped;
+	// KindCowRecover what a start found of an apply a crash interrupted.
+	// Path is the mount's target, Host its host directory, Files the
+	// paths with their digests.
+	KindCowApply   Kind = "cow_apply"
+	KindCowDiscard Kind = "cow_discard"
+	KindCowRecover Kind = "cow_recover"
 )
+
+// FileChange is one path a copy-on-write apply or discard decided:
+// Before is the host's content digest when the sandbox started (empty:
+// none, or not a file), After the content written (apply) or dropped
+// (discard).
+type FileChange struct {
+	Path   string `json:"path"`
+	Kind   string `json:"kind"`
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+	// Refused says why it was left alone.
+	Refused string `json:"refused,omitempty"`
+}
 
 // Event is one line of the log. The writer fills Seq, Time (when zero) and
 // Prev; the rest is the caller's.
@@ -118,6 +140,8 @@ type Event struct {
 	// from its destination.
 	BytesSent     int64 `json:"bytes_sent,omitempty"`
 	BytesReceived int64 `json:"bytes_received,omitempty"`
+	// Files are the paths a copy-on-write apply or discard decided.
+	Files []FileChange `json:"files,omitempty"`
 	// Error says why an action failed.
 	Error string `json:"error,omitempty"`
 	// PubKey (hex) and Sig (hex) are set on checkpoints.

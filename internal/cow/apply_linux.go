@@ -152,7 +152,7 @@ func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error
 			continue
 		}
 		if c.After == nil {
-			res.Applied = append(res.Applied, Applied{Path: c.Path, Kind: c.Kind})
+			res.Applied = append(res.Applied, Applied{Path: c.Path, Kind: c.Kind, Before: c.Before.Digest})
 		}
 	}
 	// Then what is made or changed, shallowest first.
@@ -264,6 +264,9 @@ func (a *applier) remove(c snapshot.Change) error {
 func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	rel := a.rel(c.Path)
 	ap := Applied{Path: c.Path, Kind: c.Kind}
+	if c.Before != nil {
+		ap.Before = c.Before.Digest
+	}
 	if rel == "." {
 		// Only the mode of the mounted directory itself can change.
 		mode := c.After.Mode &^ 0o6000
@@ -557,6 +560,18 @@ func Discard(ctx context.Context, dir string, paths []string) (*DiscardResult, e
 		}
 		gone = append(gone, c.Path)
 		res.Discarded = append(res.Discarded, c.Path)
+	}
+	for _, c := range chosen {
+		if slices.Contains(res.Discarded, c.Path) {
+			d := Applied{Path: c.Path, Kind: c.Kind}
+			if c.Before != nil {
+				d.Before = c.Before.Digest
+			}
+			if c.After != nil {
+				d.Digest = c.After.Digest
+			}
+			res.Dropped = append(res.Dropped, d)
+		}
 	}
 	return res, nil
 }

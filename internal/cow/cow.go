@@ -151,6 +151,8 @@ type Applied struct {
 	Kind string `json:"kind"`
 	// Digest is the content written (files only).
 	Digest string `json:"digest,omitempty"`
+	// Before is the host's content when the sandbox started (files only).
+	Before string `json:"before,omitempty"`
 	// Note says what apply changed on the way (setuid bits stripped).
 	Note string `json:"note,omitempty"`
 }
@@ -173,6 +175,9 @@ type DiscardResult struct {
 	Target    string    `json:"target"`
 	Discarded []string  `json:"discarded"`
 	Refused   []Refusal `json:"refused,omitempty"`
+	// Dropped are the discarded changes with the digests of what was
+	// dropped (for the audit log).
+	Dropped []Applied `json:"-"`
 }
 
 // ConflictError says the host changed under paths an apply was asked to

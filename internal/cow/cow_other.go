@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
@@ -57,6 +58,7 @@ func Discard(context.Context, string, []string) (*DiscardResult, error) {
 // Recovery is what the next start found of an interrupted apply.
 type Recovery struct {
 	Sandbox, Source, Target string
+	Started                 time.Time
 	Applied, NotApplied     []string
 }
 

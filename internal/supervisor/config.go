@@ -97,6 +97,10 @@ type Template struct {
 	Runtime       string   `toml:"runtime"`
 	Env           []string `toml:"env"`
 	AllowDegraded []string `toml:"allow_degraded"`
+	// Mounts are host paths every sandbox of the template sees:
+	// "HOST:PATH[:ro|:rw|:cow]" (cow: copy-on-write, its changes applied
+	// to the host after review). Empty: none.
+	Mounts []string `toml:"mounts"`
 
 	Memory      Size     `toml:"memory"`
 	CPUs        float64  `toml:"cpus"`
@@ -230,6 +234,11 @@ func (c Config) withDefaults() (Config, error) {
 		if t.OutputBuffer < minOutputBuffer || t.OutputBuffer > maxOutputBuffer {
 			return c, fmt.Errorf("template %q: output_buffer must be between 4k and 256M", t.Name)
 		}
+		for _, m := range t.Mounts {
+			if _, err := sandbox.ParseMount(m); err != nil {
+				return c, keyErr(key("mounts"), fmt.Errorf("template %q: %w", t.Name, err))
+			}
+		}
 		if err := t.spec().Validate(); err != nil {
 			return c, keyErr(key(t.badSpecKey()), fmt.Errorf("template %q: %w", t.Name, err))
 		}
@@ -277,6 +286,11 @@ func (t Template) spec() sandbox.Spec {
 	}
 	for _, l := range t.AllowDegraded {
 		s.AllowDegraded = append(s.AllowDegraded, sandbox.Layer(l))
+	}
+	for _, m := range t.Mounts {
+		if mt, err := sandbox.ParseMount(m); err == nil { // checked at load
+			s.Mounts = append(s.Mounts, mt)
+		}
 	}
 	s.Limits = s.Limits.WithDefaults()
 	s.Limits.Lifetime = time.Duration(t.TTL)

@@ -50,6 +50,9 @@ type CreateRequest struct {
 	// Checkpoints keeps a snapshot of /workspace before each of its last
 	// this many execs (rollback.go); zero keeps none.
 	Checkpoints int
+	// Mounts are host paths added to the template's; each must be named
+	// by the policy's mounts allowlist.
+	Mounts []sandbox.Mount
 }
 
 // Create makes a sandbox for caller, or claims a ready one from the
@@ -102,12 +105,26 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	if req.Checkpoints > 0 && s.opts.Snapshots == nil {
 		return Info{}, &sandbox.UnsupportedError{What: "checkpoints", Why: "this daemon keeps no snapshot store", Fix: "run `airlock serve` with a data directory"}
 	}
+	for _, m := range req.Mounts {
+		if !s.policy.MountAllowed(m.String()) {
+			return Info{}, &policy.Denied{Decision: policy.Decision{Verdict: policy.Deny, Rule: "mounts",
+				Reason: fmt.Sprintf("mount %q is not in the policy's mounts allowlist: an operator adds it to mounts in the policy file (a create through the API may mount only what the policy lists)", m.String())}}
+		}
+		spec.Mounts = append(spec.Mounts, m)
+	}
+	if err := spec.Validate(); err != nil {
+		return Info{}, err
+	}
+	var mounts []string
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, m.String())
+	}
 	choice, err := s.chooseDriver(ctx, c, name, t, req, spec)
 	if err != nil {
 		return Info{}, err
 	}
 	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: choice.Driver, Limits: &spec.Limits, Network: &spec.Network,
-		Explicit: req.Driver != "", Labels: c.Labels}); err != nil {
+		Mounts: mounts, Explicit: req.Driver != "", Labels: c.Labels}); err != nil {
 		return Info{}, err
 	}
 	s.policy.NarrowNetwork(&spec.Network)
@@ -246,7 +263,7 @@ func narrow(t Template, req CreateRequest) (sandbox.Spec, error) {
 // claimable says a request can be served by a sandbox made from the
 // template as it is: it narrows no limit and adds no environment.
 func claimable(t Template, req CreateRequest) bool {
-	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network)
+	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network) && len(req.Mounts) == 0
 }
 
 // memoryOf is what admission and quotas count for a sandbox: the RAM it
