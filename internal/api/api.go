@@ -156,6 +156,11 @@ var routes = []route{
 
 	{method: "POST", path: "/v1/sandboxes/{id}/export", op: opFiles, h: (*Server).exportFiles},
 
+	{method: "GET", path: "/v1/sandboxes/{id}/changes", op: opFiles, h: (*Server).listChanges},
+	{method: "POST", path: "/v1/sandboxes/{id}/changes/apply", op: opFiles, h: (*Server).applyChanges},
+	{method: "POST", path: "/v1/sandboxes/{id}/changes/discard", op: opFiles, h: (*Server).discardChanges},
+	{method: "GET", path: "/v1/changes", operator: true, h: (*Server).pendingChanges},
+
 	{method: "POST", path: "/v1/keys", operator: true, h: (*Server).createKey},
 	{method: "GET", path: "/v1/keys", operator: true, h: (*Server).listKeys},
 	{method: "DELETE", path: "/v1/keys/{id}", operator: true, h: (*Server).deleteKey},
@@ -396,6 +401,8 @@ func classify(err error) *Error {
 		return &Error{http.StatusTooManyRequests, "rate_limited", re.Msg, re.RetryAfter}
 	case errors.As(err, &le):
 		return &Error{http.StatusNotImplemented, "unsupported", le.Error(), 0}
+	case errors.As(err, new(*supervisor.ApprovalRequiredError)):
+		return &Error{http.StatusForbidden, "approval_required", m, 0}
 	case errors.As(err, new(*policy.Denied)):
 		return &Error{http.StatusForbidden, "denied", m, 0}
 	case errors.Is(err, supervisor.ErrAudit):

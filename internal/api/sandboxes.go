@@ -64,6 +64,10 @@ type CreateSandboxRequest struct {
 	// this many execs (0 to 64): "what did step 7 change?" and "undo the
 	// last three steps" then are one call each.
 	Checkpoints int `json:"checkpoints,omitempty"`
+	// Mounts are host paths to show inside, each named by the policy's
+	// mounts allowlist: {"source", "target", "writable"} or with
+	// "cow": true (copy-on-write, see docs/cow-api.md).
+	Mounts []sandbox.Mount `json:"mounts,omitempty"`
 }
 
 // request checks the body and turns it into the supervisor's request.
@@ -94,6 +98,10 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 		req.Network = *b.Network
 	}
 	req.Checkpoints = b.Checkpoints
+	if len(b.Mounts) > 16 {
+		return req, badRequest("mounts: at most 16")
+	}
+	req.Mounts = b.Mounts
 	return req, nil
 }
 
