@@ -95,6 +95,9 @@ type Error struct {
 	Message string
 	// RetryAfter is the wait the daemon asked for (rate limits).
 	RetryAfter time.Duration
+	// Conflicts are, on an apply of changes refused with code "conflict"
+	// (409), the paths the host changed since the sandbox started.
+	Conflicts []PathReason
 }
 
 func (e *Error) Error() string {
@@ -171,10 +174,11 @@ func readError(resp *http.Response) error {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		} `json:"error"`
+		Conflicts []PathReason `json:"conflicts"`
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if json.Unmarshal(b, &body) == nil && body.Error.Code != "" {
-		e.Code, e.Message = body.Error.Code, body.Error.Message
+		e.Code, e.Message, e.Conflicts = body.Error.Code, body.Error.Message, body.Conflicts
 	}
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
 		if s, err := strconv.ParseFloat(ra, 64); err == nil && s >= 0 && !math.IsInf(s, 0) {

@@ -39,6 +39,19 @@ type CreateRequest struct {
 	// this many commands (0 to 64), named step-1, step-2…: see Diff's
 	// Step and Restore's UndoSteps.
 	Checkpoints int `json:"checkpoints,omitempty"`
+	// Mounts are host paths to show inside, each named by the daemon's
+	// policy (its mounts allowlist).
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Mount makes a host path visible inside a sandbox: read-only, writable,
+// or copy-on-write (Cow: the sandbox writes a layer of its own, and its
+// changes reach the host when applied: see Changes, ApplyChanges).
+type Mount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	Writable bool   `json:"writable,omitempty"`
+	Cow      bool   `json:"cow,omitempty"`
 }
 
 // Sandbox states.
