@@ -42,6 +42,12 @@ timeout = "20s"
 // startPolicyEnv is startEnv with a policy and an audit log.
 func startPolicyEnv(t *testing.T, policyText string) (*testEnv, string) {
 	t.Helper()
+	return startPolicyEnvWith(t, policyText, &fake.Driver{})
+}
+
+// startPolicyEnvWith is startPolicyEnv over drv (as "native").
+func startPolicyEnvWith(t *testing.T, policyText string, drv sandbox.Driver) (*testEnv, string) {
+	t.Helper()
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policy.toml")
 	if err := os.WriteFile(pf, []byte(policyText), 0o600); err != nil {
@@ -63,7 +69,7 @@ func startPolicyEnv(t *testing.T, policyText string) (*testEnv, string) {
 	}
 	reg := prometheus.NewRegistry()
 	sup, err := supervisor.New(supervisor.Options{
-		Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}},
+		Store: st, Drivers: map[string]sandbox.Driver{"native": drv},
 		Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: al,
 	})
 	if err != nil {
