@@ -147,6 +147,9 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if _, err := sup.Recover(ctx); err != nil {
 		return err
 	}
+	// An apply of a cow mount's changes that a crash interrupted: which
+	// paths it wrote.
+	sup.RecoverCow(ctx)
 	cfg = sup.Config()
 	srv, err := api.New(api.Options{
 		Supervisor: sup, Store: st, ListenAddr: f.listen, Gatherer: reg, Logger: log,

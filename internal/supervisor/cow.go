@@ -272,3 +272,25 @@ func (s *Supervisor) RecordCowRecoveries(ctx context.Context, rs []cow.Recovery)
 		s.recordAfter(ctx, ev)
 	}
 }
+
+// cowRecoverer is a driver that keeps cow layers (native).
+type cowRecoverer interface {
+	RecoverCow() ([]cow.Recovery, error)
+}
+
+// RecoverCow reports, for every driver that keeps cow layers, what applies
+// a crash of the daemon before interrupted: in the log and the audit log.
+// The daemon calls it on start, after Recover.
+func (s *Supervisor) RecoverCow(ctx context.Context) {
+	for name, d := range s.opts.Drivers {
+		cr, ok := d.(cowRecoverer)
+		if !ok {
+			continue
+		}
+		rs, err := cr.RecoverCow()
+		if err != nil {
+			s.log.Error("read the journals of interrupted cow applies", "driver", name, "err", err)
+		}
+		s.RecordCowRecoveries(ctx, rs)
+	}
+}

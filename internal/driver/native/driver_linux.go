@@ -381,6 +381,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 // holds its own: it is alive, whoever made it).
 func (d *Driver) Sweep(context.Context) error {
 	d.sweepSessions()
+	d.sweepCow()
 	if d.hier == nil {
 		return nil
 	}
@@ -405,6 +406,39 @@ func (d *Driver) Sweep(context.Context) error {
 		lock.Release()
 	}
 	return nil
+}
+
+// RecoverCow says what applies of cow mounts' changes a crash of the
+// process that ran them interrupted (and finishes their records), and
+// removes the layers of sandboxes that are gone.
+func (d *Driver) RecoverCow() ([]cow.Recovery, error) {
+	return cow.RecoverAll(d.opts.StateDir)
+}
+
+// sweepCow removes the cow layers of stale sandboxes (RecoverCow keeps
+// those with an interrupted apply's journal until it has read them).
+func (d *Driver) sweepCow() {
+	ids, _ := filepath.Glob(filepath.Join(d.opts.StateDir, "cow", "*"))
+	for _, p := range ids {
+		id := filepath.Base(p)
+		if !sandbox.ValidID(id) || hostlock.Held(hostlock.SandboxDir(d.opts.StateDir), id) {
+			continue
+		}
+		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
+		if err != nil {
+			continue // taken meanwhile
+		}
+		layers, _ := filepath.Glob(filepath.Join(p, "*"))
+		for _, l := range layers {
+			if _, err := os.Stat(filepath.Join(l, "journal.json")); err == nil {
+				continue
+			}
+			if err := cow.Remove(l); err != nil {
+				d.opts.Logger.Warn("remove a stale cow layer", "sandbox_id", id, "dir", l, "err", err)
+			}
+		}
+		lock.Release()
+	}
 }
 
 // sweepSessions removes the session sockets and agent logs of stale
