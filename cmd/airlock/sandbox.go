@@ -35,7 +35,7 @@ func newSandboxCmd() *cobra.Command {
 		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
 	}
 	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd(),
-		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd(), newSandboxExportCmd())
+		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd(), newSandboxExportCmd(), newSandboxChangesCmd())
 	return cmd
 }
 
@@ -46,8 +46,9 @@ func newSandboxCreateCmd() *cobra.Command {
 	var ttl, idle time.Duration
 	var env []string
 	var checkpoints int
+	var mounts []string
 	cmd := &cobra.Command{
-		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V] [--checkpoints N]",
+		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V] [--checkpoints N] [--mount HOST:PATH[:ro|:rw|:cow]]",
 		Short: "Make a sandbox and print its id (alone, on stdout)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -63,6 +64,13 @@ func newSandboxCreateCmd() *cobra.Command {
 			}
 			if req.Env, err = envMap(env); err != nil {
 				return err
+			}
+			for _, s := range mounts {
+				m, err := parseMount(s)
+				if err != nil {
+					return err
+				}
+				req.Mounts = append(req.Mounts, client.Mount{Source: m.Source, Target: m.Target, Writable: m.Writable, Cow: m.Cow})
 			}
 			sb, err := c.CreateSandbox(cmd.Context(), req)
 			if err != nil {
@@ -81,6 +89,7 @@ func newSandboxCreateCmd() *cobra.Command {
 	fl.DurationVar(&idle, "idle-timeout", 0, "destroy the sandbox after this long unused")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE added to every command's environment (repeatable)")
 	fl.IntVar(&checkpoints, "checkpoints", 0, "snapshot /workspace before each of the last N commands (diff --step, restore --undo)")
+	fl.StringArrayVar(&mounts, "mount", nil, "a host path the daemon's policy allows: HOST:PATH[:ro|:rw|:cow]; cow: review the changes with `airlock sandbox changes` (repeatable)")
 	return cmd
 }
 

@@ -268,7 +268,8 @@ func (s *Supervisor) RecordCowRecoveries(ctx context.Context, rs []cow.Recovery)
 		for _, p := range r.NotApplied {
 			ev.Files = append(ev.Files, audit.FileChange{Path: p, Refused: "not applied (interrupted)"})
 		}
-		s.log.Warn("an apply of a cow mount's changes was interrupted; the host holds these paths new", "sandbox_id", r.Sandbox, "target", r.Target, "applied", r.Applied, "not_applied", r.NotApplied)
+		s.log.Warn("an apply of a cow mount's changes was interrupted; the host holds these paths new", "sandbox_id", r.Sandbox, "target", r.Target,
+			"applied", firstPaths(r.Applied), "not_applied", firstPaths(r.NotApplied), "audit", "cow_recover")
 		s.recordAfter(ctx, ev)
 	}
 }
@@ -293,4 +294,13 @@ func (s *Supervisor) RecoverCow(ctx context.Context) {
 		}
 		s.RecordCowRecoveries(ctx, rs)
 	}
+}
+
+// firstPaths shortens a list of paths for a log line (the audit log has
+// them all).
+func firstPaths(ps []string) string {
+	if len(ps) <= 10 {
+		return strings.Join(ps, " ")
+	}
+	return fmt.Sprintf("%s … (%d in all)", strings.Join(ps[:10], " "), len(ps))
 }
