@@ -74,6 +74,12 @@ type Backend interface {
 
 	// Export stores a sandbox's file or directory tree in the object store.
 	Export(ctx context.Context, id string, req client.ExportRequest) (*client.ExportResult, error)
+
+	// Changes lists the pending changes of a sandbox's copy-on-write
+	// mounts; ApplyChanges and DiscardChanges decide them.
+	Changes(ctx context.Context, id string) ([]client.CowMount, error)
+	ApplyChanges(ctx context.Context, id string, r client.ChangesRequest) (*client.ApplyResult, error)
+	DiscardChanges(ctx context.Context, id string, r client.ChangesRequest) (*client.DiscardResult, error)
 }
 
 // SnapshotRequest asks for a snapshot.

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,17 @@ import (
 
 func (f *fakeBackend) Export(context.Context, string, client.ExportRequest) (*client.ExportResult, error) {
 	return nil, &sandbox.UnsupportedError{What: "export", Why: "the fake backend has no object store"}
+}
+
+// The fake backend's sandboxes have no copy-on-write mount.
+func (f *fakeBackend) Changes(context.Context, string) ([]client.CowMount, error) { return nil, nil }
+
+func (f *fakeBackend) ApplyChanges(_ context.Context, id string, _ client.ChangesRequest) (*client.ApplyResult, error) {
+	return nil, fmt.Errorf("%w: sandbox %s has no cow mount", sandbox.ErrNotFound, id)
+}
+
+func (f *fakeBackend) DiscardChanges(_ context.Context, id string, _ client.ChangesRequest) (*client.DiscardResult, error) {
+	return nil, fmt.Errorf("%w: sandbox %s has no cow mount", sandbox.ErrNotFound, id)
 }
 
 // TestExportTool: sandbox_export stores a session's file in a real S3

@@ -33,6 +33,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -99,6 +100,7 @@ func New(opts Options) (*Server, error) {
 	s.addExecTools()
 	s.addFileTools()
 	s.addSnapshotTools()
+	s.addChangesTools()
 	s.addExportTools()
 	return s, nil
 }
@@ -276,7 +278,14 @@ func (s *Server) errorText(err error) string {
 	var apiErr *client.Error
 	var denied *policy.Denied
 	var limited *supervisor.RateError
+	var conflict *cow.ConflictError
 	switch {
+	case errors.As(err, &conflict):
+		msg := conflict.Error()
+		for _, c := range conflict.Conflicts {
+			msg += fmt.Sprintf("\nconflict %q: %s", c.Path, c.Reason)
+		}
+		return msg
 	case errors.As(err, &denied):
 		return denied.Error()
 	case errors.As(err, &limited):
@@ -286,7 +295,11 @@ func (s *Server) errorText(err error) string {
 	case errors.As(err, &layer):
 		return layer.Error()
 	case errors.As(err, &apiErr):
-		return apiErr.Message + " (" + apiErr.Code + ")" + retryText(apiErr.RetryAfter)
+		msg := apiErr.Message + " (" + apiErr.Code + ")" + retryText(apiErr.RetryAfter)
+		for _, c := range apiErr.Conflicts {
+			msg += fmt.Sprintf("\nconflict %q: %s", c.Path, c.Reason)
+		}
+		return msg
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "the call was cancelled or timed out before it finished"
 	case errors.Is(err, supervisor.ErrTypeRefused), errors.Is(err, objstore.ErrTooLarge),

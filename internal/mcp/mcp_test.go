@@ -275,6 +275,7 @@ func TestToolsListed(t *testing.T) {
 		"run_python_code", "execute_code", "execute",
 		"read_file", "write_file", "edit_file", "list_directory", "get_file_info", "create_directory", "move_file", "delete", "glob", "grep",
 		"sandbox_snapshot", "sandbox_snapshot_list", "sandbox_restore", "sandbox_diff", "sandbox_fork", "sandbox_export",
+		"sandbox_changes", "sandbox_apply_changes", "sandbox_discard_changes",
 	}
 	for _, n := range want {
 		tl := tools[n]
