@@ -128,8 +128,14 @@ class Daemon:
         # A plain-HTTP server on the host that the "egress" template may reach.
         self.web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
         self.web_port = self.web.server_address[1]
+        # A host project the sandboxes may mount copy-on-write at /w, and
+        # one whose changes only an operator may decide, at /prod.
+        self.project = tempfile.mkdtemp(prefix="airlock-pysdk-project-")
+        self.gated = tempfile.mkdtemp(prefix="airlock-pysdk-gated-")
         with open(os.path.join(self.state, "policy.toml"), "w") as f:
+            f.write(f'mounts = ["{self.project}:/w:cow", "{self.gated}:/prod:cow"]\n')
             f.write(POLICY)
+            f.write(f'mounts = ["{self.gated}"]\n')
         with open(os.path.join(self.state, "config.toml"), "w") as f:
             f.write(CONFIG.format(port=self.web_port))
             if len(S3) == 5:
@@ -196,6 +202,8 @@ class Daemon:
             print(f"daemon state kept in {self.state}", file=sys.stderr)
         else:
             shutil.rmtree(self.state, ignore_errors=True)
+            shutil.rmtree(self.project, ignore_errors=True)
+            shutil.rmtree(self.gated, ignore_errors=True)
             shutil.rmtree(self.state + "-keys", ignore_errors=True)
 
 

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 from typing import IO, Any, Iterable, Mapping, Union
 
-from .errors import APIError, ConfigError, ConnectionFailed, error_for
+from .errors import APIError, ApplyConflict, ConfigError, ConnectionFailed, error_for
 
 log = logging.getLogger("airlock")
 
@@ -23,7 +23,7 @@ log = logging.getLogger("airlock")
 Body = Union[bytes, IO[bytes], Iterable[bytes], None]
 
 _MAX_IDLE = 8
-_MAX_ERROR_BODY = 64 << 10
+_MAX_ERROR_BODY = 4 << 20
 _BLOCK = 1 << 16
 
 
@@ -256,12 +256,16 @@ class Transport:
     def _error(resp: http.client.HTTPResponse) -> APIError:
         status = resp.status
         code, message = f"http_{status}", f"{status} {resp.reason}"
+        conflicts: list[tuple[str, str]] = []
         try:
             raw = resp.read(_MAX_ERROR_BODY)
             body = json.loads(raw)
             e = body.get("error") if isinstance(body, dict) else None
             if isinstance(e, dict) and isinstance(e.get("code"), str) and e["code"]:
                 code, message = e["code"], str(e.get("message", ""))
+            for c in body.get("conflicts") or [] if isinstance(body, dict) else []:
+                if isinstance(c, dict):
+                    conflicts.append((str(c.get("path", "")), str(c.get("reason", ""))))
         except (http.client.HTTPException, OSError, ValueError):
             pass
         retry_after = None
@@ -273,4 +277,7 @@ class Transport:
                     retry_after = v
             except ValueError:
                 pass
-        return error_for(status, code, message, retry_after)
+        err = error_for(status, code, message, retry_after)
+        if isinstance(err, ApplyConflict):
+            err.conflicts = conflicts
+        return err

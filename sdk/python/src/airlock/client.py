@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import os
 import ssl
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import quote
 
 from ._version import __version__
 from ._transport import Transport
 from .errors import ConfigError
 from ._snapshots import fork_body, snapshot_path
-from .models import Approval, Health, Key, Limits, Network, Quota, RateLimits, SandboxInfo, SnapshotInfo, _obj
+from .models import Approval, Health, Key, Limits, Mount, Network, PendingChange, Quota, RateLimits, SandboxInfo, SnapshotInfo, _obj
 from .sandbox import Sandbox
 
 __all__ = ["Client", "ENV_URL", "ENV_KEY"]
@@ -112,6 +112,7 @@ class Client:
         ttl: float | None = None,
         idle_timeout: float | None = None,
         checkpoints: int | None = None,
+        mounts: Sequence[Mount | str] | None = None,
     ) -> Sandbox:
         """Makes a sandbox (or claims a ready one from the template's warm
         pool) and returns it. Use it with ``with`` to have it killed at the
@@ -133,6 +134,10 @@ class Client:
                 last this many commands (0 to 64): Sandbox.diff(step=N) says
                 what command N changed, Sandbox.restore(undo_steps=N)
                 undoes the last N.
+            mounts: host paths to show inside, as Mount or
+                "HOST:PATH[:ro|:rw|:cow]"; the daemon's policy must list
+                each. A cow mount's changes reach the host only through
+                Sandbox.apply_changes (review them with Sandbox.changes).
 
         Raises Denied (the policy refused), QuotaExceeded, RateLimited,
         InsufficientCapacity, InvalidRequest (e.g. limits above the
@@ -155,6 +160,8 @@ class Client:
             body["idle_timeout_seconds"] = i
         if checkpoints:
             body["checkpoints"] = int(checkpoints)
+        if mounts:
+            body["mounts"] = [(Mount.parse(m) if isinstance(m, str) else m).to_json() for m in mounts]
         info = SandboxInfo.from_json(self._transport.request("POST", "/v1/sandboxes", json_body=body, read_timeout=None).json())
         return Sandbox(self, info.id, info)
 
@@ -235,6 +242,16 @@ class Client:
     def delete_key(self, id: str) -> None:
         """Revokes key id (operators only)."""
         self._transport.request("DELETE", "/v1/keys/" + quote(id, safe="")).discard()
+
+    # Copy-on-write changes (operator keys only).
+
+    def pending_changes(self) -> list[PendingChange]:
+        """Every live sandbox's copy-on-write mounts with pending changes:
+        the sandbox, its key, the mount, how many changes, whether only an
+        operator may decide them. Operators only (Forbidden otherwise);
+        decide with client.sandbox(id).apply_changes / discard_changes."""
+        d = _obj(self._transport.request("GET", "/v1/changes").json())
+        return [PendingChange.from_json(p) for p in d.get("changes") or []]
 
     # Approvals (operator keys only).
 

@@ -41,6 +41,8 @@ __all__ = [
     "MethodNotAllowed",
     "Conflict",
     "NotRunning",
+    "ApplyConflict",
+    "ApprovalRequired",
     "Exists",
     "TooLarge",
     "RateLimited",
@@ -153,6 +155,14 @@ class Forbidden(APIError):
     code_name = "forbidden"
 
 
+class ApprovalRequired(Forbidden):
+    """403 ``approval_required``: the daemon's policy says a person must
+    decide the changes of this copy-on-write mount: an operator applies or
+    discards them (the web page's Changes, or an operator key)."""
+
+    code_name = "approval_required"
+
+
 class PermissionDenied(APIError):
     """403 ``permission_denied``: the sandbox's file system refused (a file
     the sandbox's user may not write, or the read-only root)."""
@@ -214,6 +224,19 @@ class NotRunning(Conflict):
     """409 ``not_running``: the sandbox has ended (killed, expired, lost)."""
 
     code_name = "not_running"
+
+
+class ApplyConflict(Conflict):
+    """409 ``conflict``: an apply of a copy-on-write mount's changes found
+    that the host changed under some of its paths since the sandbox started;
+    nothing was applied. ``conflicts`` lists them as (path, reason) pairs:
+    discard those paths, or apply the others by naming them."""
+
+    code_name = "conflict"
+
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(status, code, message, retry_after)
+        self.conflicts: list[tuple[str, str]] = []
 
 
 class VersionMismatch(Conflict):

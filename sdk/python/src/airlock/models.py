@@ -799,3 +799,167 @@ class ExportResult:
             bytes=_int(d.get("bytes")),
             skipped=_strs(d.get("skipped")),
         )
+
+
+@dataclass(frozen=True)
+class CowChange(Change):
+    """A pending change of a copy-on-write mount (paths absolute in the
+    sandbox), with why an apply would refuse it (refused) or that the host
+    changed under it since the sandbox started (conflict)."""
+
+    refused: str = ""
+    conflict: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> CowChange:
+        c = Change.from_json(d)
+        d = _obj(d)
+        return cls(
+            path=c.path,
+            kind=c.kind,
+            before=c.before,
+            after=c.after,
+            binary=c.binary,
+            unified=c.unified,
+            truncated=c.truncated,
+            refused=_str(d.get("refused")),
+            conflict=_str(d.get("conflict")),
+        )
+
+
+@dataclass(frozen=True)
+class CowMount:
+    """A copy-on-write mount's pending change: the host directory source
+    seen at target, and what the sandbox changed in it."""
+
+    target: str
+    source: str
+    changes: tuple[CowChange, ...] = ()
+    #: Only an operator may apply or discard (the daemon's policy).
+    approval: bool = False
+    truncated: bool = False
+
+    @classmethod
+    def from_json(cls, d: Any) -> CowMount:
+        d = _obj(d)
+        ch = d.get("changes")
+        return cls(
+            target=_str(d.get("target")),
+            source=_str(d.get("source")),
+            changes=tuple(CowChange.from_json(c) for c in ch) if isinstance(ch, list) else (),
+            approval=bool(d.get("approval")),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class AppliedChange:
+    """A path an apply wrote: digest is the sha256 of the content written,
+    before the host's when the sandbox started (files only)."""
+
+    path: str
+    kind: str
+    digest: str = ""
+    before: str = ""
+    note: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> AppliedChange:
+        d = _obj(d)
+        return cls(path=_str(d.get("path")), kind=_str(d.get("kind")), digest=_str(d.get("digest")), before=_str(d.get("before")), note=_str(d.get("note")))
+
+
+def _reasons(v: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(v, list):
+        return ()
+    return tuple((_str(_obj(r).get("path")), _str(_obj(r).get("reason"))) for r in v if isinstance(r, dict))
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What an apply did: the paths written, and those refused as (path,
+    reason) pairs."""
+
+    target: str
+    applied: tuple[AppliedChange, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> ApplyResult:
+        d = _obj(d)
+        a = d.get("applied")
+        return cls(
+            target=_str(d.get("target")),
+            applied=tuple(AppliedChange.from_json(x) for x in a) if isinstance(a, list) else (),
+            refused=_reasons(d.get("refused")),
+        )
+
+
+@dataclass(frozen=True)
+class DiscardResult:
+    """What a discard did."""
+
+    target: str
+    discarded: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> DiscardResult:
+        d = _obj(d)
+        return cls(target=_str(d.get("target")), discarded=_strs(d.get("discarded")), refused=_reasons(d.get("refused")))
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """A sandbox's copy-on-write mount with pending changes (operators)."""
+
+    sandbox: str
+    key: str
+    target: str
+    source: str
+    count: int
+    approval: bool = False
+    key_name: str = ""
+
+    @classmethod
+    def from_json(cls, d: Any) -> PendingChange:
+        d = _obj(d)
+        return cls(
+            sandbox=_str(d.get("sandbox")),
+            key=_str(d.get("key")),
+            target=_str(d.get("target")),
+            source=_str(d.get("source")),
+            count=_int(d.get("count")),
+            approval=bool(d.get("approval")),
+            key_name=_str(d.get("key_name")),
+        )
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path shown inside a sandbox: read-only, writable, or
+    copy-on-write (cow: the sandbox writes a layer of its own; its changes
+    reach the host when applied). The daemon's policy must list it."""
+
+    source: str
+    target: str
+    writable: bool = False
+    cow: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"source": self.source, "target": self.target}
+        if self.writable:
+            d["writable"] = True
+        if self.cow:
+            d["cow"] = True
+        return d
+
+    @classmethod
+    def parse(cls, s: str) -> Mount:
+        """Reads HOST:PATH[:ro|:rw|:cow]."""
+        parts = s.split(":")
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        if len(parts) == 3 and parts[2] in ("ro", "rw", "cow"):
+            return cls(parts[0], parts[1], writable=parts[2] == "rw", cow=parts[2] == "cow")
+        raise ValueError(f"mount {s!r}: write HOST:PATH, HOST:PATH:ro, HOST:PATH:rw or HOST:PATH:cow")

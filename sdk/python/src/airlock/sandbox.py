@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from ._exec import ExecMixin
 from ._files import FilesMixin
+from ._changes import ChangesMixin
 from ._snapshots import SnapshotsMixin
 from .errors import NotFound
 from .models import EgressSummary, SandboxInfo
@@ -24,7 +25,7 @@ __all__ = ["Sandbox"]
 log = logging.getLogger("airlock")
 
 
-class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin):
+class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin, ChangesMixin):
     """One sandbox of the daemon. Get it from Client.create_sandbox (or
     Client.get_sandbox, Client.sandbox, Client.list_sandboxes).
 
