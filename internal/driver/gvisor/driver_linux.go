@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
@@ -159,7 +160,7 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+		Egress: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent, CowMounts: true,
 	}
 }
 
@@ -214,7 +215,14 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		}
 		b.Session = h.session
 	}
-	given, mounts, err := pin(h.bundle, spec.Root, spec.Mounts)
+	// A cow mount's overlay shows the host directory's owner as the
+	// workload's uid (gVisor keeps the host's uids: no user namespace).
+	makeCow := func(i int) (*os.File, error) {
+		_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, spec.Mounts[i], spec.Limits.DiskBytes,
+			cow.IDMap{UID: workloadUID, GID: workloadGID})
+		return f, err
+	}
+	given, mounts, err := pin(h.bundle, spec.Root, spec.Mounts, makeCow)
 	if err != nil {
 		return nil, err
 	}

@@ -81,12 +81,7 @@ func newDriver(t *testing.T) *Driver {
 // (a workload that filled its tmpfs, whose pages the Sentry maps), the OOM
 // ends the whole sandbox; TestOOMEndsSandbox checks that this is reported
 // as an OOM, with no result lost.
-var Unsupported = map[string]string{
-	"cow/apply": noCow, "cow/quota": noCow, "cow/hostile": noCow,
-}
-
-// noCow: not yet.
-const noCow = "the gvisor driver makes no copy-on-write mounts yet (Capabilities.CowMounts is false); a cow mount is refused with ErrUnsupported"
+var Unsupported = map[string]string{}
 
 // TestConformance runs the suite on the driver as the daemon makes it:
 // persistent, its sandboxes outliving the process that made them (the

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -69,7 +70,13 @@ var (
 	_ agentdriver.HostDetacher = (*host)(nil)
 	_ agentdriver.HostState    = (*host)(nil)
 	_ sandbox.UsageReader      = (*host)(nil)
+	_ sandbox.CowMounter       = (*host)(nil)
 )
+
+// CowLayers lists the sandbox's copy-on-write mounts.
+func (h *host) CowLayers() []sandbox.CowLayer {
+	return sandbox.CowLayers(h.d.opts.StateDir, h.spec)
+}
 
 // Exec: the host sees the sandbox's cgroup only, which holds gVisor's
 // kernel too; kills go through the agent.
@@ -472,6 +479,13 @@ func (h *host) teardown() {
 		}
 		if h.bundle != "" {
 			h.removeBundle(log)
+		}
+		// The layers go with the sandbox (after runsc's gofer let go of
+		// their overlays): its pending changes with them.
+		for _, l := range sandbox.CowLayers(h.d.opts.StateDir, h.spec) {
+			if err := cow.Remove(l.Dir); err != nil {
+				log.Warn("remove a cow layer", "dir", l.Dir, "err", err)
+			}
 		}
 		if h.watch != nil {
 			h.watch.Stop()

@@ -330,7 +330,10 @@ const pinDir = "mnt"
 // nosuid and nodev by the kernel, and attached at bundle/mnt/<n>, a
 // private mount that only root can reach. unpin detaches them once runsc
 // has its own copies.
-func pin(bundle, root string, mounts []sandbox.Mount) (string, []sandbox.Mount, error) {
+//
+// A copy-on-write mount (Mount.Cow) is attached from the overlay cow gives
+// for it (its index in mounts), writable.
+func pin(bundle, root string, mounts []sandbox.Mount, cow func(i int) (*os.File, error)) (string, []sandbox.Mount, error) {
 	if root == "" && len(mounts) == 0 {
 		return "", nil, nil
 	}
@@ -376,6 +379,24 @@ func pin(bundle, root string, mounts []sandbox.Mount) (string, []sandbox.Mount, 
 	}
 	out := make([]sandbox.Mount, len(mounts))
 	for i, m := range mounts {
+		if m.Cow {
+			f, err := cow(i)
+			if err != nil {
+				return "", nil, err
+			}
+			dst := filepath.Join(dir, strconv.Itoa(i))
+			if err := os.Mkdir(dst, 0o700); err != nil {
+				f.Close()
+				return "", nil, fmt.Errorf("make a mount point: %w", err)
+			}
+			err = unix.MoveMount(int(f.Fd()), "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+			f.Close()
+			if err != nil {
+				return "", nil, fmt.Errorf("attach the cow mount of %s: %w", m.Source, err)
+			}
+			out[i] = sandbox.Mount{Source: dst, Target: m.Target, Writable: true}
+			continue
+		}
 		p, err := attach(strconv.Itoa(i), m.Source, m.Writable, false)
 		if err != nil {
 			return "", nil, fmt.Errorf("mount %s: %w", m.Source, err)
