@@ -46,6 +46,15 @@ func TestCowCLI(t *testing.T) {
 		}
 		return o.stdout
 	}
+	// A one-shot run: the sandbox edits the project; nothing reaches the
+	// host, and airlock says so.
+	o := airlockRun(t, invocation{args: []string{"run", "--mount", project + ":/w:cow", "--", "sh", "-c", "echo x >> /w/a.txt && cat /w/a.txt"}})
+	if o.code != 0 || o.stdout != "one\ntwo\nx\n" || !strings.Contains(o.stderr, "holds 1 change(s) to "+project+", discarded with this one-shot sandbox") {
+		t.Errorf("airlock run with a cow mount: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(project, "a.txt")); string(b) != "one\ntwo\n" {
+		t.Fatalf("a one-shot run changed the host: %q", b)
+	}
 	if o := cli("sandbox", "create", "--mount", "/etc:/w:cow"); o.code == 0 || !strings.Contains(o.stderr, "allowlist") {
 		t.Errorf("a mount the policy does not list: %d %s", o.code, o.stderr)
 	}
@@ -71,7 +80,7 @@ func TestCowCLI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(project, "b.txt"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := cli("sandbox", "changes", "--apply", id)
+	o = cli("sandbox", "changes", "--apply", id)
 	if o.code != 3 || !strings.Contains(o.stderr, "nothing was applied") || !strings.Contains(o.stderr, "/w/b.txt: the host changed b.txt") {
 		t.Errorf("conflicting apply: %d %s %s", o.code, o.stdout, o.stderr)
 	}
