@@ -184,6 +184,7 @@ func (t Template) badSpecKey() string {
 		{"env", func(d *Template) { d.Env = t.Env }},
 		{"allow_degraded", func(d *Template) { d.AllowDegraded = t.AllowDegraded }},
 		{"network", func(d *Template) { d.Network = t.Network }},
+		{"mounts", func(d *Template) { d.Mounts = t.Mounts }},
 	} {
 		if keep(k.copy) {
 			return k.key

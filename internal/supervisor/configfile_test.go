@@ -55,6 +55,8 @@ memory = "256M"
 		{name: "relative policy", body: "\npolicy = \"policy.toml\"\n", line: 2, key: "policy", msg: "absolute path"},
 		{name: "log format", body: "log_format = \"xml\"\n", line: 1, key: "log_format", msg: "text or json"},
 		{name: "listen without port", body: "listen = \"localhost\"\n", line: 1, key: "listen", msg: "HOST:PORT"},
+		{name: "bad mount", body: "[[template]]\nname = \"a\"\nmounts = [\"/srv/p:/w:cw\"]\n", line: 3, key: "template[0].mounts", msg: "HOST:PATH:cow"},
+		{name: "relative mount", body: "[[template]]\nname = \"a\"\nmounts = [\"srv/p:/w:cow\"]\n", line: 3, key: "template[0].mounts", msg: "absolute host path"},
 		{name: "driver named twice", body: "drivers = [\"native\",\n  \"native\"]\n", line: 1, key: "drivers[1]", msg: "once"},
 	}
 	dir := t.TempDir()
