@@ -33,6 +33,11 @@ type CowMount struct {
 type ChangesRequest struct {
 	Target string   `json:"target,omitempty"`
 	Paths  []string `json:"paths,omitempty"`
+	// Expect (apply only) maps paths to the content digest each change
+	// showed ("" for one without content: a deletion, a directory, a
+	// symlink): a change that is no longer that is a conflict, and a file
+	// that changes while it is copied is not written.
+	Expect map[string]string `json:"expect,omitempty"`
 }
 
 // PathReason is a path and why it was left alone.

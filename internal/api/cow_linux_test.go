@@ -120,7 +120,13 @@ mounts = ["%s"]
 		t.Error("an agent key listed every sandbox's changes")
 	}
 
-	res, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"main.go"}})
+	var shown string
+	for _, c := range m[0].Changes {
+		if c.Path == "/work/main.go" {
+			shown = c.After.Digest
+		}
+	}
+	res, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"main.go"}, Expect: map[string]string{"main.go": shown}})
 	if err != nil || len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0].Digest, "sha256:") {
 		t.Fatalf("apply: %+v %v", res, err)
 	}

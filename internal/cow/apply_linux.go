@@ -82,6 +82,16 @@ func (s *state) choose(sel []string) []snapshot.Change {
 // temporary file beside it, synced and renamed over the old one: a crash
 // leaves it old or new.
 func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error) {
+	return ApplyReviewed(ctx, dir, paths, nil)
+}
+
+// ApplyReviewed is Apply of what a person saw: expect maps paths (as
+// Apply's) to the content digest each change showed ("" for a change
+// without content: a deletion, a directory, a symlink). A chosen path
+// whose change is no longer what expect says is a conflict (nothing is
+// applied), and a file whose content changes while it is copied is not
+// written: the host gets only what was reviewed.
+func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[string]string) (*ApplyResult, error) {
 	defer lock(dir)()
 	s, err := load(ctx, dir)
 	if err != nil {
@@ -92,6 +102,17 @@ func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error
 		if sel, err = normalize(s.m.Target, paths); err != nil {
 			return nil, err
 		}
+	}
+	want := map[string]string{}
+	for p, d := range expect {
+		n, err := normalize(s.m.Target, []string{p})
+		if err != nil {
+			return nil, err
+		}
+		if d != "" && !sandbox.ValidDigest(d) {
+			return nil, fmt.Errorf("%w: expected digest %q of %s: give sha256: and 64 hex digits, or \"\"", sandbox.ErrInvalid, d, p)
+		}
+		want[n[0]] = d
 	}
 	root, err := s.openSource()
 	if err != nil {
@@ -113,8 +134,15 @@ func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error
 		}
 		if r := s.conflict(root, c); r != "" {
 			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: r})
+		} else if d, ok := want[c.Path]; ok && d != afterDigest(c) {
+			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: "the sandbox changed it after it was shown: list the changes again and review it"})
 		}
 		todo = append(todo, c)
+	}
+	for p := range want {
+		if !slices.ContainsFunc(chosen, func(c snapshot.Change) bool { return c.Path == p }) {
+			conflicts = append(conflicts, Refusal{Path: p, Reason: "it is no longer a pending change (the sandbox undid it, or it was applied or discarded): list the changes again"})
+		}
 	}
 	if len(conflicts) > 0 {
 		return nil, &ConflictError{Target: s.m.Target, Conflicts: conflicts}
@@ -134,7 +162,7 @@ func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error
 		return nil, err
 	}
 	defer unix.Close(ufd)
-	a := &applier{s: s, root: root, upper: ufd, entries: map[string]sandbox.TreeEntry{}}
+	a := &applier{s: s, root: root, upper: ufd, entries: map[string]sandbox.TreeEntry{}, want: want}
 	for _, e := range s.m.Entries {
 		a.entries[e.Path] = e
 	}
@@ -193,6 +221,16 @@ type applier struct {
 	root    int
 	upper   int
 	entries map[string]sandbox.TreeEntry
+	// want are the digests a reviewer saw, by path.
+	want map[string]string
+}
+
+// afterDigest is the content digest a change shows ("" without content).
+func afterDigest(c snapshot.Change) string {
+	if c.After == nil {
+		return ""
+	}
+	return c.After.Digest
 }
 
 func (a *applier) removes(c snapshot.Change) bool {
@@ -300,7 +338,8 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	var e sandbox.TreeEntry
 	switch c.After.Type {
 	case sandbox.EntryFile:
-		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode)
+		want, reviewed := a.want[c.Path]
+		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode, want, reviewed)
 	case sandbox.EntryDir:
 		e, err = a.putDir(pfd, rel, name, uid, gid)
 	case sandbox.EntrySymlink:
@@ -341,7 +380,7 @@ func tempName() string {
 	return tempPrefix + hex.EncodeToString(b[:])
 }
 
-func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, gid int, modeOnly bool) (sandbox.TreeEntry, error) {
+func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, gid int, modeOnly bool, want string, reviewed bool) (sandbox.TreeEntry, error) {
 	sfd, st, err := a.openUpper(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return sandbox.TreeEntry{}, err
@@ -390,6 +429,10 @@ func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, g
 	if err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("copy it to the host: %w", err)
 	}
+	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if reviewed && got != want {
+		return sandbox.TreeEntry{}, errors.New("the sandbox changed it while it was being applied; nothing of it was written: list the changes again and review it")
+	}
 	if err := unix.Fchown(tfd, uid, gid); err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("keep the owner: %w", err)
 	}
@@ -403,7 +446,7 @@ func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, g
 		return sandbox.TreeEntry{}, fmt.Errorf("put it in place: %w", err)
 	}
 	ok = true
-	return sandbox.TreeEntry{Type: sandbox.EntryFile, Mode: mode, Size: n, Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+	return sandbox.TreeEntry{Type: sandbox.EntryFile, Mode: mode, Size: n, Digest: got}, nil
 }
 
 type ctxReader struct {

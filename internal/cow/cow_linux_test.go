@@ -492,3 +492,34 @@ func TestCrashDuringApply(t *testing.T) {
 }
 
 func name(i int) string { return "f" + string(rune('a'+i/26)) + string(rune('a'+i%26)) }
+
+// TestApplyReviewed: an apply of what a reviewer saw refuses changes the
+// sandbox made after the review, and applies the reviewed ones.
+func TestApplyReviewed(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"a.txt": "a\n", "b.txt": "b\n"})
+	f.sandboxWrite(t, "a.txt", "reviewed\n")
+	f.sandboxWrite(t, "b.txt", "reviewed\n")
+	shown := f.changes(t)
+	// The sandbox rewrites a.txt after the review.
+	f.sandboxWrite(t, "a.txt", "sneaky\n")
+	expect := map[string]string{"a.txt": shown["a.txt"].After.Digest, "/w/b.txt": shown["b.txt"].After.Digest}
+	_, err := ApplyReviewed(context.Background(), f.dir, []string{"a.txt", "b.txt"}, expect)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Path != "/w/a.txt" || !strings.Contains(ce.Conflicts[0].Reason, "after it was shown") {
+		t.Fatalf("apply after a rewrite: %v", err)
+	}
+	if f.hostRead(t, "a.txt") != "a\n" || f.hostRead(t, "b.txt") != "b\n" {
+		t.Fatal("the host changed")
+	}
+	res, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest})
+	if err != nil || len(res.Applied) != 1 || res.Applied[0].Digest != shown["b.txt"].After.Digest {
+		t.Fatalf("the reviewed b.txt: %+v %v", res, err)
+	}
+	// A path that is no longer pending, and a malformed digest.
+	if _, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest}); err == nil {
+		t.Error("apply of a change already applied")
+	}
+	if _, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"a.txt": "md5:x"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("a malformed digest: %v", err)
+	}
+}

@@ -47,6 +47,11 @@ func Info(dir string) (string, string, error) {
 	return m.Source, m.Target, nil
 }
 
+// ApplyReviewed needs Linux.
+func ApplyReviewed(context.Context, string, []string, map[string]string) (*ApplyResult, error) {
+	return nil, errUnsupported
+}
+
 // Apply needs Linux.
 func Apply(context.Context, string, []string) (*ApplyResult, error) { return nil, errUnsupported }
 

@@ -30,9 +30,10 @@ type ChangesOutput struct {
 // DecideChangesInput is the input of sandbox_apply_changes and
 // sandbox_discard_changes.
 type DecideChangesInput struct {
-	Target    string   `json:"target,omitempty" jsonschema:"the cow mount's path in the sandbox (needed when it has more than one)"`
-	Paths     []string `json:"paths,omitempty" jsonschema:"paths relative to the mount or absolute in the sandbox; a directory stands for all below it; none: every change"`
-	SandboxID string   `json:"sandbox_id,omitempty" jsonschema:"the sandbox (default: this session's own)"`
+	Target    string            `json:"target,omitempty" jsonschema:"the cow mount's path in the sandbox (needed when it has more than one)"`
+	Paths     []string          `json:"paths,omitempty" jsonschema:"paths relative to the mount or absolute in the sandbox; a directory stands for all below it; none: every change"`
+	Expect    map[string]string `json:"expect,omitempty" jsonschema:"apply only: path to the content digest (after.digest) sandbox_changes showed; a change made since is a conflict and nothing is applied"`
+	SandboxID string            `json:"sandbox_id,omitempty" jsonschema:"the sandbox (default: this session's own)"`
 }
 
 func (s *Server) addChangesTools() {
@@ -127,7 +128,7 @@ func (s *Server) sandboxApplyChanges(ctx context.Context, req *sdk.CallToolReque
 	if err != nil {
 		return nil, client.ApplyResult{}, s.fail(t, err)
 	}
-	res, err := t.b.ApplyChanges(ctx, t.id, client.ChangesRequest{Target: in.Target, Paths: in.Paths})
+	res, err := t.b.ApplyChanges(ctx, t.id, client.ChangesRequest{Target: in.Target, Paths: in.Paths, Expect: in.Expect})
 	if err != nil {
 		return nil, client.ApplyResult{}, s.fail(t, err)
 	}
@@ -174,7 +175,7 @@ func (l *Local) Changes(ctx context.Context, id string) ([]client.CowMount, erro
 
 // ApplyChanges applies a sandbox's pending changes.
 func (l *Local) ApplyChanges(ctx context.Context, id string, r client.ChangesRequest) (*client.ApplyResult, error) {
-	res, err := l.Sup.ApplyChanges(ctx, l.Caller, id, supervisor.CowRequest{Target: r.Target, Paths: r.Paths})
+	res, err := l.Sup.ApplyChanges(ctx, l.Caller, id, supervisor.CowRequest{Target: r.Target, Paths: r.Paths, Expect: r.Expect})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,10 @@ type CowMount struct {
 type CowRequest struct {
 	Target string   `json:"target,omitempty"`
 	Paths  []string `json:"paths,omitempty"`
+	// Expect (apply only), when set, maps paths to the content digest
+	// each change showed the reviewer ("" for one without content): a
+	// change that is no longer that is a conflict (cow.ApplyReviewed).
+	Expect map[string]string `json:"expect,omitempty"`
 }
 
 // PendingChange is a sandbox's cow mount with changes, for operators.
@@ -128,7 +132,7 @@ func (s *Supervisor) decideCow(c Caller, id string, r CowRequest) (sandbox.CowLa
 	if err != nil {
 		return ly, err
 	}
-	if len(r.Paths) > 10000 {
+	if len(r.Paths) > 10000 || len(r.Expect) > 10000 {
 		return ly, fmt.Errorf("%w: at most 10000 paths at once", sandbox.ErrInvalid)
 	}
 	if s.policy.MountNeedsApproval(ly.Source) && !c.Operator {
@@ -150,7 +154,7 @@ func (s *Supervisor) ApplyChanges(ctx context.Context, c Caller, id string, r Co
 	if err != nil {
 		return nil, err
 	}
-	res, err := cow.Apply(ctx, ly.Dir, r.Paths)
+	res, err := cow.ApplyReviewed(ctx, ly.Dir, r.Paths, r.Expect)
 	ev := audit.Event{Kind: audit.KindCowApply, Key: c.KeyID, Sandbox: id, Path: ly.Target, Host: ly.Source, Decision: "apply", Reason: decider(c)}
 	var ce *cow.ConflictError
 	switch {

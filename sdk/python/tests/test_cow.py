@@ -42,7 +42,14 @@ class CowTest(DaemonTest):
         self.assertIn("-two\n+TWO\n", by["/w/a.txt"].unified)
         self.assertIn("absolute path", by["/w/s"].refused)
 
-        r = sb.apply_changes(["a.txt", "/w/c.txt"])
+        # What the reviewer saw, by digest: a rewrite since is a conflict.
+        shown = {c.path: c.after.digest for c in m.changes if c.after}
+        sb.exec("echo sneaky > /w/c.txt")
+        with self.assertRaises(airlock.ApplyConflict) as cm:
+            sb.apply_changes(["a.txt", "c.txt"], expect={"/w/a.txt": shown["/w/a.txt"], "/w/c.txt": shown["/w/c.txt"]})
+        self.assertEqual([p for p, _ in cm.exception.conflicts], ["/w/c.txt"])
+        sb.exec("echo new > /w/c.txt")
+        r = sb.apply_changes(["a.txt", "/w/c.txt"], expect={"a.txt": shown["/w/a.txt"], "c.txt": shown["/w/c.txt"]})
         self.assertEqual(sorted(a.path for a in r.applied), ["/w/a.txt", "/w/c.txt"])
         self.assertTrue(all(a.digest.startswith("sha256:") for a in r.applied))
         self.assertEqual(_read(os.path.join(project, "a.txt")), "one\nTWO\n")

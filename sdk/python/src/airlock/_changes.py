@@ -3,7 +3,7 @@ apply or discard them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .models import ApplyResult, CowMount, DiscardResult, _obj
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 __all__ = ["ChangesMixin"]
 
 
-def _body(paths: Sequence[str] | None, target: str | None) -> dict[str, Any]:
+def _body(paths: Sequence[str] | None, target: str | None, expect: Mapping[str, str] | None = None) -> dict[str, Any]:
     if isinstance(paths, str):
         raise ValueError("paths: give a list of paths, not one string")
     body: dict[str, Any] = {}
@@ -21,6 +21,8 @@ def _body(paths: Sequence[str] | None, target: str | None) -> dict[str, Any]:
         body["target"] = target
     if paths:
         body["paths"] = [str(p) for p in paths]
+    if expect:
+        body["expect"] = {str(k): str(v) for k, v in expect.items()}
     return body
 
 
@@ -41,18 +43,23 @@ class ChangesMixin:
         d = _obj(self._t.request("GET", self._path("changes"), read_timeout=None).json())
         return [CowMount.from_json(m) for m in d.get("mounts") or []]
 
-    def apply_changes(self, paths: Sequence[str] | None = None, *, target: str | None = None) -> ApplyResult:
+    def apply_changes(
+        self, paths: Sequence[str] | None = None, *, target: str | None = None, expect: Mapping[str, str] | None = None
+    ) -> ApplyResult:
         """Writes the changes at paths (relative to the mount or absolute in
         the sandbox; a directory stands for all below it; None: every
         change) to the host, each file atomically. target names the mount
-        when the sandbox has more than one.
+        when the sandbox has more than one. expect maps paths to the
+        content digest each change showed the reviewer (change.after.digest;
+        "" for one without content): a change the sandbox made since is a
+        conflict, and the host gets only what was reviewed.
 
         Raises ApplyConflict (the host changed under some paths since the
         sandbox started: nothing was applied; see its conflicts),
         ApprovalRequired (only an operator may decide this mount's
         changes), InvalidRequest (a path outside the mount), NotFound.
         """
-        return ApplyResult.from_json(self._t.request("POST", self._path("changes", "apply"), json_body=_body(paths, target), read_timeout=None).json())
+        return ApplyResult.from_json(self._t.request("POST", self._path("changes", "apply"), json_body=_body(paths, target, expect), read_timeout=None).json())
 
     def discard_changes(self, paths: Sequence[str] | None = None, *, target: str | None = None) -> DiscardResult:
         """Drops the changes at paths (as apply_changes) from the sandbox's
