@@ -6,11 +6,14 @@ import * as sandboxes from "./sandboxes.js";
 import * as approvals from "./approvals.js";
 import * as auditView from "./audit.js";
 import * as keys from "./keys.js";
+import * as changes from "./changes.js";
 
 const views = {
   sandboxes: { section: "view-sandboxes", mod: sandboxes.list },
   sandbox: { section: "view-sandbox", mod: sandboxes.detail, nav: "sandboxes" },
   approvals: { section: "view-approvals", mod: approvals },
+  changes: { section: "view-changes", mod: changes.list },
+  change: { section: "view-change", mod: changes.review, nav: "changes" },
   audit: { section: "view-audit", mod: auditView },
   keys: { section: "view-keys", mod: keys },
 };
@@ -20,7 +23,8 @@ let timer = 0;
 let ticks = 0;
 
 // route reads the view and its parameter from the URL's fragment:
-// #/sandboxes, #/sandbox/ID, #/approvals, #/audit, #/keys.
+// #/sandboxes, #/sandbox/ID, #/approvals, #/changes, #/change/ID, #/audit,
+// #/keys.
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const name = views[parts[0]] ? parts[0] : "sandboxes";
@@ -53,6 +57,12 @@ async function pendingBadge() {
     const ap = await call("GET", "/ui/api/approvals");
     const n = ap.approvals.filter(a => a.state === "pending").length;
     const b = $("pending-count");
+    b.hidden = n === 0;
+    setText(b, n);
+  } catch (e) { /* the view shows errors */ }
+  try {
+    const n = await changes.count();
+    const b = $("changes-count");
     b.hidden = n === 0;
     setText(b, n);
   } catch (e) { /* the view shows errors */ }
