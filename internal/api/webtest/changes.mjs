@@ -1,0 +1,153 @@
+// changes.mjs URL KEY OUTDIR PLAN: logs in to the console in headless
+// Chromium with an operator key and reviews a sandbox's pending changes to
+// a host directory (copy-on-write mount): the list names the sandbox, its
+// key, the mount and that an operator decides; the review shows each
+// changed file as text (a name that is markup, a diff with a script and a
+// bidi override: escaped, the override a marked escape, nothing run);
+// an apply of a path the host changed is reported as a conflict; two
+// chosen files are applied, the rest discarded, and the list ends empty.
+// PLAN is JSON: sandbox, target, source, key, keyName, paths (every
+// pending path), img, edit, conflict, link, apply (the paths to apply).
+// Screenshots go to OUTDIR. Prints "RESULT {applied, discarded}" and exits
+// 0, or prints why and exits 1. Run by cmd/airlock's
+// TestChangesPageInChromium.
+import { chromium } from "playwright-core";
+
+const [url, key, outDir, planJSON] = process.argv.slice(2);
+const plan = JSON.parse(planJSON);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+
+function check(ok, what) {
+  if (!ok) throw new Error(what);
+}
+
+// Raw control, bidi and zero-width characters: never in the page's text.
+const rawHidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/;
+
+let failed = false;
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  const problems = [];
+  page.on("pageerror", e => problems.push("page error: " + e.message));
+  page.on("console", m => { if (m.type() === "error" && m.text().includes("Content Security Policy")) problems.push("console: " + m.text()); });
+  page.on("dialog", d => { problems.push("a dialog opened (script from the sandbox ran): " + d.message()); d.dismiss(); });
+  const shot = name => page.screenshot({ path: outDir + "/" + name + ".png", fullPage: true });
+
+  await page.goto(url + "/ui/#/changes");
+  await page.fill("#key", key);
+  await page.click("#login-button");
+
+  // The list.
+  const row = page.locator(`tr.pending-change[data-sandbox="${plan.sandbox}"]`);
+  await row.waitFor({ timeout: 15000 });
+  const cells = await row.evaluate(tr => ({
+    key: tr.querySelector(".key").textContent, target: tr.querySelector(".target").textContent,
+    source: tr.querySelector(".source").textContent, approval: tr.querySelector(".approval").textContent,
+    count: tr.querySelector(".count").textContent,
+  }));
+  console.log("list: " + JSON.stringify(cells));
+  check(cells.key.includes(plan.key) && cells.key.includes(plan.keyName), "the list does not name the key: " + cells.key);
+  check(cells.target === plan.target && cells.source === plan.source, "the list's mount: " + cells.target + " " + cells.source);
+  check(cells.approval.includes("an operator decides"), "the list does not say an operator decides: " + cells.approval);
+  check(cells.count === String(plan.paths.length), "the list counts " + cells.count + " changes, want " + plan.paths.length);
+  await page.locator("#changes-count:not([hidden])").waitFor({ timeout: 5000 });
+  check(await page.locator("#changes-count").textContent() === String(plan.paths.length), "the navigation's badge");
+  await shot("changes");
+
+  // The review.
+  await row.locator("a.review").click();
+  const mount = page.locator(`section.cow-mount[data-target="${plan.target}"]`);
+  await mount.waitFor({ timeout: 10000 });
+  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n, plan.paths.length, { timeout: 10000 });
+  const review = async () => page.evaluate(() => [...document.querySelectorAll("li.change")].map(li => ({
+    path: li.dataset.path, kind: li.dataset.kind,
+    shown: li.querySelector(".head .path").textContent,
+    facts: li.querySelector(".facts").textContent,
+    link: li.querySelector(".link") ? li.querySelector(".link").textContent : null,
+    diff: li.querySelector("pre.unified") ? li.querySelector("pre.unified").textContent : null,
+    marked: [...li.querySelectorAll("pre.unified span.ctl")].map(s => s.textContent),
+    warnings: [...li.querySelectorAll(".warning")].map(w => w.textContent),
+  })));
+  const changes = await review();
+  console.log("review: " + JSON.stringify(changes));
+  const byPath = Object.fromEntries(changes.map(c => [c.path, c]));
+  check(JSON.stringify(changes.map(c => c.path).sort()) === JSON.stringify([...plan.paths].sort()), "the review lists " + changes.map(c => c.path));
+  const img = byPath[plan.img];
+  check(img && img.kind === "added" && img.shown === plan.img, "the file named with markup is not shown as its name: " + JSON.stringify(img));
+  check(img.diff && img.diff.includes("+hello <b>there</b>"), "the new file's content is not shown as text: " + img.diff);
+  const edit = byPath[plan.edit];
+  check(edit && edit.kind === "modified", "edit: " + JSON.stringify(edit));
+  check(edit.diff.includes("+<script>alert(\"diff\")</script> \u27e8U+202E\u27e9txt.exe"),
+    "the diff does not show the script as text and the override as an escape: " + edit.diff);
+  check(edit.marked.includes("\u27e8U+202E\u27e9"), "the bidi override is not marked out: " + JSON.stringify(edit.marked));
+  check(edit.warnings.some(w => w.includes("invisible or control character")), "no warning about the override: " + edit.warnings);
+  check(byPath[plan.link].link === "symlink edit.txt", "the symlink's target: " + byPath[plan.link].link);
+  check(byPath[plan.conflict].facts.includes("mode 0644 \u2192 0755"), "the mode change: " + byPath[plan.conflict].facts);
+  check(byPath[plan.target + "/gone.txt"].kind === "deleted", "the deleted file");
+  check(await page.locator("img").count() === 0, "markup from the sandbox made an element");
+  check(await page.locator("script").count() === 1, "markup from the sandbox made a script element");
+  const text = await page.locator("body").textContent();
+  check(!rawHidden.test(text), "the page shows a raw control or bidi character");
+  check(await page.locator("section.cow-mount button.apply").isDisabled(), "Apply is enabled with nothing chosen");
+  await shot("change-review");
+
+  // pick checks the box of path (by its exact path, not a CSS selector:
+  // the paths hold markup).
+  const pick = async path => {
+    const i = await page.evaluate(p => [...document.querySelectorAll("li.change")].findIndex(li => li.dataset.path === p), path);
+    check(i >= 0, "no change " + path);
+    await page.locator("li.change").nth(i).locator("input.pick").check();
+  };
+
+  // A path the host changed since the sandbox started: nothing applied.
+  await pick(plan.conflict);
+  await mount.locator("button.apply").click();
+  await page.locator("#ch-result.conflict").waitFor({ timeout: 10000 });
+  const conflict = await page.locator("#ch-result").textContent();
+  console.log("conflict: " + conflict);
+  check(conflict.includes("Nothing was applied") && conflict.includes(plan.conflict), "the conflict report: " + conflict);
+  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, { timeout: 10000 });
+  await shot("change-conflict");
+
+  // Apply the two chosen files.
+  for (const p of plan.apply) await pick(p);
+  check((await mount.locator(".selected").textContent()).startsWith(plan.apply.length + " of "), "the chosen count");
+  await mount.locator("button.apply").click();
+  await page.locator("#ch-result.applied").waitFor({ timeout: 10000 });
+  const applied = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report")[0].querySelectorAll("li .path")].map(s => s.textContent));
+  console.log("applied: " + JSON.stringify(applied));
+  check(JSON.stringify([...applied].sort()) === JSON.stringify([...plan.apply].sort()), "applied " + applied);
+  const left = plan.paths.filter(p => !plan.apply.includes(p));
+  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n, left.length, { timeout: 10000 });
+  await shot("change-applied");
+
+  // Discard the rest (two clicks: the button asks to confirm).
+  await mount.locator("input.pick-all").check();
+  check((await mount.locator(".selected").textContent()).startsWith(left.length + " of " + left.length), "every change chosen");
+  await mount.locator("button.discard").click();
+  await mount.locator("button.discard.armed").click();
+  await page.locator("#ch-result.discarded").waitFor({ timeout: 10000 });
+  const discarded = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report li .path")].map(s => s.textContent));
+  console.log("discarded: " + JSON.stringify(discarded));
+  check(left.every(p => discarded.includes(p)), "discarded " + discarded + ", want " + left);
+  await page.locator("section.cow-mount p.none").waitFor({ timeout: 10000 });
+  await shot("change-discarded");
+
+  // The list is empty.
+  await page.click('#nav a[data-view="changes"]');
+  await page.locator("#changes-none:not([hidden])").waitFor({ timeout: 10000 });
+  check(await page.locator("tr.pending-change").count() === 0, "the list still has rows");
+  await page.locator("#changes-count[hidden]").waitFor({ state: "attached", timeout: 5000 });
+  await shot("changes-empty");
+  if (problems.length) throw new Error(problems.join("; "));
+  console.log("RESULT " + JSON.stringify({ applied, discarded }));
+} catch (e) {
+  console.log("FAIL: " + e.message);
+  failed = true;
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
