@@ -30,8 +30,10 @@ import (
 // then logs in as an operator, finds the change in the list, reads every
 // file's diff (the payloads as text, the bidi override as a marked
 // escape, no script run), sees an apply of a path the host changed
-// refused as a conflict, applies two chosen files, discards the rest, and
-// sees the list empty. The test checks on disk that exactly those two
+// refused as a conflict, applies two chosen files (one rewritten by the
+// sandbox after the page showed it: the report says so), sees a change
+// made while it shows announced, discards the rest, and sees the list
+// empty. The test checks on disk that exactly those two
 // files changed on the host, and the audit log names the operator.
 func TestChangesPageInChromium(t *testing.T) {
 	requireE2E(t)
@@ -144,13 +146,17 @@ ln -s edit.txt link`, "sh", edited, imgName}})
 	}
 	checkHost(t, src, host, nil)
 
+	// What the sandbox writes to imgName after the page showed it: what
+	// the apply writes (and the page says it is not what it showed).
+	late := "rewritten after the review\n"
 	out := t.ArtifactDir()
 	plan, _ := json.Marshal(map[string]any{
 		"sandbox": sb.ID, "target": "/work", "source": src, "key": keyID["coder"], "keyName": "coder", "paths": want,
-		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link",
+		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt",
+		"late": late,
 		"apply": []string{"/work/" + imgName, "/work/edit.txt"},
 	})
-	res, err := webtest.Run(t, webDir, 2*time.Minute, "changes.mjs", d.url, opSecret, out, string(plan))
+	res, err := webtest.Run(t, webDir, 2*time.Minute, "changes.mjs", d.url, opSecret, agentSecret, out, string(plan))
 	if err != nil {
 		t.Fatalf("the browser run failed: %v", err)
 	}
@@ -161,7 +167,7 @@ ln -s edit.txt link`, "sh", edited, imgName}})
 
 	// Exactly the two files chosen changed on the host.
 	host["edit.txt"] = edited
-	checkHost(t, src, host, map[string]string{imgName: "hello <b>there</b>\n"})
+	checkHost(t, src, host, map[string]string{imgName: late})
 	if fi, err := os.Stat(filepath.Join(src, "tool.sh")); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("tool.sh's mode on the host: %v %v", fi.Mode(), err)
 	}

@@ -51,6 +51,7 @@ export const list = {
 
 let cur = "";
 let reviewShown = ""; // what the review shows, to redraw only on a change
+let seen = new Map(); // path -> the content digest the review showed
 
 // octal writes a mode as 0644.
 function octal(m) {
@@ -62,15 +63,15 @@ function facts(c) {
   const b = c.before, a = c.after, out = [];
   const type = e => e.type === "file" ? "file" : e.type === "dir" ? "directory" : e.type;
   if (c.kind === "added" && a) {
-    out.push("new " + type(a) + ", mode " + octal(a.mode) + (a.type === "file" ? ", " + bytes(a.size) : ""));
+    out.push("new " + type(a) + (a.type === "symlink" ? "" : ", mode " + octal(a.mode)) + (a.type === "file" ? ", " + bytes(a.size) : ""));
   } else if (c.kind === "deleted" && b) {
     out.push(type(b) + " removed" + (b.type === "file" ? " (" + bytes(b.size) + ")" : ""));
   } else if (c.kind === "type" && a && b) {
     out.push(type(b) + " \u2192 " + type(a));
-  } else if (b && a && a.type === "file") {
+  } else if (b && a && a.type === "file" && b.size !== a.size) {
     out.push(bytes(b.size) + " \u2192 " + bytes(a.size));
   }
-  if (b && a && b.mode !== a.mode) out.push("mode " + octal(b.mode) + " \u2192 " + octal(a.mode));
+  if (b && a && b.mode !== a.mode && a.type !== "symlink") out.push("mode " + octal(b.mode) + " \u2192 " + octal(a.mode));
   if (c.binary) out.push("binary: no text diff");
   if (c.truncated) out.push("text diff cut or left out: too large");
   return out.join("; ");
@@ -103,7 +104,7 @@ function unified(text, cut) {
 
 // renderChange is one change: a checkbox, its kind, its path, what
 // changed, why an apply would refuse it, and its diff.
-function renderChange(c, sel) {
+function renderChange(c, sel, many) {
   const box = el("input", { type: "checkbox", class: "pick", "aria-label": "choose " + visible(c.path) });
   box.checked = sel.has(c.path);
   box.dataset.path = c.path;
@@ -112,14 +113,16 @@ function renderChange(c, sel) {
   li.append(head, el("span", { class: "facts muted" }, facts(c)));
   const link = linkTargets(c);
   if (link) li.append(link);
-  if (c.conflict) li.append(el("p", { class: "warning conflict" }, "The host changed here since the sandbox started: " + c.conflict));
+  if (c.conflict) li.append(el("p", { class: "warning conflict" }, "Conflict (an apply of it fails): " + c.conflict));
   if (c.refused) li.append(el("p", { class: "warning refused" }, "Apply refuses this: " + c.refused));
   const notes = oddities(c.path + (c.after && c.after.target ? c.after.target : ""));
   if (notes.length) li.append(el("p", { class: "warning" }, "Look closely at the name: it holds " + notes.join(" and ") + "."));
   if (c.unified) {
     const dn = oddities(c.unified).filter(n => !n.startsWith("non-ASCII"));
     if (dn.length) li.append(el("p", { class: "warning" }, "Look closely at the diff: it holds " + dn.join(" and ") + "."));
-    li.append(unified(c.unified, c.truncated));
+    const pre = unified(c.unified, c.truncated);
+    // Many changes: their diffs open on a click.
+    li.append(many ? el("details", {}, el("summary", {}, "text diff"), pre) : pre);
   }
   return li;
 }
@@ -147,7 +150,7 @@ function renderMount(m, sel) {
     apply.disabled = true;
     try { await act("apply", m.target, chosen()); } catch (e) { showError(e.message); } finally { apply.disabled = false; }
   });
-  const ul = el("ul", { class: "changes" }, ...changes.map(c => renderChange(c, sel)));
+  const ul = el("ul", { class: "changes" }, ...changes.map(c => renderChange(c, sel, changes.length > 100)));
   const boxes = () => [...ul.querySelectorAll("input.pick")];
   // chosen is the paths to send: never empty (empty means every change).
   const chosen = () => {
@@ -210,6 +213,10 @@ async function act(what, target, paths) {
         ((r.refused || []).length ? "; " + r.refused.length + " refused" : "") + ".", "applied", [
         ["Written to the host:", r.applied.map(a => [el("span", { class: "kind" }, a.kind), " ", name(a.path), a.note ? " (" + a.note + ")" : ""])],
         ["Refused (left in the sandbox):", (r.refused || []).map(x => [name(x.path), ": " + x.reason])],
+        // The sandbox may write a file between the review and the click:
+        // say so when what was written is not what was shown.
+        ["Not what the review showed (the sandbox changed it since; look at it on the host):",
+          r.applied.filter(a => a.digest && seen.has(a.path) && seen.get(a.path) !== a.digest).map(a => [name(a.path)])],
       ]);
     } else {
       report("Discarded " + r.discarded.length + " change" + (r.discarded.length === 1 ? "" : "s") + ".", "discarded", [
@@ -237,7 +244,12 @@ async function refreshReview(keep) {
   const mounts = p.mounts || [];
   const key = JSON.stringify(mounts);
   if (key === reviewShown) return;
+  const redraw = reviewShown !== "";
   reviewShown = key;
+  seen = new Map(mounts.flatMap(m => (m.changes || []).filter(c => c.after && c.after.digest).map(c => [c.path, c.after.digest])));
+  const note = $("ch-updated");
+  note.hidden = !redraw;
+  if (redraw) setText(note, "The sandbox changed these since the page first showed them (at " + new Date().toLocaleTimeString() + "): read them again before you decide.");
   // Keep what was chosen across a redraw, for the paths still there.
   const sel = new Set(keep || [...document.querySelectorAll("#ch-mounts input.pick:checked")].map(b => b.dataset.path));
   $("ch-mounts").replaceChildren(...mounts.map(m => renderMount(m, sel)));
@@ -253,6 +265,7 @@ export const review = {
     $("ch-id").replaceChildren(sandboxLink(id));
     $("ch-mounts").replaceChildren();
     $("ch-result").hidden = true;
+    $("ch-updated").hidden = true;
     $("ch-none").hidden = true;
     const info = el("dl", { id: "ch-info", class: "info" });
     $("ch-info").replaceWith(info);
@@ -264,7 +277,7 @@ export const review = {
     await refreshReview([]);
   },
   async tick(n) {
-    if (cur && n % 3 === 0) await refreshReview();
+    if (cur && n % 5 === 0) await refreshReview();
   },
 };
 

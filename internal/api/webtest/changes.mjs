@@ -1,19 +1,24 @@
-// changes.mjs URL KEY OUTDIR PLAN: logs in to the console in headless
+// changes.mjs URL KEY AGENTKEY OUTDIR PLAN: logs in to the console in headless
 // Chromium with an operator key and reviews a sandbox's pending changes to
 // a host directory (copy-on-write mount): the list names the sandbox, its
 // key, the mount and that an operator decides; the review shows each
 // changed file as text (a name that is markup, a diff with a script and a
 // bidi override: escaped, the override a marked escape, nothing run);
 // an apply of a path the host changed is reported as a conflict; two
-// chosen files are applied, the rest discarded, and the list ends empty.
-// PLAN is JSON: sandbox, target, source, key, keyName, paths (every
-// pending path), img, edit, conflict, link, apply (the paths to apply).
+// chosen files are applied (one of them the sandbox rewrote, through the
+// API with AGENTKEY, after the page showed it: the report says so), a
+// change made while the review shows is announced, the rest is
+// discarded, and the list ends empty. The page's timers are the test's
+// (page.clock): it refreshes only when told. PLAN is JSON: sandbox,
+// target, source, key, keyName, paths (every pending path), img, edit,
+// conflict, link, inner, apply (the paths to apply), late (what the
+// sandbox writes to img after the review).
 // Screenshots go to OUTDIR. Prints "RESULT {applied, discarded}" and exits
 // 0, or prints why and exits 1. Run by cmd/airlock's
 // TestChangesPageInChromium.
 import { chromium } from "playwright-core";
 
-const [url, key, outDir, planJSON] = process.argv.slice(2);
+const [url, key, agentKey, outDir, planJSON] = process.argv.slice(2);
 const plan = JSON.parse(planJSON);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
@@ -34,6 +39,13 @@ try {
   page.on("pageerror", e => problems.push("page error: " + e.message));
   page.on("console", m => { if (m.type() === "error" && m.text().includes("Content Security Policy")) problems.push("console: " + m.text()); });
   page.on("dialog", d => { problems.push("a dialog opened (script from the sandbox ran): " + d.message()); d.dismiss(); });
+  await page.clock.install();
+  // write puts content at path in the sandbox, as its own key would.
+  const write = async (path, content) => {
+    const r = await fetch(url + "/v1/sandboxes/" + plan.sandbox + "/files?mode=644&path=" + encodeURIComponent(path),
+      { method: "PUT", headers: { Authorization: "Bearer " + agentKey, "Content-Type": "application/octet-stream" }, body: content });
+    check(r.ok, "write " + path + ": " + r.status + " " + await r.text());
+  };
   const shot = name => page.screenshot({ path: outDir + "/" + name + ".png", fullPage: true });
 
   await page.goto(url + "/ui/#/changes");
@@ -112,17 +124,29 @@ try {
   await page.waitForFunction(n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, { timeout: 10000 });
   await shot("change-conflict");
 
-  // Apply the two chosen files.
+  // Apply the two chosen files; the sandbox rewrites one of them after
+  // the page showed it (the page has not refreshed since).
   for (const p of plan.apply) await pick(p);
+  await write(plan.img, plan.late);
   check((await mount.locator(".selected").textContent()).startsWith(plan.apply.length + " of "), "the chosen count");
   await mount.locator("button.apply").click();
   await page.locator("#ch-result.applied").waitFor({ timeout: 10000 });
   const applied = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report")[0].querySelectorAll("li .path")].map(s => s.textContent));
   console.log("applied: " + JSON.stringify(applied));
   check(JSON.stringify([...applied].sort()) === JSON.stringify([...plan.apply].sort()), "applied " + applied);
+  const unlike = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report")].at(-1).textContent);
+  const report = await page.locator("#ch-result").textContent();
+  check(report.includes("Not what the review showed") && unlike === plan.img, "the report does not say the sandbox changed " + plan.img + " after the review: " + report);
   const left = plan.paths.filter(p => !plan.apply.includes(p));
   await page.waitForFunction(n => document.querySelectorAll("li.change").length === n, left.length, { timeout: 10000 });
   await shot("change-applied");
+
+  // A change while the review shows: the next refresh shows it, and says so.
+  check(await page.locator("#ch-updated").isHidden(), "the review says it changed before it did");
+  await write(plan.inner, "inner, changed while shown\n");
+  await page.clock.runFor(5000);
+  await page.locator("#ch-updated:not([hidden])").waitFor({ timeout: 10000 });
+  await page.waitForFunction(() => [...document.querySelectorAll("pre.unified")].some(p => p.textContent.includes("+inner, changed while shown")), null, { timeout: 10000 });
 
   // Discard the rest (two clicks: the button asks to confirm).
   await mount.locator("input.pick-all").check();
@@ -139,6 +163,7 @@ try {
   // The list is empty.
   await page.click('#nav a[data-view="changes"]');
   await page.locator("#changes-none:not([hidden])").waitFor({ timeout: 10000 });
+  await page.clock.runFor(2000);
   check(await page.locator("tr.pending-change").count() === 0, "the list still has rows");
   await page.locator("#changes-count[hidden]").waitFor({ state: "attached", timeout: 5000 });
   await shot("changes-empty");
