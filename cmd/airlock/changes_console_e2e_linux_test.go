@@ -23,8 +23,8 @@ import (
 // 19): a real `airlock serve` whose policy keeps the changes of a host
 // directory for an operator runs a sandbox with a copy-on-write mount of
 // it; the sandbox adds a file whose name is markup, puts a script and a
-// bidi override into a file's content, deletes, chmods, makes a directory
-// and a symlink. The sandbox's own key may list the changes but not apply
+// bidi override into a file's content, deletes, chmods, makes a directory,
+// a symlink and a fifo (which apply refuses). The sandbox's own key may list the changes but not apply
 // them; the console refuses an apply without its CSRF token or from
 // another origin. Headless Chromium (internal/api/webtest/changes.mjs)
 // then logs in as an operator, finds the change in the list, reads every
@@ -100,7 +100,8 @@ rm gone.txt
 chmod 755 tool.sh
 mkdir new
 printf 'inner\n' > new/inner.txt
-ln -s edit.txt link`, "sh", edited, imgName}})
+ln -s edit.txt link
+mkfifo pipe`, "sh", edited, imgName}})
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("the sandbox's writes: %+v %v", r, err)
 	}
@@ -111,7 +112,7 @@ ln -s edit.txt link`, "sh", edited, imgName}})
 		t.Fatal(err)
 	}
 	host["tool.sh"] = hostTool
-	want := []string{"/work/" + imgName, "/work/edit.txt", "/work/gone.txt", "/work/link", "/work/new", "/work/new/inner.txt", "/work/tool.sh"}
+	want := []string{"/work/" + imgName, "/work/edit.txt", "/work/gone.txt", "/work/link", "/work/new", "/work/new/inner.txt", "/work/pipe", "/work/tool.sh"}
 	mounts, err := agent.Changes(ctx, sb.ID)
 	if err != nil || len(mounts) != 1 || !mounts[0].Approval {
 		t.Fatalf("the sandbox's key lists its changes: %+v %v", mounts, err)
@@ -152,7 +153,7 @@ ln -s edit.txt link`, "sh", edited, imgName}})
 	out := t.ArtifactDir()
 	plan, _ := json.Marshal(map[string]any{
 		"sandbox": sb.ID, "target": "/work", "source": src, "key": keyID["coder"], "keyName": "coder", "paths": want,
-		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt",
+		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt", "fifo": "/work/pipe",
 		"late": late,
 		"apply": []string{"/work/" + imgName, "/work/edit.txt"},
 	})

@@ -226,7 +226,7 @@ async function act(what, target, paths) {
     }
   } catch (e) {
     if (e.status === 409 && e.data && e.data.conflicts) {
-      report("Nothing was applied: " + e.message, "conflict", [
+      report("Conflict: " + e.message, "conflict", [
         ["The host changed under:", e.data.conflicts.map(x => [name(x.path), ": " + x.reason])],
       ]);
     } else {

@@ -11,7 +11,7 @@
 // discarded, and the list ends empty. The page's timers are the test's
 // (page.clock): it refreshes only when told. PLAN is JSON: sandbox,
 // target, source, key, keyName, paths (every pending path), img, edit,
-// conflict, link, inner, apply (the paths to apply), late (what the
+// conflict, link, inner, fifo, apply (the paths to apply), late (what the
 // sandbox writes to img after the review).
 // Screenshots go to OUTDIR. Prints "RESULT {applied, discarded}" and exits
 // 0, or prints why and exits 1. Run by cmd/airlock's
@@ -99,6 +99,7 @@ try {
   check(byPath[plan.link].link === "symlink edit.txt", "the symlink's target: " + byPath[plan.link].link);
   check(byPath[plan.conflict].facts.includes("mode 0644 \u2192 0755"), "the mode change: " + byPath[plan.conflict].facts);
   check(byPath[plan.target + "/gone.txt"].kind === "deleted", "the deleted file");
+  check(byPath[plan.fifo].warnings.some(w => w.startsWith("Apply refuses this: ")), "the fifo is not marked as refused: " + byPath[plan.fifo].warnings);
   check(await page.locator("img").count() === 0, "markup from the sandbox made an element");
   check(await page.locator("script").count() === 1, "markup from the sandbox made a script element");
   const text = await page.locator("body").textContent();
@@ -120,7 +121,7 @@ try {
   await page.locator("#ch-result.conflict").waitFor({ timeout: 10000 });
   const conflict = await page.locator("#ch-result").textContent();
   console.log("conflict: " + conflict);
-  check(conflict.includes("Nothing was applied") && conflict.includes(plan.conflict), "the conflict report: " + conflict);
+  check(conflict.startsWith("Conflict: ") && conflict.includes("nothing was applied") && conflict.includes(plan.conflict), "the conflict report: " + conflict);
   await page.waitForFunction(n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, { timeout: 10000 });
   await shot("change-conflict");
 
@@ -167,6 +168,17 @@ try {
   check(await page.locator("tr.pending-change").count() === 0, "the list still has rows");
   await page.locator("#changes-count[hidden]").waitFor({ state: "attached", timeout: 5000 });
   await shot("changes-empty");
+
+  // The audit log names what the operator applied.
+  await page.click('#nav a[data-view="audit"]');
+  await page.selectOption("#a-kind", "cow_apply");
+  await page.fill("#a-sandbox", plan.sandbox);
+  await page.click("#a-apply");
+  const ev = page.locator('#audit-log tr.event[data-kind="cow_apply"]').first();
+  await ev.waitFor({ timeout: 10000 });
+  const what = await ev.locator("td.what").textContent();
+  console.log("audit: " + what);
+  check(what.startsWith(plan.target + " of " + plan.source + ": 2 paths") && what.includes(plan.img) && what.includes(plan.edit), "the audit log's apply: " + what);
   if (problems.length) throw new Error(problems.join("; "));
   console.log("RESULT " + JSON.stringify({ applied, discarded }));
 } catch (e) {
