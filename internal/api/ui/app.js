@@ -60,6 +60,12 @@ async function pendingBadge() {
     b.hidden = n === 0;
     setText(b, n);
   } catch (e) { /* the view shows errors */ }
+}
+
+// changesBadge counts the pending copy-on-write changes: less often than
+// approvals (the daemon walks each sandbox's layer to count them), and
+// at once after the page applied or discarded some.
+async function changesBadge() {
   try {
     const n = await changes.count();
     const b = $("changes-count");
@@ -92,10 +98,12 @@ async function start() {
   show(true);
   await open();
   pendingBadge();
+  changesBadge();
   clearInterval(timer);
   timer = setInterval(async () => {
     ticks++;
     if (ticks % 2 === 0) pendingBadge();
+    if (ticks % 10 === 0) changesBadge();
     if (current && current.mod.tick) {
       try { await current.mod.tick(ticks); } catch (e) { showError(e.message); }
     }
@@ -125,6 +133,7 @@ document.addEventListener("DOMContentLoaded", () => {
     show(false);
   });
   window.addEventListener("hashchange", open);
+  window.addEventListener("airlock:changes", changesBadge);
   sandboxes.setup();
   auditView.setup();
   keys.setup();

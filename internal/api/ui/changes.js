@@ -29,7 +29,7 @@ export const list = {
     await this.tick();
   },
   async tick(n) {
-    if (n !== undefined && n % 2) return; // every two seconds
+    if (n !== undefined && n % 4) return; // every four seconds
     const p = await call("GET", "/ui/api/changes");
     const rows = p.changes || [];
     const key = JSON.stringify(rows);
@@ -234,6 +234,7 @@ async function act(what, target, paths) {
     }
   }
   reviewShown = "";
+  window.dispatchEvent(new Event("airlock:changes"));
   if (cur === id) await refreshReview([]);
 }
 
