@@ -29,17 +29,30 @@ function check(ok, what) {
   if (!ok) throw new Error(what);
 }
 
+// until polls fn(arg) in the page until it is true, for at most 10 s.
+// (page.waitForFunction compiles its predicate in the page when it polls,
+// which the console's CSP forbids.)
+async function until(page, fn, arg, what) {
+  for (const end = Date.now() + 10000; ; await new Promise(r => setTimeout(r, 100))) {
+    if (await page.evaluate(fn, arg)) return;
+    if (Date.now() > end) throw new Error("waited 10 s for " + what);
+  }
+}
+
 // Raw control, bidi and zero-width characters: never in the page's text.
 const rawHidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/;
 
 let failed = false;
+let page;
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   const problems = [];
   page.on("pageerror", e => problems.push("page error: " + e.message));
   page.on("console", m => { if (m.type() === "error" && m.text().includes("Content Security Policy")) problems.push("console: " + m.text()); });
   page.on("dialog", d => { problems.push("a dialog opened (script from the sandbox ran): " + d.message()); d.dismiss(); });
+  // The page's timers run only when the test moves the clock.
   await page.clock.install();
+  await page.clock.pauseAt(new Date(Date.now() + 1000));
   // write puts content at path in the sandbox, as its own key would.
   const write = async (path, content) => {
     const r = await fetch(url + "/v1/sandboxes/" + plan.sandbox + "/files?mode=644&path=" + encodeURIComponent(path),
@@ -73,7 +86,7 @@ try {
   await row.locator("a.review").click();
   const mount = page.locator(`section.cow-mount[data-target="${plan.target}"]`);
   await mount.waitFor({ timeout: 10000 });
-  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n, plan.paths.length, { timeout: 10000 });
+  await until(page, n => document.querySelectorAll("li.change").length === n, plan.paths.length, "every change in the review");
   const review = async () => page.evaluate(() => [...document.querySelectorAll("li.change")].map(li => ({
     path: li.dataset.path, kind: li.dataset.kind,
     shown: li.querySelector(".head .path").textContent,
@@ -122,7 +135,7 @@ try {
   const conflict = await page.locator("#ch-result").textContent();
   console.log("conflict: " + conflict);
   check(conflict.startsWith("Conflict: ") && conflict.includes("nothing was applied") && conflict.includes(plan.conflict), "the conflict report: " + conflict);
-  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, { timeout: 10000 });
+  await until(page, n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, "the review redrawn, nothing chosen");
   await shot("change-conflict");
 
   // Apply the two chosen files; the sandbox rewrites one of them after
@@ -139,9 +152,9 @@ try {
   const report = await page.locator("#ch-result").textContent();
   check(report.includes("Not what the review showed") && unlike === plan.img, "the report does not say the sandbox changed " + plan.img + " after the review: " + report);
   const left = plan.paths.filter(p => !plan.apply.includes(p));
-  await page.waitForFunction(n => document.querySelectorAll("li.change").length === n, left.length, { timeout: 10000 });
+  await until(page, n => document.querySelectorAll("li.change").length === n, left.length, "the applied changes gone from the review");
   // The badge counts what is left at once (the clock has not moved).
-  await page.waitForFunction(n => document.getElementById("changes-count").textContent === String(n), left.length, { timeout: 10000 });
+  await until(page, n => document.getElementById("changes-count").textContent === String(n), left.length, "the badge to count what is left");
   await shot("change-applied");
 
   // A change while the review shows: the next refresh shows it, and says so.
@@ -149,7 +162,7 @@ try {
   await write(plan.inner, "inner, changed while shown\n");
   await page.clock.runFor(5000);
   await page.locator("#ch-updated:not([hidden])").waitFor({ timeout: 10000 });
-  await page.waitForFunction(() => [...document.querySelectorAll("pre.unified")].some(p => p.textContent.includes("+inner, changed while shown")), null, { timeout: 10000 });
+  await until(page, () => [...document.querySelectorAll("pre.unified")].some(p => p.textContent.includes("+inner, changed while shown")), null, "the new content of the file changed while shown");
 
   // Discard the rest (two clicks: the button asks to confirm).
   await mount.locator("input.pick-all").check();
@@ -175,8 +188,13 @@ try {
   await page.selectOption("#a-kind", "cow_apply");
   await page.fill("#a-sandbox", plan.sandbox);
   await page.click("#a-apply");
+  // Only the sandbox's cow_apply events (the filter took), newest first.
+  await until(page, () => {
+    const rows = [...document.querySelectorAll("#audit-log tr.event")];
+    return rows.length > 0 && rows.every(r => r.dataset.kind === "cow_apply");
+  }, null, "only cow_apply events in the audit log");
+  check(await page.locator("#app-error").textContent() === "", "the audit filter: " + await page.locator("#app-error").textContent());
   const ev = page.locator('#audit-log tr.event[data-kind="cow_apply"]').first();
-  await ev.waitFor({ timeout: 10000 });
   const what = await ev.locator("td.what").textContent();
   console.log("audit: " + what);
   check(what.startsWith(plan.target + " of " + plan.source + ": 2 paths") && what.includes(plan.img) && what.includes(plan.edit), "the audit log's apply: " + what);
@@ -185,6 +203,12 @@ try {
 } catch (e) {
   console.log("FAIL: " + e.message);
   failed = true;
+  // Where the page was, for the log and the artifacts.
+  if (page) {
+    const at = await page.evaluate(() => location.hash + " | error: " + document.getElementById("app-error").textContent).catch(err => String(err));
+    console.log("page: " + at);
+    await page.screenshot({ path: outDir + "/failure.png", fullPage: true }).catch(() => {});
+  }
 } finally {
   await browser.close();
 }
