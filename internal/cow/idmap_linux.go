@@ -4,7 +4,6 @@ package cow
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -25,12 +24,10 @@ type IDMap struct {
 // namespace needs a process to exist: one is started stopped at its exec
 // (ptrace) and killed once its namespace is open.
 func (m IDMap) userns(uid, gid int) (int, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return -1, err
-	}
+	// This very program (also when it runs from a memory file): it stops
+	// at its exec and never runs.
 	cmd := &exec.Cmd{
-		Path: self,
+		Path: "/proc/self/exe",
 		Args: []string{"airlock-idmap"},
 		Env:  []string{},
 		SysProcAttr: &syscall.SysProcAttr{

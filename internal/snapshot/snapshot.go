@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -110,9 +111,11 @@ type Store interface {
 	Usage(ctx context.Context, owner string) (Usage, error)
 }
 
+// The patterns compile on first use: the one-shot run links this package
+// (through the drivers' cow mounts) and never checks a snapshot name.
 var (
-	idPattern   = regexp.MustCompile(`^sn-[0-9a-f]{12}$`)
-	namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	idPattern   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sn-[0-9a-f]{12}$`) })
+	namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 )
 
 // NewID returns a new snapshot id ("sn-" and 12 hex digits).
@@ -123,12 +126,12 @@ func NewID() string {
 }
 
 // ValidID reports whether id is a snapshot id.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+func ValidID(id string) bool { return idPattern().MatchString(id) }
 
 // CheckName checks a snapshot's name: 1 to 64 letters, digits, '.', '_'
 // and '-', starting with a letter or digit, and not an id.
 func CheckName(name string) error {
-	if !namePattern.MatchString(name) || name == "." || name == ".." || ValidID(name) {
+	if !namePattern().MatchString(name) || name == "." || name == ".." || ValidID(name) {
 		return fmt.Errorf("%w: snapshot name %q: use 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit (not a path, not an id like sn-0123456789ab)", sandbox.ErrInvalid, clip(name, 80))
 	}
 	return nil
