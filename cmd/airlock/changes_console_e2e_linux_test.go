@@ -30,10 +30,10 @@ import (
 // then logs in as an operator, finds the change in the list, reads every
 // file's diff (the payloads as text, the bidi override as a marked
 // escape, no script run), sees an apply of a path the host changed
-// refused as a conflict, applies two chosen files (one rewritten by the
-// sandbox after the page showed it: the report says so), sees a change
-// made while it shows announced, discards the rest, and sees the list
-// empty. The test checks on disk that exactly those two
+// refused as a conflict, sees an apply of a file the sandbox rewrote
+// after the page showed it refused too (the page sends the digests it
+// showed), applies the two chosen files as shown again, sees a change made
+// while it shows announced, discards the rest, and sees the list empty. The test checks on disk that exactly those two
 // files changed on the host, and the audit log names the operator.
 func TestChangesPageInChromium(t *testing.T) {
 	requireE2E(t)
@@ -147,8 +147,9 @@ mkfifo pipe`, "sh", edited, imgName}})
 	}
 	checkHost(t, src, host, nil)
 
-	// What the sandbox writes to imgName after the page showed it: what
-	// the apply writes (and the page says it is not what it showed).
+	// What the sandbox writes to imgName after the page showed it: the
+	// apply of what was shown is a conflict; the apply after the page
+	// showed this writes it.
 	late := "rewritten after the review\n"
 	out := t.ArtifactDir()
 	plan, _ := json.Marshal(map[string]any{

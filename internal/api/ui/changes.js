@@ -51,7 +51,12 @@ export const list = {
 
 let cur = "";
 let reviewShown = ""; // what the review shows, to redraw only on a change
-let seen = new Map(); // path -> the content digest the review showed
+// shownDigest maps each path the review shows to the content digest its
+// change showed ("" for one without content: a deletion, a directory, a
+// symlink). An apply sends it as expect: a change the sandbox made since
+// the page showed it is then a conflict, and the host gets exactly what
+// the operator saw.
+let shownDigest = new Map();
 
 // octal writes a mode as 0644.
 function octal(m) {
@@ -206,17 +211,16 @@ function report(title, cls, groups) {
 
 async function act(what, target, paths) {
   const id = cur;
+  report(what === "apply" ? "Applying\u2026" : "Discarding\u2026", "busy", []);
   try {
-    const r = await call("POST", api(id, "/" + what), { target, paths });
+    const body = { target, paths };
+    if (what === "apply") body.expect = Object.fromEntries(paths.map(p => [p, shownDigest.get(p) ?? ""]));
+    const r = await call("POST", api(id, "/" + what), body);
     if (what === "apply") {
       report("Applied " + r.applied.length + " change" + (r.applied.length === 1 ? "" : "s") + " to the host directory" +
         ((r.refused || []).length ? "; " + r.refused.length + " refused" : "") + ".", "applied", [
         ["Written to the host:", r.applied.map(a => [el("span", { class: "kind" }, a.kind), " ", name(a.path), a.note ? " (" + a.note + ")" : ""])],
         ["Refused (left in the sandbox):", (r.refused || []).map(x => [name(x.path), ": " + x.reason])],
-        // The sandbox may write a file between the review and the click:
-        // say so when what was written is not what was shown.
-        ["Not what the review showed (the sandbox changed it since; look at it on the host):",
-          r.applied.filter(a => a.digest && seen.has(a.path) && seen.get(a.path) !== a.digest).map(a => [name(a.path)])],
       ]);
     } else {
       report("Discarded " + r.discarded.length + " change" + (r.discarded.length === 1 ? "" : "s") + ".", "discarded", [
@@ -226,8 +230,8 @@ async function act(what, target, paths) {
     }
   } catch (e) {
     if (e.status === 409 && e.data && e.data.conflicts) {
-      report("Conflict: " + e.message, "conflict", [
-        ["The host changed under:", e.data.conflicts.map(x => [name(x.path), ": " + x.reason])],
+      report("Conflict: nothing was applied. Discard these paths, review them again, or apply the others.", "conflict", [
+        ["Because of:", e.data.conflicts.map(x => [name(x.path), ": " + x.reason])],
       ]);
     } else {
       report("The " + what + " failed: " + e.message, "failed", []);
@@ -247,12 +251,15 @@ async function refreshReview(keep) {
   if (key === reviewShown) return;
   const redraw = reviewShown !== "";
   reviewShown = key;
-  seen = new Map(mounts.flatMap(m => (m.changes || []).filter(c => c.after && c.after.digest).map(c => [c.path, c.after.digest])));
+  const was = shownDigest;
+  shownDigest = new Map(mounts.flatMap(m => (m.changes || []).map(c => [c.path, (c.after && c.after.digest) || ""])));
+  // Keep what was chosen across a redraw, for the paths still there as
+  // they were: a change that moved must be chosen again.
+  const sel = new Set((keep || [...document.querySelectorAll("#ch-mounts input.pick:checked")].map(b => b.dataset.path))
+    .filter(p => was.get(p) === shownDigest.get(p)));
   const note = $("ch-updated");
   note.hidden = !redraw;
   if (redraw) setText(note, "The sandbox changed these since the page first showed them (at " + new Date().toLocaleTimeString() + "): read them again before you decide.");
-  // Keep what was chosen across a redraw, for the paths still there.
-  const sel = new Set(keep || [...document.querySelectorAll("#ch-mounts input.pick:checked")].map(b => b.dataset.path));
   $("ch-mounts").replaceChildren(...mounts.map(m => renderMount(m, sel)));
   const n = mounts.reduce((s, m) => s + (m.changes || []).length, 0);
   $("ch-none").hidden = n > 0;
@@ -263,6 +270,7 @@ export const review = {
   async open(id) {
     cur = id;
     reviewShown = "";
+    shownDigest = new Map();
     $("ch-id").replaceChildren(sandboxLink(id));
     $("ch-mounts").replaceChildren();
     $("ch-result").hidden = true;

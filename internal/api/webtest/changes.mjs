@@ -4,10 +4,10 @@
 // key, the mount and that an operator decides; the review shows each
 // changed file as text (a name that is markup, a diff with a script and a
 // bidi override: escaped, the override a marked escape, nothing run);
-// an apply of a path the host changed is reported as a conflict; two
-// chosen files are applied (one of them the sandbox rewrote, through the
-// API with AGENTKEY, after the page showed it: the report says so), a
-// change made while the review shows is announced, the rest is
+// an apply of a path the host changed is reported as a conflict, and so
+// is an apply of a file the sandbox rewrote (through the API with
+// AGENTKEY) after the page showed it; the two chosen files are applied as
+// shown again, a change made while the review shows is announced, the rest is
 // discarded, and the list ends empty. The page's timers are the test's
 // (page.clock): it refreshes only when told. PLAN is JSON: sandbox,
 // target, source, key, keyName, paths (every pending path), img, edit,
@@ -134,23 +134,35 @@ try {
   await page.locator("#ch-result.conflict").waitFor({ timeout: 10000 });
   const conflict = await page.locator("#ch-result").textContent();
   console.log("conflict: " + conflict);
-  check(conflict.startsWith("Conflict: ") && conflict.includes("nothing was applied") && conflict.includes(plan.conflict), "the conflict report: " + conflict);
+  check(conflict.startsWith("Conflict: nothing was applied") && conflict.includes(plan.conflict + ": the host changed"), "the conflict report: " + conflict);
   await until(page, n => document.querySelectorAll("li.change").length === n && !document.querySelector("input.pick:checked"), plan.paths.length, "the review redrawn, nothing chosen");
   await shot("change-conflict");
 
-  // Apply the two chosen files; the sandbox rewrites one of them after
-  // the page showed it (the page has not refreshed since).
+  // The sandbox rewrites a chosen file after the page showed it (the page
+  // has not refreshed since): the apply is a conflict, nothing written,
+  // and the review shows the new content.
   for (const p of plan.apply) await pick(p);
   await write(plan.img, plan.late);
   check((await mount.locator(".selected").textContent()).startsWith(plan.apply.length + " of "), "the chosen count");
+  await mount.locator("button.apply").click();
+  await page.locator("#ch-result.conflict").waitFor({ timeout: 10000 });
+  const late = await page.locator("#ch-result").textContent();
+  console.log("late: " + late);
+  check(late.includes(plan.img + ": the sandbox changed it after it was shown") && !late.includes(plan.edit), "the report of the rewritten file: " + late);
+  // Nothing was applied: every change still pending, the rewritten one
+  // with its new content.
+  await until(page, ([p, l, n]) => document.querySelectorAll("li.change").length === n &&
+    [...document.querySelectorAll("li.change")].some(li => li.dataset.path === p && li.querySelector("pre.unified").textContent.includes("+" + l.trim())),
+    [plan.img, plan.late, plan.paths.length], "every change still pending, the rewritten file's new content in the review");
+  await shot("change-late");
+
+  // Apply the two, as now shown.
+  for (const p of plan.apply) await pick(p);
   await mount.locator("button.apply").click();
   await page.locator("#ch-result.applied").waitFor({ timeout: 10000 });
   const applied = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report")[0].querySelectorAll("li .path")].map(s => s.textContent));
   console.log("applied: " + JSON.stringify(applied));
   check(JSON.stringify([...applied].sort()) === JSON.stringify([...plan.apply].sort()), "applied " + applied);
-  const unlike = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report")].at(-1).textContent);
-  const report = await page.locator("#ch-result").textContent();
-  check(report.includes("Not what the review showed") && unlike === plan.img, "the report does not say the sandbox changed " + plan.img + " after the review: " + report);
   const left = plan.paths.filter(p => !plan.apply.includes(p));
   await until(page, n => document.querySelectorAll("li.change").length === n, left.length, "the applied changes gone from the review");
   // The badge counts what is left at once (the clock has not moved).
