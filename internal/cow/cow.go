@@ -239,13 +239,6 @@ func relOf(target, p string) (string, bool) {
 	return rest, ok
 }
 
-func join(target, rel string) string {
-	if rel == "." || rel == "" {
-		return target
-	}
-	return path.Join(target, rel)
-}
-
 // normalize turns each requested path (relative to the mount's root, or
 // absolute in the sandbox) into a path absolute in the sandbox.
 func normalize(target string, paths []string) ([]string, error) {

@@ -49,13 +49,19 @@ func cowMount(t *testing.T, s *sandbox.Spec) {
 func hostTree(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	err = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
-		line := strings.TrimPrefix(p, dir) + " " + fi.Mode().String()
+		rel := strings.TrimPrefix(p, dir)
+		line := rel + " " + fi.Mode().String()
 		if fi.Mode().IsRegular() {
-			b, _ := os.ReadFile(p)
+			b, _ := root.ReadFile("." + rel)
 			line += " " + string(b)
 		}
 		out = append(out, line)
