@@ -155,7 +155,7 @@ mkfifo pipe`, "sh", edited, imgName}})
 	plan, _ := json.Marshal(map[string]any{
 		"sandbox": sb.ID, "target": "/work", "source": src, "key": keyID["coder"], "keyName": "coder", "paths": want,
 		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt", "fifo": "/work/pipe",
-		"late": late,
+		"late":  late,
 		"apply": []string{"/work/" + imgName, "/work/edit.txt"},
 	})
 	res, err := webtest.Run(t, webDir, 2*time.Minute, "changes.mjs", d.url, opSecret, agentSecret, out, string(plan))
