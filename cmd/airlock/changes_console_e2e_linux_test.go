@@ -23,7 +23,7 @@ import (
 // 19): a real `airlock serve` whose policy keeps the changes of a host
 // directory for an operator runs a sandbox with a copy-on-write mount of
 // it; the sandbox adds a file whose name is markup, puts a script and a
-// bidi override into a file's content, deletes, chmods, makes a directory,
+// bidi override into a file's content and another into a file's name, deletes, chmods, makes a directory,
 // a symlink and a fifo (which apply refuses). The sandbox's own key may list the changes but not apply
 // them; the console refuses an apply without its CSRF token or from
 // another origin. Headless Chromium (internal/api/webtest/changes.mjs)
@@ -91,6 +91,7 @@ mounts = ["`+src+`"]
 		t.Fatal(err)
 	}
 	imgName := `<img src=x onerror=alert(1)>.txt`
+	bidiName := "report\u202Etxt.exe" // reads as report + "exe.txt" reversed
 	edited := "line one\n<script>alert(\"diff\")</script> \u202Etxt.exe\nline two\n"
 	r, err := agent.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"sh", "-c", `set -e
 cd /work
@@ -101,7 +102,8 @@ chmod 755 tool.sh
 mkdir new
 printf 'inner\n' > new/inner.txt
 ln -s edit.txt link
-mkfifo pipe`, "sh", edited, imgName}})
+mkfifo pipe
+printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("the sandbox's writes: %+v %v", r, err)
 	}
@@ -112,7 +114,7 @@ mkfifo pipe`, "sh", edited, imgName}})
 		t.Fatal(err)
 	}
 	host["tool.sh"] = hostTool
-	want := []string{"/work/" + imgName, "/work/edit.txt", "/work/gone.txt", "/work/link", "/work/new", "/work/new/inner.txt", "/work/pipe", "/work/tool.sh"}
+	want := []string{"/work/" + imgName, "/work/edit.txt", "/work/gone.txt", "/work/link", "/work/new", "/work/new/inner.txt", "/work/pipe", "/work/" + bidiName, "/work/tool.sh"}
 	mounts, err := agent.Changes(ctx, sb.ID)
 	if err != nil || len(mounts) != 1 || !mounts[0].Approval {
 		t.Fatalf("the sandbox's key lists its changes: %+v %v", mounts, err)
@@ -154,7 +156,7 @@ mkfifo pipe`, "sh", edited, imgName}})
 	out := t.ArtifactDir()
 	plan, _ := json.Marshal(map[string]any{
 		"sandbox": sb.ID, "target": "/work", "source": src, "key": keyID["coder"], "keyName": "coder", "paths": want,
-		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt", "fifo": "/work/pipe",
+		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt", "fifo": "/work/pipe", "bidiName": "/work/" + bidiName,
 		"late":  late,
 		"apply": []string{"/work/" + imgName, "/work/edit.txt"},
 	})

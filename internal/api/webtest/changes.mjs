@@ -11,7 +11,7 @@
 // discarded, and the list ends empty. The page's timers are the test's
 // (page.clock): it refreshes only when told. PLAN is JSON: sandbox,
 // target, source, key, keyName, paths (every pending path), img, edit,
-// conflict, link, inner, fifo, apply (the paths to apply), late (what the
+// conflict, link, inner, fifo, bidiName, apply (the paths to apply), late (what the
 // sandbox writes to img after the review).
 // Screenshots go to OUTDIR. Prints "RESULT {applied, discarded}" and exits
 // 0, or prints why and exits 1. Run by cmd/airlock's
@@ -41,6 +41,9 @@ async function until(page, fn, arg, what) {
 
 // Raw control, bidi and zero-width characters: never in the page's text.
 const rawHidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/;
+
+// asShown is a path as the page writes it: each such character escaped.
+const asShown = p => p.replace(new RegExp(rawHidden.source, "g"), c => "\u27e8U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9");
 
 let failed = false;
 let page;
@@ -94,6 +97,7 @@ try {
     link: li.querySelector(".link") ? li.querySelector(".link").textContent : null,
     diff: li.querySelector("pre.unified") ? li.querySelector("pre.unified").textContent : null,
     marked: [...li.querySelectorAll("pre.unified span.ctl")].map(s => s.textContent),
+    nameMarked: [...li.querySelectorAll(".head .path span.ctl")].map(s => s.textContent),
     warnings: [...li.querySelectorAll(".warning")].map(w => w.textContent),
   })));
   const changes = await review();
@@ -112,6 +116,10 @@ try {
   check(byPath[plan.link].link === "symlink edit.txt", "the symlink's target: " + byPath[plan.link].link);
   check(byPath[plan.conflict].facts.includes("mode 0644 \u2192 0755"), "the mode change: " + byPath[plan.conflict].facts);
   check(byPath[plan.target + "/gone.txt"].kind === "deleted", "the deleted file");
+  const bidi = byPath[plan.bidiName];
+  check(bidi && bidi.shown === asShown(plan.bidiName) && bidi.nameMarked.includes("\u27e8U+202E\u27e9"),
+    "the name with a bidi override is not shown with it marked: " + JSON.stringify(bidi));
+  check(bidi.warnings.some(w => w.startsWith("Look closely at the name")), "no warning about the name: " + bidi.warnings);
   check(byPath[plan.fifo].warnings.some(w => w.startsWith("Apply refuses this: ")), "the fifo is not marked as refused: " + byPath[plan.fifo].warnings);
   check(await page.locator("img").count() === 0, "markup from the sandbox made an element");
   check(await page.locator("script").count() === 1, "markup from the sandbox made a script element");
@@ -184,7 +192,7 @@ try {
   await page.locator("#ch-result.discarded").waitFor({ timeout: 10000 });
   const discarded = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report li .path")].map(s => s.textContent));
   console.log("discarded: " + JSON.stringify(discarded));
-  check(left.every(p => discarded.includes(p)), "discarded " + discarded + ", want " + left);
+  check(left.every(p => discarded.includes(asShown(p))), "discarded " + discarded + ", want " + left.map(asShown));
   await page.locator("section.cow-mount p.none").waitFor({ timeout: 10000 });
   await shot("change-discarded");
 
