@@ -22,19 +22,24 @@ import (
 // TestChangesPageInChromium is the review page's end-to-end test (issue
 // 19): a real `airlock serve` whose policy keeps the changes of a host
 // directory for an operator runs a sandbox with a copy-on-write mount of
-// it; the sandbox adds a file whose name is markup, puts a script and a
-// bidi override into a file's content and another into a file's name, deletes, chmods, makes a directory,
-// a symlink and a fifo (which apply refuses). The sandbox's own key may list the changes but not apply
-// them; the console refuses an apply without its CSRF token or from
-// another origin. Headless Chromium (internal/api/webtest/changes.mjs)
-// then logs in as an operator, finds the change in the list, reads every
-// file's diff (the payloads as text, the bidi override as a marked
-// escape, no script run), sees an apply of a path the host changed
-// refused as a conflict, sees an apply of a file the sandbox rewrote
-// after the page showed it refused too (the page sends the digests it
-// showed), applies the two chosen files as shown again, sees a change made
-// while it shows announced, discards the rest, and sees the list empty. The test checks on disk that exactly those two
-// files changed on the host, and the audit log names the operator.
+// it and of a second directory (whose changes its key may decide). The
+// sandbox adds a file whose name is markup, puts a script and a bidi
+// override into a file's content and another into a file's name,
+// deletes, chmods, makes a directory, a symlink and a FIFO (which apply
+// refuses), and adds a file to the second mount. Its own key may list the
+// changes but not apply or discard those of the first; the console
+// refuses an apply without its CSRF token or from another origin.
+// Headless Chromium (internal/api/webtest/changes.mjs) then logs in as an
+// operator, finds both mounts in the list and on the sandbox's page,
+// applies the second mount's change, reads every file's diff (the
+// payloads as text, the overrides as marked escapes, no script run), sees
+// an apply of a path the host changed refused as a conflict, sees an
+// apply of a file the sandbox rewrote after the page showed it refused too
+// (the page sends the digests it showed), applies the two chosen files as
+// shown again, sees a change made while it shows announced, discards the
+// rest, sees the list empty and the apply in the audit log. The test
+// checks on disk that exactly the files applied changed on the host, and
+// the audit log names the operator.
 func TestChangesPageInChromium(t *testing.T) {
 	requireE2E(t)
 	testcap.Require(t, "overlay")
@@ -58,6 +63,15 @@ func TestChangesPageInChromium(t *testing.T) {
 		}
 	}
 
+	// A second host directory, mounted at /data: its owner may decide.
+	src2 := filepath.Join(base, "data")
+	if err := os.Mkdir(src2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src2, "a.txt"), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	state := filepath.Join(t.TempDir(), "state")
 	keyOf := func(role, name string) string {
 		o := airlockRun(t, invocation{args: []string{"keys", "create", "--state-dir", state, "--role", role, "--name", name}})
@@ -68,7 +82,7 @@ func TestChangesPageInChromium(t *testing.T) {
 	}
 	opSecret, agentSecret := keyOf("operator", "ops"), keyOf("agent", "coder")
 	pol := filepath.Join(t.TempDir(), "policy.toml")
-	if err := os.WriteFile(pol, []byte(`mounts = ["`+src+`:/work:cow"]
+	if err := os.WriteFile(pol, []byte(`mounts = ["`+src+`:/work:cow", "`+src2+`:/data:cow"]
 [approval]
 mounts = ["`+src+`"]
 `), 0o600); err != nil {
@@ -86,7 +100,7 @@ mounts = ["`+src+`"]
 		keyID[k.Name] = k.ID
 	}
 
-	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{TTL: 10 * time.Minute, Mounts: []client.Mount{{Source: src, Target: "/work", Cow: true}}})
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{TTL: 10 * time.Minute, Mounts: []client.Mount{{Source: src, Target: "/work", Cow: true}, {Source: src2, Target: "/data", Cow: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +117,8 @@ mkdir new
 printf 'inner\n' > new/inner.txt
 ln -s edit.txt link
 mkfifo pipe
-printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
+printf 'x\n' > "$3"
+printf 'b\n' > /data/b.txt`, "sh", edited, imgName, bidiName}})
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("the sandbox's writes: %+v %v", r, err)
 	}
@@ -116,7 +131,7 @@ printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 	host["tool.sh"] = hostTool
 	want := []string{"/work/" + imgName, "/work/edit.txt", "/work/gone.txt", "/work/link", "/work/new", "/work/new/inner.txt", "/work/pipe", "/work/" + bidiName, "/work/tool.sh"}
 	mounts, err := agent.Changes(ctx, sb.ID)
-	if err != nil || len(mounts) != 1 || !mounts[0].Approval {
+	if err != nil || len(mounts) != 2 || mounts[0].Target != "/work" || !mounts[0].Approval || mounts[1].Approval || len(mounts[1].Changes) != 1 {
 		t.Fatalf("the sandbox's key lists its changes: %+v %v", mounts, err)
 	}
 	var got []string
@@ -128,10 +143,10 @@ printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 	}
 	// The policy keeps them for a person: the sandbox's key cannot decide.
 	var ce *client.Error
-	if _, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"edit.txt"}}); !errors.As(err, &ce) || ce.Status != 403 || ce.Code != "approval_required" {
+	if _, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Target: "/work", Paths: []string{"edit.txt"}}); !errors.As(err, &ce) || ce.Status != 403 || ce.Code != "approval_required" {
 		t.Fatalf("an apply by the sandbox's own key: %v", err)
 	}
-	if _, err := agent.DiscardChanges(ctx, sb.ID, client.ChangesRequest{}); !errors.As(err, &ce) || ce.Status != 403 {
+	if _, err := agent.DiscardChanges(ctx, sb.ID, client.ChangesRequest{Target: "/work"}); !errors.As(err, &ce) || ce.Status != 403 {
 		t.Fatalf("a discard by the sandbox's own key: %v", err)
 	}
 	// The console's apply needs the session's CSRF token and the page's
@@ -148,6 +163,7 @@ printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 		}
 	}
 	checkHost(t, src, host, nil)
+	checkHost(t, src2, map[string]string{"a.txt": "a\n"}, nil)
 
 	// What the sandbox writes to imgName after the page showed it: the
 	// apply of what was shown is a conflict; the apply after the page
@@ -157,6 +173,7 @@ printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 	plan, _ := json.Marshal(map[string]any{
 		"sandbox": sb.ID, "target": "/work", "source": src, "key": keyID["coder"], "keyName": "coder", "paths": want,
 		"img": "/work/" + imgName, "edit": "/work/edit.txt", "conflict": "/work/tool.sh", "link": "/work/link", "inner": "/work/new/inner.txt", "fifo": "/work/pipe", "bidiName": "/work/" + bidiName,
+		"target2": "/data", "source2": src2, "added2": "/data/b.txt",
 		"late":  late,
 		"apply": []string{"/work/" + imgName, "/work/edit.txt"},
 	})
@@ -175,7 +192,8 @@ printf 'x\n' > "$3"`, "sh", edited, imgName, bidiName}})
 	if fi, err := os.Stat(filepath.Join(src, "tool.sh")); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("tool.sh's mode on the host: %v %v", fi.Mode(), err)
 	}
-	if mounts, err := op.Changes(ctx, sb.ID); err != nil || len(mounts) != 1 || len(mounts[0].Changes) != 0 {
+	checkHost(t, src2, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}, nil)
+	if mounts, err := op.Changes(ctx, sb.ID); err != nil || len(mounts) != 2 || len(mounts[0].Changes)+len(mounts[1].Changes) != 0 {
 		t.Fatalf("changes left after the page discarded the rest: %+v %v", mounts, err)
 	}
 	if p, err := op.PendingChanges(ctx); err != nil || len(p) != 0 {

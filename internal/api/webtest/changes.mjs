@@ -1,18 +1,22 @@
 // changes.mjs URL KEY AGENTKEY OUTDIR PLAN: logs in to the console in headless
 // Chromium with an operator key and reviews a sandbox's pending changes to
-// a host directory (copy-on-write mount): the list names the sandbox, its
-// key, the mount and that an operator decides; the review shows each
-// changed file as text (a name that is markup, a diff with a script and a
-// bidi override: escaped, the override a marked escape, nothing run);
-// an apply of a path the host changed is reported as a conflict, and so
-// is an apply of a file the sandbox rewrote (through the API with
-// AGENTKEY) after the page showed it; the two chosen files are applied as
-// shown again, a change made while the review shows is announced, the rest is
-// discarded, and the list ends empty. The page's timers are the test's
-// (page.clock): it refreshes only when told. PLAN is JSON: sandbox,
-// target, source, key, keyName, paths (every pending path), img, edit,
-// conflict, link, inner, fifo, bidiName, apply (the paths to apply), late (what the
-// sandbox writes to img after the review).
+// host directories (two copy-on-write mounts): the list names the
+// sandbox, its key, each mount and who decides; the sandbox's page links
+// to the review; the second mount's one change is applied from its own
+// section; the review shows each changed file of the first as text (a
+// name that is markup, a diff with a script and a bidi override, a name
+// with one: escaped, each override a marked escape, nothing run); an apply
+// of a path the host changed is reported as a conflict, and so is an
+// apply of a file the sandbox rewrote (through the API with AGENTKEY)
+// after the page showed it; the two chosen files are applied as shown
+// again, a change made while the review shows is announced, the rest is
+// discarded, the list ends empty, and the audit log names the apply. The
+// page's timers are the test's (page.clock): it refreshes only when told.
+// PLAN is JSON: sandbox, target, source, key, keyName, paths (every
+// pending path of target), img, edit, conflict, link, inner, fifo,
+// bidiName, apply (the paths to apply), late (what the sandbox writes to
+// img after the review), target2, source2, added2 (the second mount and
+// its one change).
 // Screenshots go to OUTDIR. Prints "RESULT {applied, discarded}" and exits
 // 0, or prints why and exits 1. Run by cmd/airlock's
 // TestChangesPageInChromium.
@@ -69,7 +73,7 @@ try {
   await page.click("#login-button");
 
   // The list.
-  const row = page.locator(`tr.pending-change[data-sandbox="${plan.sandbox}"]`);
+  const row = page.locator(`tr.pending-change[data-sandbox="${plan.sandbox}"][data-target="${plan.target}"]`);
   await row.waitFor({ timeout: 15000 });
   const cells = await row.evaluate(tr => ({
     key: tr.querySelector(".key").textContent, target: tr.querySelector(".target").textContent,
@@ -81,16 +85,40 @@ try {
   check(cells.target === plan.target && cells.source === plan.source, "the list's mount: " + cells.target + " " + cells.source);
   check(cells.approval.includes("an operator decides"), "the list does not say an operator decides: " + cells.approval);
   check(cells.count === String(plan.paths.length), "the list counts " + cells.count + " changes, want " + plan.paths.length);
+  // The second mount: its key's owner may decide too.
+  const row2 = page.locator(`tr.pending-change[data-sandbox="${plan.sandbox}"][data-target="${plan.target2}"]`);
+  const cells2 = await row2.evaluate(tr => ({ source: tr.querySelector(".source").textContent, approval: tr.querySelector(".approval").textContent, count: tr.querySelector(".count").textContent }));
+  check(cells2.source === plan.source2 && cells2.approval === "the key's owner or an operator" && cells2.count === "1", "the second mount's row: " + JSON.stringify(cells2));
+  const total = plan.paths.length + 1;
   await page.locator("#changes-count:not([hidden])").waitFor({ timeout: 5000 });
-  check(await page.locator("#changes-count").textContent() === String(plan.paths.length), "the navigation's badge");
+  check(await page.locator("#changes-count").textContent() === String(total), "the navigation's badge");
   await shot("changes");
+
+  // The sandbox's page says what its mounts hold and links to the review.
+  await row.locator("a.sandbox-link").click();
+  await page.locator("#sd-cow-review").waitFor({ timeout: 10000 });
+  const sdCow = await page.locator("#sd-cow").textContent();
+  check(sdCow === `${plan.target} (of ${plan.source}), ${plan.target2} (of ${plan.source2}): ${total} pending changes. Review them`, "the sandbox page's cow mounts: " + sdCow);
+  await page.goBack();
 
   // The review.
   await row.locator("a.review").click();
   const mount = page.locator(`section.cow-mount[data-target="${plan.target}"]`);
   await mount.waitFor({ timeout: 10000 });
-  await until(page, n => document.querySelectorAll("li.change").length === n, plan.paths.length, "every change in the review");
-  const review = async () => page.evaluate(() => [...document.querySelectorAll("li.change")].map(li => ({
+  await until(page, n => document.querySelectorAll("li.change").length === n, total, "every change in the review");
+
+  // Apply the second mount's one change: its own toolbar sends its target.
+  const mount2 = page.locator(`section.cow-mount[data-target="${plan.target2}"]`);
+  check(await mount2.locator(".needs-approval").count() === 0, "the second mount is marked as needing an operator");
+  await mount2.locator("input.pick-all").check();
+  await mount2.locator("button.apply").click();
+  await page.locator("#ch-result.applied").waitFor({ timeout: 10000 });
+  const applied2 = await page.locator("#ch-result ul.report li .path").allTextContents();
+  check(JSON.stringify(applied2) === JSON.stringify([plan.added2]), "applied in the second mount: " + applied2);
+  await until(page, n => document.querySelectorAll("li.change").length === n, plan.paths.length, "the second mount's change gone from the review");
+  await mount2.locator("p.none").waitFor({ timeout: 10000 });
+
+  const review = async () => page.evaluate(t => [...document.querySelectorAll(`section.cow-mount[data-target="${t}"] li.change`)].map(li => ({
     path: li.dataset.path, kind: li.dataset.kind,
     shown: li.querySelector(".head .path").textContent,
     facts: li.querySelector(".facts").textContent,
@@ -99,7 +127,7 @@ try {
     marked: [...li.querySelectorAll("pre.unified span.ctl")].map(s => s.textContent),
     nameMarked: [...li.querySelectorAll(".head .path span.ctl")].map(s => s.textContent),
     warnings: [...li.querySelectorAll(".warning")].map(w => w.textContent),
-  })));
+  })), plan.target);
   const changes = await review();
   console.log("review: " + JSON.stringify(changes));
   const byPath = Object.fromEntries(changes.map(c => [c.path, c]));
@@ -193,7 +221,7 @@ try {
   const discarded = await page.evaluate(() => [...document.querySelectorAll("#ch-result ul.report li .path")].map(s => s.textContent));
   console.log("discarded: " + JSON.stringify(discarded));
   check(left.every(p => discarded.includes(asShown(p))), "discarded " + discarded + ", want " + left.map(asShown));
-  await page.locator("section.cow-mount p.none").waitFor({ timeout: 10000 });
+  await mount.locator("p.none").waitFor({ timeout: 10000 });
   await shot("change-discarded");
 
   // The list is empty.
