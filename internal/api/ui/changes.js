@@ -137,6 +137,8 @@ function below(p, d) {
   return p === d || p.startsWith(d.endsWith("/") ? d : d + "/");
 }
 
+// renderMount is one mount's section; sel is the paths to draw ticked
+// (after a redraw); from then on the checkboxes hold what is chosen.
 function renderMount(m, sel) {
   const sec = el("section", { class: "cow-mount", "data-target": m.target });
   sec.append(el("h3", {}, "Mount ", name(m.target), " of the host directory ", name(m.source), " ",
@@ -171,8 +173,6 @@ function renderMount(m, sel) {
     setText(count, n + " of " + bs.length + " chosen");
     apply.disabled = n === 0;
     discard.disabled = n === 0;
-    sel.clear();
-    for (const b of bs) if (b.checked) sel.add(b.dataset.path);
   };
   // A directory stands for everything below it: choosing it chooses them,
   // and leaving out one of them leaves out the directories above it.

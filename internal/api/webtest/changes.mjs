@@ -206,11 +206,17 @@ try {
   await shot("change-applied");
 
   // A change while the review shows: the next refresh shows it, and says so.
+  // What was ticked stays ticked, unless it moved.
   check(await page.locator("#ch-updated").isHidden(), "the review says it changed before it did");
+  const gone = plan.target + "/gone.txt";
+  await pick(gone);
+  await pick(plan.inner);
   await write(plan.inner, "inner, changed while shown\n");
   await page.clock.runFor(5000);
   await page.locator("#ch-updated:not([hidden])").waitFor({ timeout: 10000 });
   await until(page, () => [...document.querySelectorAll("pre.unified")].some(p => p.textContent.includes("+inner, changed while shown")), null, "the new content of the file changed while shown");
+  const ticked = await page.evaluate(() => [...document.querySelectorAll("input.pick:checked")].map(b => b.dataset.path));
+  check(JSON.stringify(ticked) === JSON.stringify([gone]), "ticked after the redraw: " + ticked + ", want only " + gone);
 
   // Discard the rest (two clicks: the button asks to confirm).
   await mount.locator("input.pick-all").check();
