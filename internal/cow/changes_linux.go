@@ -46,7 +46,7 @@ func load(ctx context.Context, dir string) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the cow layer of %s: %w", m.Target, err)
 	}
-	after, links, err := merged(ctx, ufd, m.Target, m.Entries)
+	after, links, err := merged(ctx, ufd, m.Target, m.Entries, cacheOf(dir))
 	if err != nil {
 		return nil, fmt.Errorf("read the cow layer of %s: %w", m.Target, err)
 	}

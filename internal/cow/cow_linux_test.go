@@ -523,3 +523,26 @@ func TestApplyReviewed(t *testing.T) {
 		t.Errorf("a malformed digest: %v", err)
 	}
 }
+
+// TestDigestCache: a file rewritten with the same size and modification
+// time is hashed again (its ctime moved), so a listing never shows a stale
+// digest.
+func TestDigestCache(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"a.txt": "aaaa"})
+	f.sandboxWrite(t, "a.txt", "bbbb")
+	p := filepath.Join(f.merged, "a.txt")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.changes(t)["a.txt"].After.Digest
+	if again := f.changes(t)["a.txt"].After.Digest; again != first {
+		t.Fatalf("two listings differ: %s %s", first, again)
+	}
+	time.Sleep(10 * time.Millisecond)
+	must(t, os.WriteFile(p, []byte("cccc"), 0o644))
+	must(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
+	if got := f.changes(t)["a.txt"].After.Digest; got == first {
+		t.Errorf("a same-size rewrite with the old mtime shows the old digest %s", got)
+	}
+}

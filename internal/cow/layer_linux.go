@@ -170,6 +170,7 @@ func overlay(lower int, upper, work string) (*os.File, error) {
 // the record. A journal of an interrupted apply is kept for Recover.
 // Nothing below a mount that does not come off is deleted.
 func Remove(dir string) error {
+	forget(dir)
 	merged := filepath.Join(dir, "merged")
 	_ = unix.Unmount(merged, unix.MNT_DETACH)
 	layer := filepath.Join(dir, "layer")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -30,7 +31,37 @@ type walker struct {
 	// (upper walks).
 	whiteouts []string
 	opaque    []string
+	// digests, when set, remembers the upper layer's file digests by
+	// inode, size and times: listings repeat (the web page polls).
+	digests *digestCache
 }
+
+// digestCache maps a file's identity (inode, size, mtime, ctime: any
+// write changes ctime) to its content digest.
+type digestCache struct {
+	mu sync.Mutex
+	m  map[fileID]string
+}
+
+type fileID struct {
+	ino, size    uint64
+	mtime, ctime int64
+}
+
+func idOf(st *unix.Stat_t) fileID {
+	return fileID{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
+// caches holds a digest cache per layer directory of this process.
+var caches sync.Map // dir → *digestCache
+
+func cacheOf(dir string) *digestCache {
+	v, _ := caches.LoadOrStore(dir, &digestCache{m: map[fileID]string{}})
+	return v.(*digestCache)
+}
+
+// forget drops dir's cache (its layer is gone).
+func forget(dir string) { caches.Delete(dir) }
 
 func entryType(mode uint32) string {
 	switch mode & unix.S_IFMT {
@@ -94,7 +125,7 @@ func (w *walker) dir(fd int, p string, depth int, upper bool) error {
 		switch e.Type {
 		case sandbox.EntryFile:
 			e.Size = st.Size
-			if e.Digest, err = digestAt(fd, name); err != nil {
+			if e.Digest, err = w.digest(fd, name, &st); err != nil {
 				return fmt.Errorf("read %s: %w", cp, err)
 			}
 			if upper && st.Nlink > 1 {
@@ -125,6 +156,35 @@ func (w *walker) dir(fd int, p string, depth int, upper bool) error {
 		}
 	}
 	return nil
+}
+
+// digest is the content digest of name below dfd, whose stat is st.
+func (w *walker) digest(dfd int, name string, st *unix.Stat_t) (string, error) {
+	if w.digests == nil {
+		return digestAt(dfd, name)
+	}
+	id := idOf(st)
+	w.digests.mu.Lock()
+	d, ok := w.digests.m[id]
+	w.digests.mu.Unlock()
+	if ok {
+		return d, nil
+	}
+	d, err := digestAt(dfd, name)
+	if err != nil {
+		return "", err
+	}
+	// Kept only when the file did not change while it was read.
+	var after unix.Stat_t
+	if unix.Fstatat(dfd, name, &after, unix.AT_SYMLINK_NOFOLLOW) == nil && idOf(&after) == id {
+		w.digests.mu.Lock()
+		if len(w.digests.m) > MaxEntries {
+			clear(w.digests.m)
+		}
+		w.digests.m[id] = d
+		w.digests.mu.Unlock()
+	}
+	return d, nil
 }
 
 func isOpaque(fd int) bool {
@@ -173,8 +233,8 @@ func readlinkAt(dfd int, name string) (string, error) {
 // merged is the tree the sandbox sees now: base (the manifest) as the
 // upper layer open at upperFD (closed here) changes it, and the upper
 // layer's files with more than one name.
-func merged(ctx context.Context, upperFD int, target string, base []sandbox.TreeEntry) ([]sandbox.TreeEntry, map[string]uint64, error) {
-	w := &walker{ctx: ctx, max: MaxEntries, links: map[string]uint64{}}
+func merged(ctx context.Context, upperFD int, target string, base []sandbox.TreeEntry, cache *digestCache) ([]sandbox.TreeEntry, map[string]uint64, error) {
+	w := &walker{ctx: ctx, max: MaxEntries, links: map[string]uint64{}, digests: cache}
 	var st unix.Stat_t
 	if err := unix.Fstat(upperFD, &st); err != nil {
 		unix.Close(upperFD)
