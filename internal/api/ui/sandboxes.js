@@ -319,7 +319,7 @@ async function listFiles(dir) {
 async function cowSummary(id, running) {
   const p = $("sd-cow");
   if (!running) {
-    setText(p, "The sandbox is not running: its copy-on-write layers are gone, and with them what was not applied.");
+    setText(p, "Only a running sandbox's copy-on-write changes can be reviewed; an ended sandbox's changes that were not applied ended with it.");
     return;
   }
   const c = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/changes");
