@@ -6,11 +6,14 @@ import * as sandboxes from "./sandboxes.js";
 import * as approvals from "./approvals.js";
 import * as auditView from "./audit.js";
 import * as keys from "./keys.js";
+import * as changes from "./changes.js";
 
 const views = {
   sandboxes: { section: "view-sandboxes", mod: sandboxes.list },
   sandbox: { section: "view-sandbox", mod: sandboxes.detail, nav: "sandboxes" },
   approvals: { section: "view-approvals", mod: approvals },
+  changes: { section: "view-changes", mod: changes.list },
+  change: { section: "view-change", mod: changes.review, nav: "changes" },
   audit: { section: "view-audit", mod: auditView },
   keys: { section: "view-keys", mod: keys },
 };
@@ -20,7 +23,8 @@ let timer = 0;
 let ticks = 0;
 
 // route reads the view and its parameter from the URL's fragment:
-// #/sandboxes, #/sandbox/ID, #/approvals, #/audit, #/keys.
+// #/sandboxes, #/sandbox/ID, #/approvals, #/changes, #/change/ID, #/audit,
+// #/keys.
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const name = views[parts[0]] ? parts[0] : "sandboxes";
@@ -58,6 +62,18 @@ async function pendingBadge() {
   } catch (e) { /* the view shows errors */ }
 }
 
+// changesBadge counts the pending copy-on-write changes: less often than
+// approvals (the daemon walks each sandbox's layer to count them), and
+// at once after the page applied or discarded some.
+async function changesBadge() {
+  try {
+    const n = await changes.count();
+    const b = $("changes-count");
+    b.hidden = n === 0;
+    setText(b, n);
+  } catch (e) { /* the view shows errors */ }
+}
+
 function show(loggedIn) {
   $("login").hidden = loggedIn;
   $("nav").hidden = !loggedIn;
@@ -82,10 +98,12 @@ async function start() {
   show(true);
   await open();
   pendingBadge();
+  changesBadge();
   clearInterval(timer);
   timer = setInterval(async () => {
     ticks++;
     if (ticks % 2 === 0) pendingBadge();
+    if (ticks % 10 === 0) changesBadge();
     if (current && current.mod.tick) {
       try { await current.mod.tick(ticks); } catch (e) { showError(e.message); }
     }
@@ -115,6 +133,7 @@ document.addEventListener("DOMContentLoaded", () => {
     show(false);
   });
   window.addEventListener("hashchange", open);
+  window.addEventListener("airlock:changes", changesBadge);
   sandboxes.setup();
   auditView.setup();
   keys.setup();

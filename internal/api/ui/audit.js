@@ -29,6 +29,13 @@ function what(ev) {
       return ev.template || "";
     case "checkpoint":
       return "signed checkpoint";
+    case "cow_apply": case "cow_discard": case "cow_recover": {
+      // A copy-on-write mount's apply or discard: the mount, its host
+      // directory, and the first paths decided.
+      const fs = ev.files || [];
+      return (ev.path || "") + (ev.host ? " of " + ev.host : "") + ": " + fs.length + " path" + (fs.length === 1 ? "" : "s") +
+        (fs.length ? " (" + fs.slice(0, 5).map(f => f.path).join(", ") + (fs.length > 5 ? ", \u2026" : "") + ")" : "");
+    }
   }
   return command(ev) || ev.path || ev.host || ev.approval || "";
 }

@@ -18,6 +18,27 @@ export function visible(s) {
   return String(s ?? "").replace(hidden, c => "\u27e8U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9");
 }
 
+// shown returns nodes for s with each hidden character as a marked
+// ⟨U+XXXX⟩ (a span of class "ctl", so that it stands out from the text
+// around it); with names, newlines and tabs are hidden characters too
+// (in a file name they are never what they seem).
+export function shown(s, names) {
+  const re = names ? /[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Zs}]/gu : hidden;
+  const str = String(s ?? "");
+  const out = [];
+  let last = 0;
+  for (const m of str.matchAll(re)) {
+    if (m.index > last) out.push(document.createTextNode(str.slice(last, m.index)));
+    const span = document.createElement("span");
+    span.className = "ctl";
+    span.textContent = "\u27e8U+" + m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9";
+    out.push(span);
+    last = m.index + m[0].length;
+  }
+  if (last < str.length || out.length === 0) out.push(document.createTextNode(str.slice(last)));
+  return out;
+}
+
 // oddities says what in s the operator should look at twice.
 export function oddities(s) {
   const notes = [];
@@ -63,7 +84,12 @@ export async function call(method, path, body) {
   const r = await fetch(path, opts);
   const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (r.status === 401 && session.csrf) session.onLoggedOut();
-  if (!r.ok) throw new Error((data.error && data.error.message) || ("HTTP " + r.status));
+  if (!r.ok) {
+    const e = new Error((data.error && data.error.message) || ("HTTP " + r.status));
+    e.status = r.status;
+    e.data = data;
+    throw e;
+  }
   return data;
 }
 

@@ -314,6 +314,25 @@ async function listFiles(dir) {
   setText($("sd-files-note"), ents.length === 0 ? "The directory is empty." : ents.length > shown.length ? "Showing 1000 of " + ents.length + " entries." : ents.length + (ents.length === 1 ? " entry" : " entries") + ". Files download as they are; nothing here runs or opens them.");
 }
 
+// cowSummary says what the sandbox's copy-on-write mounts hold, with a
+// link to their review (changes.js).
+async function cowSummary(id, running) {
+  const p = $("sd-cow");
+  if (!running) {
+    setText(p, "Only a running sandbox's copy-on-write changes can be reviewed; an ended sandbox's changes that were not applied ended with it.");
+    return;
+  }
+  const c = await call("GET", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/changes");
+  const ms = c.mounts || [];
+  const n = ms.reduce((s, m) => s + (m.changes || []).length, 0);
+  if (ms.length === 0) {
+    setText(p, "None: this sandbox writes to no host directory.");
+    return;
+  }
+  p.replaceChildren(visible(ms.map(m => m.target + " (of " + m.source + ")").join(", ") + ": " + n + " pending change" + (n === 1 ? "" : "s") + ". "),
+    el("a", { href: "#/change/" + encodeURIComponent(id), id: "sd-cow-review" }, "Review them"));
+}
+
 export const detail = {
   async open(id) {
     cur = id;
@@ -322,6 +341,7 @@ export const detail = {
     $("sd-actions").dataset.id = "";
     for (const t of ["sd-execs", "sd-egress", "sd-files", "sd-procs", "sd-snapshots"]) $(t).querySelector("tbody").replaceChildren();
     setText($("sd-files-note"), "");
+    setText($("sd-cow"), "");
     setText($("sd-diff"), "");
     $("sd-diff").hidden = true;
     $("sd-path").value = "/workspace";
@@ -334,6 +354,7 @@ export const detail = {
     egressNext = b;
     const running = $("sd-state").dataset.state === "running";
     await listSnapshots(running).catch(e => { setText($("sd-snapshots-none"), e.message); $("sd-snapshots-none").hidden = false; });
+    await cowSummary(id, running).catch(e => setText($("sd-cow"), e.message));
     if (running) {
       await listFiles("/workspace").catch(e => setText($("sd-files-note"), e.message));
     } else {
