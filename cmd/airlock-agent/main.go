@@ -10,9 +10,16 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentd"
 )
 
-// The main goroutine keeps the main thread, so that no goroutine that
-// confines its thread for a command (and ends locked) ever lands on the one
-// thread Go cannot let exit.
-func init() { runtime.LockOSThread() }
+func init() {
+	// The main goroutine keeps the main thread, so that no goroutine that
+	// confines its thread for a command (and ends locked) ever lands on
+	// the one thread Go cannot let exit.
+	runtime.LockOSThread()
+	// One P: the agent mostly waits in system calls, which hand their P
+	// on, and every P it had once left an idle thread behind for good. A
+	// host with thousands of sandboxes runs out of pids (kernel.pid_max)
+	// on threads, not processes (docs/decisions.md).
+	runtime.GOMAXPROCS(1)
+}
 
 func main() { os.Exit(agentd.Main()) }
