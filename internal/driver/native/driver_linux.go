@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -246,7 +246,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	var agentEnd *os.File
 	args := []string{"airlock-agent"}
 	var hold []*os.File // what the agent keeps open for its life: the locks
-	var stderr any = &h.agentLog
+	var stderr io.Writer = &h.agentLog
 	if d.opts.Persistent {
 		h.persistent = true
 		if agentEnd, err = h.bindSession(); err != nil {
@@ -287,28 +287,18 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	defer cfgR.Close()
 	defer cfgW.Close()
 
-	cmd := &exec.Cmd{
-		Path:       d.agent,
-		Args:       args,
-		Env:        []string{}, // nothing of airlock's environment reaches the sandbox
-		ExtraFiles: append(append([]*os.File{cfgR, agentEnd}, extra...), hold...),
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
-				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
-			GidMappingsEnableSetgroups: true,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:                     true,
-		},
+	sys := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWNET |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: h.base, Size: hostlock.RangeSize}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		Setsid:                     true,
 	}
-	switch w := stderr.(type) {
-	case *os.File:
-		cmd.Stderr = w
-	case *agentdriver.LogBuffer:
-		cmd.Stderr = w
+	if !d.opts.Persistent {
 		// A one-shot run's sandbox dies with its process.
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		sys.Pdeathsig = syscall.SIGKILL
 	}
 	if d.hier != nil && d.hier.V2 {
 		fd, err := unix.Open(h.agentGroup.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -316,15 +306,17 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 			return nil, fmt.Errorf("open the agent's cgroup: %w", err)
 		}
 		defer unix.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
-	if err := cmd.Start(); err != nil {
+	files := append(append([]*os.File{cfgR, agentEnd}, extra...), hold...)
+	proc, err := startAgent(d.agent, args, stderr, files, sys)
+	if err != nil {
 		return nil, fmt.Errorf("start the sandbox: %w", err)
 	}
-	h.cmd = cmd
-	h.agentPid = cmd.Process.Pid
+	h.proc = proc
+	h.agentPid = proc.pid
 	go func() {
-		_ = cmd.Wait()
+		proc.wait()
 		h.closeDone()
 	}()
 	// The agent holds its ends now; once it exits, the host sees EOF at
@@ -342,7 +334,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	// this. It takes CAP_SYS_RESOURCE, which some hosts (containers, VMs)
 	// withhold even from root; the agent's own cgroup still shields it from
 	// the workload's out-of-memory kills there.
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", proc.pid), []byte("-1000"), 0); err != nil {
 		d.oomOnce.Do(func() {
 			d.opts.Logger.Warn("cannot protect sandbox agents from the host's OOM killer (needs CAP_SYS_RESOURCE)", "err", err)
 		})

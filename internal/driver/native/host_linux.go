@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -26,7 +25,7 @@ import (
 type host struct {
 	d        *Driver
 	spec     sandbox.Spec
-	cmd      *exec.Cmd // nil for a sandbox this process reattached to
+	proc     *agentProc // nil for a sandbox this process reattached to
 	conn     net.Conn
 	agentLog agentdriver.LogBuffer
 	done     chan struct{}
@@ -231,8 +230,8 @@ func (h *host) makeCgroups() error {
 // process of the sandbox with it.
 func (h *host) stopAgent() {
 	switch {
-	case h.cmd != nil && h.cmd.Process != nil:
-		_ = h.cmd.Process.Kill()
+	case h.proc != nil:
+		_ = h.proc.kill()
 	case h.watch != nil:
 		_ = h.watch.Kill()
 	case h.agentPid > 0 && h.agentStart > 0:

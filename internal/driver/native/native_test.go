@@ -85,7 +85,7 @@ func TestConformance(t *testing.T) {
 		},
 		FreezeAgent: freezeAgent,
 		KillAgent: func(t *testing.T, sb sandbox.Instance) {
-			if err := sb.(*agentdriver.Instance).Host().(*host).cmd.Process.Kill(); err != nil {
+			if err := sb.(*agentdriver.Instance).Host().(*host).proc.kill(); err != nil {
 				t.Fatalf("kill the agent: %v", err)
 			}
 		},
@@ -94,11 +94,11 @@ func TestConformance(t *testing.T) {
 
 // freezeAgent stops the sandbox's agent with SIGSTOP; its commands run on.
 func freezeAgent(t *testing.T, sb sandbox.Instance) func() {
-	p := sb.(*agentdriver.Instance).Host().(*host).cmd.Process
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
+	p := sb.(*agentdriver.Instance).Host().(*host).proc
+	if err := p.signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("stop the agent: %v", err)
 	}
-	return func() { _ = p.Signal(syscall.SIGCONT) }
+	return func() { _ = p.signal(syscall.SIGCONT) }
 }
 
 // recordingDriver notes what the leak check needs to know of each sandbox

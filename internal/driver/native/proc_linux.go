@@ -1,0 +1,160 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// agentProc is the agent's process, this process's child, followed through
+// its pidfd in the runtime's poller. os/exec waits for a child in a
+// blocking waitid: one host thread per live sandbox, which at thousands of
+// sandboxes is thousands of the machine's pids (kernel.pid_max).
+type agentProc struct {
+	pid   int
+	pidfd *os.File // non-blocking, in the poller
+	raw   syscall.RawConn
+	// logDone is closed once the agent's standard error, when it is a
+	// pipe, has been read to its end.
+	logDone chan struct{}
+	mu      sync.Mutex
+	reaped  bool
+}
+
+// startAgent starts path with files as its descriptors 0, 1, 2, 3… (nil
+// is /dev/null). A stderr that is not an *os.File gets a pipe, read
+// until the agent and every copy of its end are gone.
+func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, sys *syscall.SysProcAttr) (*agentProc, error) {
+	p := &agentProc{logDone: make(chan struct{})}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+	fds := []uintptr{null.Fd(), null.Fd(), null.Fd()}
+	var logR *os.File
+	switch w := stderr.(type) {
+	case *os.File:
+		fds[2] = w.Fd()
+		close(p.logDone)
+	case nil:
+		close(p.logDone)
+	default:
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer pw.Close()
+		logR = r
+		fds[2] = pw.Fd()
+		go func() {
+			defer close(p.logDone)
+			defer r.Close()
+			_, _ = io.Copy(w, r)
+		}()
+	}
+	for _, f := range files {
+		if f == nil {
+			fds = append(fds, null.Fd())
+			continue
+		}
+		fds = append(fds, f.Fd())
+	}
+	pidfd := -1
+	attr := *sys
+	attr.PidFD = &pidfd
+	pid, _, err := syscall.StartProcess(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
+	if err != nil {
+		if logR != nil {
+			logR.Close() // the copier ends on the closed pipe
+		}
+		return nil, err
+	}
+	p.pid = pid
+	if pidfd < 0 {
+		// A kernel without CLONE_PIDFD (before 5.2): the native driver
+		// needs 5.13 for Landlock, so this does not happen.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_, _ = unix.Wait4(pid, nil, 0, nil)
+		return nil, errors.New("start the sandbox: the kernel gave no pidfd for the agent (needs Linux 5.3 or later)")
+	}
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		_ = unix.Waitid(unix.P_PIDFD, pidfd, &unix.Siginfo{}, unix.WEXITED, nil)
+		unix.Close(pidfd)
+		return nil, err
+	}
+	p.pidfd = os.NewFile(uintptr(pidfd), "agent-pidfd")
+	if p.raw, err = p.pidfd.SyscallConn(); err != nil {
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		_ = unix.Waitid(unix.P_PIDFD, pidfd, &unix.Siginfo{}, unix.WEXITED, nil)
+		p.pidfd.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// wait returns once the agent has exited and has been reaped (its pidfd
+// closed), and its standard error read to the end. It parks a goroutine,
+// not a thread.
+func (p *agentProc) wait() {
+	err := p.raw.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			return false // running: wait until the pidfd is readable
+		case err == nil && info.Signo == 0:
+			return false
+		case errors.Is(err, unix.EINTR):
+			return false
+		}
+		// Reaped now (err nil), or gone in a way no retry changes.
+		p.mu.Lock()
+		p.reaped = true
+		p.mu.Unlock()
+		return true
+	})
+	if err != nil {
+		// Not in the poller after all: wait the blocking way.
+		for {
+			if _, err := unix.Wait4(p.pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		p.mu.Lock()
+		p.reaped = true
+		p.mu.Unlock()
+	}
+	p.pidfd.Close()
+	<-p.logDone
+}
+
+// kill sends SIGKILL to the agent.
+func (p *agentProc) kill() error { return p.signal(unix.SIGKILL) }
+
+// signal sends sig to the agent unless it has been reaped already (its pid
+// may belong to another process by then; the pidfd never does).
+func (p *agentProc) signal(sig unix.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return nil
+	}
+	var kerr error
+	if err := p.raw.Control(func(fd uintptr) { kerr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
+		return err
+	}
+	if errors.Is(kerr, unix.ESRCH) {
+		return nil
+	}
+	if kerr != nil {
+		return fmt.Errorf("signal the sandbox's agent: %w", kerr)
+	}
+	return nil
+}
