@@ -110,10 +110,12 @@ func WaitSandbox(stateDir, id string, d time.Duration) (*Lock, error) {
 const RangeSize = 65536
 
 // Ranges of host uids that sandboxes own, one each, so that per-uid kernel
-// limits are never shared between sandboxes.
+// limits are never shared between sandboxes: 16384 of them, from
+// 0x10000000 to 0x4fffffff, more sandboxes than a host runs at once (4096
+// stopped the density test short of 5,000).
 const (
 	rangeFirst = 0x10000000
-	rangeSlots = 4096
+	rangeSlots = 16384
 )
 
 // IsRangeBase says whether uid is the first uid of one of the ranges.
