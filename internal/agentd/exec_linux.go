@@ -59,7 +59,7 @@ type proc struct {
 }
 
 func newEngine(cfg *agent.Config) (*engine, error) {
-	e := &engine{cfg: cfg, reaper: startReaper(), procs: map[string]*proc{}}
+	e := &engine{cfg: cfg, reaper: newReaper(), procs: map[string]*proc{}}
 	if !skipped(cfg, sandbox.LayerCgroups) && len(cfg.Cgroup.FDs) > 0 {
 		h := &cgroup.Hierarchy{V2: cfg.Cgroup.V2, Mounts: map[string]string{}}
 		for i, fd := range cfg.Cgroup.FDs {

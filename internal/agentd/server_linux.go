@@ -131,126 +131,133 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	eng.workloadRoot = workloadRoot
-	s := &server{cfg: &cfg, eng: eng}
-	if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
-		// A container engine's: the first session is the attach stream,
-		// later ones come through relays to the socket in the agent's
-		// home, which setupContained made.
-		if sessions, err = listenSessions(cfg.Contained.Listen); err != nil {
-			return err
-		}
-	}
-	if cfg.Contained != nil {
-		// gVisor has no setfsuid: file operations run on threads that are
-		// the workload's uid and gid altogether (see idThreads).
-		s.root, err = fsroot.Open("/", -1, -1, sandbox.Workspace)
-		s.ids = &idThreads{uid: cfg.UID, gid: cfg.GID}
-		if errors.Is(err, sandbox.ErrUnsupported) {
-			// gVisor before 2023 has no openat2, without which no path
-			// is safely resolved inside the root: no file API, then.
-			s.rootErr = fmt.Errorf("the file API needs openat2, which this gVisor lacks (build a current runsc with `make runsc`): %w", sandbox.ErrUnsupported)
-			s.root, err = nil, nil
-		}
-	} else {
-		s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
-	}
-	if err != nil {
-		return fmt.Errorf("open the file API's root: %w", err)
-	}
-	if cfg.Template {
-		// Built ahead of its sandbox: wait for it (a virtual machine is
-		// saved meanwhile), then become it.
-		for _, argv := range cfg.WarmUp {
-			warmUp(eng, argv)
-		}
-		ready := func() error {
-			if cfg.ReadyFD <= 0 {
-				return nil
-			}
-			_, err := unix.Write(cfg.ReadyFD, []byte{1})
-			if cerr := unix.Close(cfg.ReadyFD); err == nil {
-				err = cerr
-			}
-			return err
-		}
-		next := func() (*agent.Config, error) {
-			var c agent.Config
-			return &c, cfgDec.Decode(&c)
-		}
-		if stdio {
-			// A sandbox built ahead on a stream (a warm Pod): one byte
-			// on it says the sandbox is built, and the host that claims
-			// it sends its config on the stream.
-			ready = func() error {
-				_, err := stdout.Write([]byte{1})
+	serve := func() error {
+		eng.workloadRoot = workloadRoot
+		s := &server{cfg: &cfg, eng: eng}
+		if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
+			// A container engine's: the first session is the attach stream,
+			// later ones come through relays to the socket in the agent's
+			// home, which setupContained made.
+			if sessions, err = listenSessions(cfg.Contained.Listen); err != nil {
 				return err
 			}
-			next = func() (*agent.Config, error) { return agent.ReadConfig(stdin) }
 		}
-		err := awaitSandbox(&cfg, ready, next)
-		if cfgFile != nil {
-			cfgFile.Close()
+		if cfg.Contained != nil {
+			// gVisor has no setfsuid: file operations run on threads that are
+			// the workload's uid and gid altogether (see idThreads).
+			s.root, err = fsroot.Open("/", -1, -1, sandbox.Workspace)
+			s.ids = &idThreads{uid: cfg.UID, gid: cfg.GID}
+			if errors.Is(err, sandbox.ErrUnsupported) {
+				// gVisor before 2023 has no openat2, without which no path
+				// is safely resolved inside the root: no file API, then.
+				s.rootErr = fmt.Errorf("the file API needs openat2, which this gVisor lacks (build a current runsc with `make runsc`): %w", sandbox.ErrUnsupported)
+				s.root, err = nil, nil
+			}
+		} else {
+			s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("open the file API's root: %w", err)
 		}
-	}
-	if s.egress, err = startEgress(cfg.Egress); err != nil {
-		return err
-	}
-	s.snap = newSnapState()
-	if s.rootErr == nil {
-		if err := s.recoverRestores(); err != nil {
-			return err
-		}
-	}
-	s.mux = s.handler()
-	if conn == nil && cfg.Listen == nil {
-		if conn, err = hostConn(agent.FDConn); err != nil {
-			return fmt.Errorf("open the host connection: %w", err)
-		}
-	}
-	// An idle sandbox should cost the host little: a tight heap (the agent's
-	// live heap is about 2 MiB), and what building the sandbox took goes
-	// back to the OS once it is built.
-	time.AfterFunc(50*time.Millisecond, func() {
-		debug.SetGCPercent(25)
-		debug.FreeOSMemory()
-	})
-	if sessions != nil {
-		if cfg.Listen != nil {
-			// The agent's standard output and error go to a log file on
-			// the host, which nothing bounds: once the sandbox is built
-			// they go nowhere, so that nothing in the sandbox can fill the
-			// host's disk through them.
-			if err := quiet(); err != nil {
+		if cfg.Template {
+			// Built ahead of its sandbox: wait for it (a virtual machine is
+			// saved meanwhile), then become it.
+			for _, argv := range cfg.WarmUp {
+				warmUp(eng, argv)
+			}
+			ready := func() error {
+				if cfg.ReadyFD <= 0 {
+					return nil
+				}
+				_, err := unix.Write(cfg.ReadyFD, []byte{1})
+				if cerr := unix.Close(cfg.ReadyFD); err == nil {
+					err = cerr
+				}
+				return err
+			}
+			next := func() (*agent.Config, error) {
+				var c agent.Config
+				return &c, cfgDec.Decode(&c)
+			}
+			if stdio {
+				// A sandbox built ahead on a stream (a warm Pod): one byte
+				// on it says the sandbox is built, and the host that claims
+				// it sends its config on the stream.
+				ready = func() error {
+					_, err := stdout.Write([]byte{1})
+					return err
+				}
+				next = func() (*agent.Config, error) { return agent.ReadConfig(stdin) }
+			}
+			err := awaitSandbox(&cfg, ready, next)
+			if cfgFile != nil {
+				cfgFile.Close()
+			}
+			if err != nil {
 				return err
 			}
 		}
-		if conn != nil {
-			go s.serveSession(conn)
+		if s.egress, err = startEgress(cfg.Egress); err != nil {
+			return err
 		}
-		// The sandbox outlives its sessions: it ends when the host (or
-		// its runtime) kills it. The main goroutine keeps the main
-		// thread (see cmd/airlock-agent) and waits here.
-		return s.serveSessions(sessions)
-	}
-	// The main goroutine is locked to the main thread (see cmd/airlock-agent);
-	// the connection is served from another, so that the hot path never
-	// waits for that one thread to be woken.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+		s.snap = newSnapState()
+		if s.rootErr == nil {
+			if err := s.recoverRestores(); err != nil {
+				return err
+			}
+		}
+		s.mux = s.trim.wrap(s.handler())
+		if conn == nil && cfg.Listen == nil {
+			if conn, err = hostConn(agent.FDConn); err != nil {
+				return fmt.Errorf("open the host connection: %w", err)
+			}
+		}
+		// An idle sandbox should cost the host little: a tight heap (the agent's
+		// live heap is about 2 MiB), and what building the sandbox took goes
+		// back to the OS once it is built.
+		time.AfterFunc(50*time.Millisecond, func() {
+			debug.SetGCPercent(25)
+			debug.FreeOSMemory()
+			s.trim.poke()
+		})
+		if sessions != nil {
+			if cfg.Listen != nil {
+				// The agent's standard output and error go to a log file on
+				// the host, which nothing bounds: once the sandbox is built
+				// they go nowhere, so that nothing in the sandbox can fill the
+				// host's disk through them.
+				if err := quiet(); err != nil {
+					return err
+				}
+			}
+			if conn != nil {
+				go s.serveSession(conn)
+			}
+			// The sandbox outlives its sessions: it ends when the host (or
+			// its runtime) kills it.
+			return s.serveSessions(sessions)
+		}
 		agent.ServeConn(context.Background(), conn, s.mux)
+		// A restore past its commit point finishes before the agent ends.
+		s.snap.commits.Wait()
+		// The agent's exit ends the sandbox: as PID 1 of its pid namespace
+		// its death kills every process in it. Killing the execs first would
+		// only race the host's kill of the agent, and an agent killed while it
+		// froze an exec's group for a kill would leave that group frozen.
+		return nil
+	}
+	// From here on the main goroutine, on the main thread, reaps the
+	// sandbox's processes (see reaper); the agent serves from another, and
+	// its end ends the process.
+	go func() {
+		code := 0
+		if err := serve(); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
+			code = 1
+		}
+		os.Exit(code)
 	}()
-	<-done
-	// A restore past its commit point finishes before the agent ends.
-	s.snap.commits.Wait()
-	// The agent's exit ends the sandbox: as PID 1 of its pid namespace
-	// its death kills every process in it. Killing the execs first would
-	// only race the host's kill of the agent, and an agent killed while it
-	// froze an exec's group for a kill would leave that group frozen.
+	eng.reaper.run()
 	return nil
 }
 
@@ -339,6 +346,8 @@ type server struct {
 	current net.Conn
 	// snap is the snapshot state (snapshot_linux.go).
 	snap *snapState
+	// trim ends idle threads once the agent is quiet (threads_linux.go).
+	trim trimmer
 }
 
 // files runs the file operation f with the workload's identity.

@@ -1,0 +1,107 @@
+package agentd
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The Go runtime never ends a thread it made: every burst of blocking
+// system calls (building the sandbox, a few execs at once) leaves idle
+// threads behind for the agent's life. Each is a task of the host's
+// kernel.pid_max, which thousands of sandboxes run out of. Once the agent
+// has been quiet for trimAfter, it ends the idle ones: a goroutine that
+// exits locked to its thread takes the thread with it (docs/decisions.md).
+
+// trimAfter is how long the agent waits after its last request before it
+// trims its threads.
+const trimAfter = 250 * time.Millisecond
+
+// minThreads is the fewest threads the runtime keeps: the main one (which
+// the main goroutine keeps), sysmon, the template thread that starts
+// threads for locked ones, and one that runs goroutines.
+const minThreads = 4
+
+// trimmer trims the agent's threads once no request came for trimAfter.
+type trimmer struct {
+	mu    sync.Mutex
+	timer *time.Timer
+}
+
+// poke says the agent is busy: the trim waits for another trimAfter.
+func (t *trimmer) poke() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.timer == nil {
+		t.timer = time.AfterFunc(trimAfter, trimThreads)
+		return
+	}
+	t.timer.Reset(trimAfter)
+}
+
+// wrap pokes the trimmer at the start and the end of every request.
+func (t *trimmer) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.poke()
+		defer t.poke()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// trimThreads ends idle threads one at a time while that lowers the count:
+// when no idle thread is left to take over, the runtime starts a new one
+// and the count stays, and trimming stops.
+func trimThreads() {
+	for range 64 {
+		n := threadCount()
+		if n <= minThreads {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(done)
+			// Returning locked ends this goroutine's thread.
+		}()
+		<-done
+		if !threadsBelow(n) {
+			return
+		}
+	}
+}
+
+// threadsBelow waits a little for the thread count to fall below n.
+func threadsBelow(n int) bool {
+	for range 50 {
+		if c := threadCount(); c > 0 && c < n {
+			return true
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return false
+}
+
+// threadCount is how many threads the agent has (0 when /proc cannot
+// tell).
+func threadCount() int {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which may hold anything, begin
+	// with the state; num_threads is the 18th of them.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 18 {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(f[17]))
+	return n
+}
