@@ -76,6 +76,7 @@ type densityRun struct {
 	create  []time.Duration
 	close   []time.Duration
 	stopped string // why growth stopped short of the last step
+	limits  string // what the test changed of this process's limits
 	err     error  // why nothing could be measured
 	memErr  error  // why memory could not be read
 }
@@ -87,6 +88,10 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 	if gerr != nil {
 		dr.err = gerr
 		return dr, nil
+	}
+	tasks := newTaskGuard()
+	if steps := o.densitySteps(); len(steps) > 0 {
+		dr.limits = raiseOpenFiles(steps[len(steps)-1])
 	}
 	var live []*guarded
 	defer func() {
@@ -111,6 +116,10 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 		progress("density: grow to %d sandboxes", target)
 		for len(live) < target {
 			if len(live)%10 == 0 {
+				if why := tasks.check(len(live)); why != "" {
+					dr.stopped = why
+					break
+				}
 				if n, avail, err := guard.allow(1); err != nil || n == 0 {
 					dr.stopped = fmt.Sprintf("stopped at %d sandboxes: MemAvailable %.0f MiB is near the %.0f MiB kept free",
 						len(live), mib(float64(avail)), mib(float64(guard.reserve)))
@@ -146,6 +155,7 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 		if step.PSSBytes > 0 || step.CgroupBytes > 0 {
 			guard.learn(max(step.PSSBytes, step.CgroupBytes))
 		}
+		tasks.learn(step.Tasks)
 		dr.steps = append(dr.steps, step)
 		if dr.stopped != "" {
 			break
@@ -334,6 +344,9 @@ func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr erro
 		}
 	}
 	var notes []string
+	if dr.limits != "" {
+		notes = append(notes, "density: "+dr.limits)
+	}
 	if dr.stopped != "" {
 		notes = append(notes, "density: "+dr.stopped)
 	}
