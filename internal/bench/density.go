@@ -239,7 +239,11 @@ func sandboxMemory(h *cgroup.Hierarchy, id string) (pss, cg, tasks uint64, err e
 	if cg, err = cgroupMemory(g.Path("memory"), h.V2); err != nil {
 		return 0, 0, 0, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	for _, p := range pids {
+	// On cgroup v1 a process is listed in every group one of its threads
+	// is in (the agent's spare spawner thread waits in an exec group):
+	// each process's threads count once.
+	slices.Sort(pids)
+	for _, p := range slices.Compact(pids) {
 		if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p)); err == nil {
 			tasks += uint64(len(ents))
 		}
