@@ -120,7 +120,7 @@ func (c *Client) Scan(ctx context.Context, req *ScanRequest) ([]sandbox.TreeEntr
 	g := newStallGuard(cancel)
 	defer g.stop()
 	g.arm()
-	st, err := c.scan.CallServerStream(ctx, connect.NewRequest(req))
+	st, err := c.scan.get().CallServerStream(ctx, connect.NewRequest(req))
 	g.disarm()
 	if err != nil {
 		return nil, nil, g.err("scan", err)
@@ -157,7 +157,7 @@ func (c *Client) ReadBlobs(ctx context.Context, files []BlobRef, write func(i in
 	g := newStallGuard(cancel)
 	defer g.stop()
 	g.arm()
-	st, err := c.readBlobs.CallServerStream(ctx, connect.NewRequest(&ReadBlobsRequest{Files: files}))
+	st, err := c.readBlobs.get().CallServerStream(ctx, connect.NewRequest(&ReadBlobsRequest{Files: files}))
 	g.disarm()
 	if err != nil {
 		return g.err("read blobs", err)
@@ -208,7 +208,7 @@ func (c *Client) Apply(ctx context.Context, roots []string, entries []sandbox.Tr
 	defer cancel()
 	g := newStallGuard(cancel)
 	defer g.stop()
-	st := c.apply.CallBidiStream(ctx)
+	st := c.apply.get().CallBidiStream(ctx)
 	fail := func(err error) (sandbox.ApplyStats, error) {
 		if errors.Is(err, io.EOF) {
 			// The agent ended the stream: its answer says why.
