@@ -13,7 +13,8 @@ import (
 func init() {
 	// The main goroutine keeps the main thread, so that no goroutine that
 	// confines its thread for a command (and ends locked) ever lands on
-	// the one thread Go cannot let exit.
+	// the one thread Go cannot let exit. It reaps the sandbox's processes
+	// there (agentd's reaper).
 	runtime.LockOSThread()
 	// One P: the agent mostly waits in system calls, which hand their P
 	// on, and every P it had once left an idle thread behind for good. A
