@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -68,7 +69,7 @@ func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, 
 	pidfd := -1
 	attr := *sys
 	attr.PidFD = &pidfd
-	pid, _, err := syscall.StartProcess(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
+	pid, err := forkFromForker(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
 	if err != nil {
 		if logR != nil {
 			logR.Close() // the copier ends on the closed pipe
@@ -175,4 +176,42 @@ func copySmall(w io.Writer, r io.Reader) {
 			return
 		}
 	}
+}
+
+// The parent-death signal of a one-shot run's agent (Pdeathsig) is sent
+// when the thread that forked it ends, not the process: Go ends a thread
+// whenever a goroutine exits locked to it, anywhere in the process. Every
+// agent is forked from one thread that never ends.
+var (
+	forkerOnce sync.Once
+	forkerJobs chan forkJob
+)
+
+type forkJob struct {
+	path  string
+	argv  []string
+	attr  *syscall.ProcAttr
+	reply chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+func forkFromForker(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	forkerOnce.Do(func() {
+		forkerJobs = make(chan forkJob)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread must not end
+			for j := range forkerJobs {
+				pid, _, err := syscall.StartProcess(j.path, j.argv, j.attr)
+				j.reply <- forkResult{pid, err}
+			}
+		}()
+	})
+	reply := make(chan forkResult, 1)
+	forkerJobs <- forkJob{path, argv, attr, reply}
+	r := <-reply
+	return r.pid, r.err
 }
