@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 
 // trimAfter is how long the agent waits after its last request before it
 // trims its threads.
-const trimAfter = 250 * time.Millisecond
+const trimAfter = time.Second
 
 // minThreads is the fewest threads the runtime keeps: the main one (which
 // the main goroutine keeps), sysmon, the template thread that starts
@@ -37,7 +38,7 @@ func (t *trimmer) poke() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.timer == nil {
-		t.timer = time.AfterFunc(trimAfter, trimThreads)
+		t.timer = time.AfterFunc(trimAfter, trimIdle)
 		return
 	}
 	t.timer.Reset(trimAfter)
@@ -52,14 +53,22 @@ func (t *trimmer) wrap(h http.Handler) http.Handler {
 	})
 }
 
+// trimIdle trims the threads, then gives back to the OS what they and
+// their stacks held (the runtime keeps freed stacks otherwise).
+func trimIdle() {
+	if trimThreads() {
+		debug.FreeOSMemory()
+	}
+}
+
 // trimThreads ends idle threads one at a time while that lowers the count:
 // when no idle thread is left to take over, the runtime starts a new one
 // and the count stays, and trimming stops.
-func trimThreads() {
+func trimThreads() (trimmed bool) {
 	for range 64 {
 		n := threadCount()
 		if n <= minThreads {
-			return
+			return trimmed
 		}
 		done := make(chan struct{})
 		go func() {
@@ -69,9 +78,11 @@ func trimThreads() {
 		}()
 		<-done
 		if !threadsBelow(n) {
-			return
+			return trimmed
 		}
+		trimmed = true
 	}
+	return trimmed
 }
 
 // threadsBelow waits a little for the thread count to fall below n.
