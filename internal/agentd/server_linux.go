@@ -38,11 +38,10 @@ func Main() int {
 	if len(os.Args) > 1 && (os.Args[1] == agent.GuestArg || os.Args[1] == agent.GuestExitArg) {
 		return guestInit(os.Args[1] == agent.GuestExitArg)
 	}
-	if err := run(); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
-		return 1
-	}
-	return 0
+	// run returns only on an error: a built sandbox's agent ends by
+	// os.Exit from the goroutine that serves the host (see run).
+	fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", run())
+	return 1
 }
 
 func run() error {
@@ -258,7 +257,7 @@ func run() error {
 		os.Exit(code)
 	}()
 	eng.reaper.run()
-	return nil
+	return errors.New("the reaper of the sandbox's processes returned")
 }
 
 // markCloexec marks every descriptor from 3 on close-on-exec: with one
