@@ -199,16 +199,21 @@ type forkResult struct {
 	err error
 }
 
+// runForker forks what jobs asks for from its own thread, which never
+// ends: it lives as long as the process (leak checks ignore it by this
+// name).
+func runForker(jobs <-chan forkJob) {
+	runtime.LockOSThread() // never unlocked: this thread must not end
+	for j := range jobs {
+		pid, _, err := syscall.StartProcess(j.path, j.argv, j.attr)
+		j.reply <- forkResult{pid, err}
+	}
+}
+
 func forkFromForker(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	forkerOnce.Do(func() {
 		forkerJobs = make(chan forkJob)
-		go func() {
-			runtime.LockOSThread() // never unlocked: this thread must not end
-			for j := range forkerJobs {
-				pid, _, err := syscall.StartProcess(j.path, j.argv, j.attr)
-				j.reply <- forkResult{pid, err}
-			}
-		}()
+		go runForker(forkerJobs)
 	})
 	reply := make(chan forkResult, 1)
 	forkerJobs <- forkJob{path, argv, attr, reply}
