@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -212,6 +213,16 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, t *target) err
 	}
 	timeout := t.info.Limits.WithDefaults().Timeout
 	ctx, end, err := h.sup.Cell(r.Context(), t.c.sup, t.info.ID, k.language, body.Code, timeout)
+	var denied *policy.Denied
+	if errors.As(err, &denied) {
+		// A refused cell is an execution error the SDK returns in
+		// execution.error (no traceback: nothing ran), not an HTTP error.
+		startNDJSON(w)
+		out := &ndjson{w: w, last: time.Now()}
+		out.send(errorLine{Type: "error", Name: DeniedName, Value: deniedText(denied)})
+		out.send(typeLine{Type: "end_of_execution"})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -225,15 +236,23 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, t *target) err
 	if err := h.ensure(ctx, t, k); err != nil {
 		return err
 	}
+	startNDJSON(w)
+	out := &ndjson{w: w, last: time.Now()}
+	res = h.runCell(ctx, r.Context(), t, k, body, timeout, out, outSum, errSum)
+	return nil
+}
+
+// DeniedName is the error name of a cell the policy refused.
+const DeniedName = "PolicyDenied"
+
+// startNDJSON sends /execute's response header at once: the SDK's
+// timeout starts with it.
+func startNDJSON(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	// The header goes out now: the SDK's timeout starts with it.
 	_ = http.NewResponseController(w).Flush()
-	out := &ndjson{w: w, last: time.Now()}
-	res = h.runCell(ctx, r.Context(), t, k, body, timeout, out, outSum, errSum)
-	return nil
 }
 
 // decodeLimited is decode with a larger bound.

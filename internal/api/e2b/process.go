@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -109,10 +110,43 @@ func (h *Handler) start(ctx context.Context, req *connect.Request[startRequest],
 		sr.PTY = &size
 	}
 	p, err := h.sup.StartProcess(ctx, t.c.sup, t.info.ID, sr)
+	var denied *policy.Denied
+	if errors.As(err, &denied) {
+		return deniedProcess(stream, denied)
+	}
 	if err != nil {
 		return h.rpcError(err)
 	}
 	return h.follow(ctx, req.Header(), stream, t, p.ID, supervisor.Offsets{})
+}
+
+// ExitDenied is the exit code of a command the policy refused, as a
+// shell's for a command it cannot execute.
+const ExitDenied = 126
+
+// deniedText is what a refused command or cell says: the rule and the
+// reason, for the model to read and try something else.
+func deniedText(d *policy.Denied) string {
+	return "airlock: " + d.Error()
+}
+
+// deniedProcess answers a command the policy refused as one that ran
+// and failed (exit 126, the rule and reason on stderr), not as an error
+// of the API: the SDKs raise CommandExitError with stderr, which an
+// agent's model reads, where an RPC error reads as the sandbox breaking.
+// It has no pid: nothing ran.
+func deniedProcess(stream *connect.ServerStream[eventResponse], d *policy.Denied) error {
+	msg := deniedText(d)
+	for _, ev := range []processEvent{
+		{Start: &startEvent{}},
+		{Data: &dataEvent{Stderr: []byte(msg + "\n")}},
+		{End: &endEvent{ExitCode: ExitDenied, Exited: true, Status: "exit status " + strconv.Itoa(ExitDenied), Error: &msg}},
+	} {
+		if err := stream.Send(&eventResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cwd checks a working directory: it must exist and be a directory, as

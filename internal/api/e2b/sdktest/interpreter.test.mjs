@@ -42,6 +42,14 @@ test('runCode: errors', async () => {
   assert.equal(syn.error.name, 'SyntaxError')
 })
 
+test('runCode: a cell the policy denies is an execution error', async () => {
+  const ex = await sb.runCode("open('/etc/shadow').read()")
+  assert.equal(ex.error.name, 'PolicyDenied')
+  assert.match(ex.error.value, /^airlock: denied by policy \(check:credential_read\): /)
+  assert.equal(ex.error.traceback, '')
+  assert.equal((await sb.runCode('x')).text, '41')
+})
+
 test('runCode: a matplotlib figure comes back as PNG', async () => {
   const ex = await sb.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()')
   assert.equal(ex.error, undefined, JSON.stringify(ex.error))

@@ -74,6 +74,19 @@ test('commands: non-zero exit', async () => {
   })
 })
 
+test('commands: a command the policy denies is a failed command', async () => {
+  await withSandbox({}, async (sb) => {
+    // The built-in check on credential paths denies it: the SDK sees a
+    // command that failed (exit 126, the rule and reason on stderr), which
+    // the model can read, not a SandboxError.
+    const e = await rejects(sb.commands.run('cat /etc/shadow'), 'a denied command')
+    assert.ok(e instanceof CommandExitError, `want CommandExitError, got ${e.name}: ${e.message}`)
+    assert.equal(e.exitCode, 126)
+    assert.match(e.stderr, /^airlock: denied by policy \(check:credential_read\): /)
+    assert.equal((await sb.commands.run('echo still fine')).stdout, 'still fine\n')
+  })
+})
+
 test('commands: streaming callbacks', async () => {
   await withSandbox({}, async (sb) => {
     const got = []
