@@ -98,6 +98,14 @@ test('runCode: a timeout interrupts the kernel, not the sandbox', async () => {
   assert.ok(Date.now() - start < 10_000, `the interrupted run held the kernel for ${Date.now() - start} ms`)
 }, 60_000)
 
+test('runCode: a 12 s run without timeoutMs', async () => {
+  // Longer than airlock's 10 s exec default: the template sets no
+  // timeout, so the run's only limit is the SDK's.
+  const ex = await sb.runCode('import time\ntime.sleep(12)\n"slept"')
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, 'slept')
+}, 60_000)
+
 test('runCode: contexts', async () => {
   const ctx = await sb.createCodeContext({ cwd: '/tmp' })
   assert.equal(ctx.language, 'python')
