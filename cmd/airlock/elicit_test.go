@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/mcp/npmtest"
@@ -106,17 +102,10 @@ func TestMCPElicitation(t *testing.T) {
 
 func runElicit(t *testing.T, dir string, env []string, args ...string) elicitResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "elicit.mjs")}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
 	var r elicitResult
-	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &r); jerr != nil || err != nil || r.Error != "" {
-		t.Fatalf("node elicit.mjs %v: %v %v\nstdout: %s\nstderr: %s", args, err, jerr, stdout.String(), stderr.String())
+	runClient(t, dir, "elicit.mjs", env, &r, args...)
+	if r.Error != "" {
+		t.Fatalf("node elicit.mjs %v: %s", args, r.Error)
 	}
 	return r
 }

@@ -1,31 +1,13 @@
 // An MCP client (the official TypeScript SDK) that declares elicitation and
 // answers airlock's approval forms as a person would, for the Go tests:
 // a command with "approve-me" in it is approved, one with "deny-me" denied
-// with a reason, one with "decline-me" declined. Usage:
-//
-//	node elicit.mjs stdio <command> [args...]
-//	node elicit.mjs http <url>                  # AIRLOCK_API_KEY is sent as a bearer key
-//
-// It prints one JSON object with what it saw and exits 1 on any failure.
+// with a reason, one with "decline-me" declined. Usage as transport.mjs
+// says. It prints one JSON object with what it saw and exits 1 on any failure.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js'
+import { out, fail, transport } from './transport.mjs'
 
-const [mode, target, ...rest] = process.argv.slice(2)
-const out = { mode, asked: [] }
-const fail = (msg) => { out.error = msg; console.log(JSON.stringify(out)); process.exit(1) }
-
-let transport
-if (mode === 'stdio') {
-  transport = new StdioClientTransport({ command: target, args: rest, env: process.env, stderr: 'inherit' })
-} else if (mode === 'http') {
-  const headers = { Authorization: 'Bearer ' + (process.env.AIRLOCK_API_KEY || '') }
-  transport = new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers } })
-} else {
-  fail('mode must be stdio or http')
-}
-
+out.asked = []
 const client = new Client({ name: 'airlock-test-elicit', version: '0' }, { capabilities: { elicitation: { form: {} } } })
 client.setRequestHandler(ElicitRequestSchema, async (req) => {
   const msg = req.params.message
@@ -40,7 +22,7 @@ const call = async (command) => {
   return { isError: !!r.isError, stdout: r.structuredContent?.stdout, text: r.content?.map((c) => c.text).join('\n') }
 }
 try {
-  await client.connect(transport)
+  await client.connect(transport())
   out.approved = await call('echo approve-me')
   out.denied = await call('echo deny-me')
   out.declined = await call('echo decline-me')
