@@ -54,7 +54,7 @@ Add it to an MCP client as the command: airlock mcp`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.stateDir, "state-dir", "", "registry directory of the embedded supervisor (default $XDG_STATE_HOME/airlock/mcp, or /var/lib/airlock/mcp as root)")
 	fl.StringVar(&f.config, "config", "", "TOML configuration of the embedded supervisor (templates; see docs/daemon.md)")
-	fl.StringVar(&f.policy, "policy", "", "policy file of the embedded supervisor (TOML, see examples/policies); without one the safe defaults apply. Nobody can approve here: ask denies")
+	fl.StringVar(&f.policy, "policy", "", "policy file of the embedded supervisor (TOML, see examples/policies); without one the safe defaults apply. An ask is put to the MCP client when it supports elicitation, and denied otherwise")
 	return cmd
 }
 

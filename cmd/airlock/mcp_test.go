@@ -241,19 +241,29 @@ type tsResult struct {
 
 func runNode(t *testing.T, dir string, env []string, args ...string) tsResult {
 	t.Helper()
+	var r tsResult
+	runClient(t, dir, "client.mjs", env, &r, args...)
+	return r
+}
+
+// runClient runs the test client script of dir with args and decodes the
+// JSON object it prints into r; a client that fails (or prints an error)
+// fails t.
+func runClient(t *testing.T, dir, script string, env []string, r any, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "client.mjs")}, args...)...)
+	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, script)}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	var r tsResult
-	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &r); jerr != nil || err != nil || r.Error != "" {
-		t.Fatalf("node client.mjs %v: %v %v\nstdout: %s\nstderr: %s", args, err, jerr, stdout.String(), stderr.String())
+	var failed struct{ Error string }
+	_ = json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &failed)
+	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), r); jerr != nil || err != nil || failed.Error != "" {
+		t.Fatalf("node %s %v: %v %v\nstdout: %s\nstderr: %s", script, args, err, jerr, stdout.String(), stderr.String())
 	}
-	return r
 }
 
 func checkTS(t *testing.T, r tsResult) {

@@ -96,6 +96,7 @@ func New(opts Options) (*Server, error) {
 		Logger:       opts.Logger,
 		Capabilities: &sdk.ServerCapabilities{},
 	})
+	s.srv.AddReceivingMiddleware(elicitApprovals)
 	s.addSandboxTools()
 	s.addExecTools()
 	s.addFileTools()

@@ -229,6 +229,12 @@ type Approval struct {
 	// only an operator may apply or discard ("*": every one). Empty:
 	// the sandbox's owner decides.
 	Mounts []string `toml:"mounts"`
+	// Elicit lets the person in an MCP client that supports elicitation
+	// decide the asks of that client's own tool calls, in the client (the
+	// answer is audited as an approval by "mcp-elicitation"). False: on
+	// the daemon only operators decide (the console, the API); `airlock
+	// mcp`, where nobody else could, asks the client whatever this says.
+	Elicit bool `toml:"elicit"`
 }
 
 // maxRuleCost bounds the work one rule may do on one request (CEL's cost
@@ -441,6 +447,10 @@ func (p *Policy) MountNeedsApproval(source string) bool {
 
 // ApprovalTimeout is how long an action waits for a person.
 func (p *Policy) ApprovalTimeout() time.Duration { return p.approvalTimeout }
+
+// Elicit says whether the person in an MCP client may decide its own
+// calls' asks (Approval.Elicit).
+func (p *Policy) Elicit() bool { return p.f.Approval.Elicit }
 
 // Decide says whether r may happen. An error means the policy could not be
 // evaluated (a rule failed at run time); callers treat it as deny.

@@ -100,6 +100,21 @@ func (s *Supervisor) ask(ctx context.Context, c Caller, r policy.Request, d poli
 	s.approvals.pending[p.a.ID] = p
 	s.approvals.mu.Unlock()
 	s.log.Info("action waits for approval", "approval", p.a.ID, "sandbox_id", r.Sandbox, "rule", d.Rule)
+	if asker := s.askerFor(ctx); asker != nil {
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func(a Approval) {
+			approve, reason, ok := asker(actx, a)
+			if !ok {
+				return // no answer: it waits on for an operator or its timeout
+			}
+			state := ApprovalDenied
+			if approve {
+				state = ApprovalApproved
+			}
+			s.settle(a.ID, state, ByElicitation, reason)
+		}(p.a)
+	}
 	timer := time.NewTimer(s.policy.ApprovalTimeout())
 	defer timer.Stop()
 	var a Approval
@@ -135,6 +150,36 @@ func (s *Supervisor) ask(ctx context.Context, c Caller, r policy.Request, d poli
 		why += ": " + a.Reason
 	}
 	return &policy.Denied{Decision: policy.Decision{Verdict: policy.Deny, Rule: d.Rule, Reason: why}}
+}
+
+// An Asker asks the person behind a caller's client to decide approval a
+// (MCP elicitation): approve or deny with a reason, or ok false when the
+// person gave no answer (dismissed it, or the client failed), which leaves
+// it pending. It returns when ctx ends.
+type Asker func(ctx context.Context, a Approval) (approve bool, reason string, ok bool)
+
+// ByElicitation is the DecidedBy of an approval the person in an MCP
+// client decided.
+const ByElicitation = "mcp-elicitation"
+
+type askerKey struct{}
+
+// WithAsker returns ctx carrying an Asker for the asks of the calls made
+// with it. The supervisor uses it where the policy lets the client's
+// person decide (policy Approval.Elicit), or where nobody else can
+// (Options.NoApprover).
+func WithAsker(ctx context.Context, a Asker) context.Context {
+	return context.WithValue(ctx, askerKey{}, a)
+}
+
+// askerFor is the Asker of ctx that may decide here; nil when there is
+// none or the policy keeps decisions to operators.
+func (s *Supervisor) askerFor(ctx context.Context) Asker {
+	a, _ := ctx.Value(askerKey{}).(Asker)
+	if a == nil || !(s.opts.NoApprover || s.policy.Elicit()) {
+		return nil
+	}
+	return a
 }
 
 // settle decides approval id if it is still pending, and returns it; the

@@ -26,6 +26,11 @@ type ExecRequest struct {
 	// Timeout bounds the wall time; zero means the sandbox's default (for a
 	// background process, or one on a terminal: none).
 	Timeout time.Duration
+	// OwnTimeout says Timeout is the caller's own, which the sandbox's
+	// exec timeout neither fills nor bounds: zero is no limit but the
+	// sandbox's lifetime (E2B's commands, whose SDKs give their own). The
+	// policy's ceiling bounds it still.
+	OwnTimeout bool
 	// PTY runs the command on a terminal of this size (see
 	// sandbox.ExecRequest.PTY): its output is one stream, which Stdout gets.
 	PTY *sandbox.TermSize
@@ -83,7 +88,10 @@ func (r ExecRequest) request() (sandbox.ExecRequest, error) {
 // timeout is refused, as a create asking for more than its template is:
 // the sandbox's timeout is what the template and the policy's ceiling
 // allowed.
-func (l *live) execTimeout(asked time.Duration, unbounded bool) (time.Duration, error) {
+func (l *live) execTimeout(asked time.Duration, unbounded, own bool) (time.Duration, error) {
+	if own {
+		return asked, nil
+	}
 	l.mu.Lock()
 	limit := l.rec.Spec.Limits.WithDefaults().Timeout
 	id := l.rec.ID
@@ -121,7 +129,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}()
-	timeout, err := l.execTimeout(r.Timeout, r.PTY != nil)
+	timeout, err := l.execTimeout(r.Timeout, r.PTY != nil, r.OwnTimeout)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -270,7 +278,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	timeout, err := l.execTimeout(r.Timeout, !r.Foreground || r.PTY != nil)
+	timeout, err := l.execTimeout(r.Timeout, !r.Foreground || r.PTY != nil, r.OwnTimeout)
 	if err != nil {
 		return ProcessInfo{}, err
 	}

@@ -71,8 +71,8 @@ func (s *Supervisor) decide(ctx context.Context, c Caller, r policy.Request) err
 	switch d.Verdict {
 	case policy.Allow:
 	case policy.Ask:
-		if s.opts.NoApprover {
-			d.Verdict, d.Reason = policy.Deny, d.Reason+" (needs a person's approval, and nobody can approve here: run it through `airlock serve`)"
+		if s.opts.NoApprover && s.askerFor(ctx) == nil {
+			d.Verdict, d.Reason = policy.Deny, d.Reason+" (needs a person's approval, and nobody can approve here: run it through `airlock serve`, or from an MCP client that supports elicitation)"
 			return &policy.Denied{Decision: d}
 		}
 		if err := s.ask(ctx, c, r, d); err != nil {

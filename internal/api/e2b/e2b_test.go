@@ -70,11 +70,19 @@ func newEnv(t *testing.T, tune func(*Options)) *env {
 // own.
 func newEnvWith(t *testing.T, drv sandbox.Driver, cfg supervisor.Config, tune func(*Options)) *env {
 	t.Helper()
+	return newEnvOpts(t, supervisor.Options{Drivers: map[string]sandbox.Driver{"native": drv}, Config: cfg}, tune)
+}
+
+// newEnvOpts is newEnv with the supervisor's options (its store is made
+// here).
+func newEnvOpts(t *testing.T, so supervisor.Options, tune func(*Options)) *env {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: cfg})
+	so.Store = st
+	sup, err := supervisor.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -22,7 +23,8 @@ import (
 // context's kernel, streamed back as E2B's NDJSON (stdout, stderr, result,
 // error, number_of_executions, end_of_execution). A run is admitted as an
 // exec of its code (the key's rate, the policy, the audit log). Its time
-// limit is the sandbox's exec timeout, and a run that passes it, or whose
+// limit is its template's timeout where the template sets one (none
+// otherwise, as on E2B), and a run that passes it, or whose
 // caller goes away, is interrupted: the kernel gets SIGINT, keeps its
 // state, and the next run starts at once.
 
@@ -210,8 +212,21 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, t *target) err
 	if err != nil {
 		return err
 	}
-	timeout := t.info.Limits.WithDefaults().Timeout
+	// A run's limit is its template's timeout where the template sets one;
+	// otherwise none but the sandbox's lifetime, as on E2B, where the SDK's
+	// timeoutMs ends the request (and so interrupts the run) on its side.
+	timeout := h.commandCeiling(t.info)
 	ctx, end, err := h.sup.Cell(r.Context(), t.c.sup, t.info.ID, k.language, body.Code, timeout)
+	var denied *policy.Denied
+	if errors.As(err, &denied) {
+		// A refused cell is an execution error the SDK returns in
+		// execution.error (no traceback: nothing ran), not an HTTP error.
+		startNDJSON(w)
+		out := &ndjson{w: w, last: time.Now()}
+		out.send(errorLine{Type: "error", Name: DeniedName, Value: deniedText(denied)})
+		out.send(typeLine{Type: "end_of_execution"})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -225,15 +240,23 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, t *target) err
 	if err := h.ensure(ctx, t, k); err != nil {
 		return err
 	}
+	startNDJSON(w)
+	out := &ndjson{w: w, last: time.Now()}
+	res = h.runCell(ctx, r.Context(), t, k, body, timeout, out, outSum, errSum)
+	return nil
+}
+
+// DeniedName is the error name of a cell the policy refused.
+const DeniedName = "PolicyDenied"
+
+// startNDJSON sends /execute's response header at once: the SDK's
+// timeout starts with it.
+func startNDJSON(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	// The header goes out now: the SDK's timeout starts with it.
 	_ = http.NewResponseController(w).Flush()
-	out := &ndjson{w: w, last: time.Now()}
-	res = h.runCell(ctx, r.Context(), t, k, body, timeout, out, outSum, errSum)
-	return nil
 }
 
 // decodeLimited is decode with a larger bound.
@@ -287,8 +310,11 @@ func (h *Handler) runCell(ctx, caller context.Context, t *target, k *kernel, bod
 			time.AfterFunc(interruptGrace, cancel)
 		})
 	}
-	limit := time.AfterFunc(timeout, func() { interrupt(sandbox.ReasonTimeout) })
-	defer limit.Stop()
+	stopLimit := func() bool { return false }
+	if timeout > 0 {
+		stopLimit = time.AfterFunc(timeout, func() { interrupt(sandbox.ReasonTimeout) }).Stop
+	}
+	defer stopLimit()
 	stopWatch := context.AfterFunc(caller, func() { interrupt(sandbox.ReasonKilled) })
 	defer stopWatch()
 	stopKA := h.keepalive(http.Header{}, func() error {
@@ -355,7 +381,7 @@ func (h *Handler) runCell(ctx, caller context.Context, t *target, k *kernel, bod
 		failed = true
 	}
 	out.send(typeLine{Type: "end_of_execution"})
-	limit.Stop()
+	stopLimit()
 	stopWatch()
 	select {
 	case <-interrupted:

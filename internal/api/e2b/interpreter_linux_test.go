@@ -16,13 +16,14 @@ import (
 
 // execLine is one NDJSON line of /execute, as the SDKs read it.
 type execLine struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Name     string `json:"name"`
-	Value    string `json:"value"`
-	Count    int    `json:"execution_count"`
-	PNG      string `json:"png"`
-	MainFlag bool   `json:"is_main_result"`
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Count     int    `json:"execution_count"`
+	PNG       string `json:"png"`
+	MainFlag  bool   `json:"is_main_result"`
+	Traceback string `json:"traceback"`
 }
 
 // execute runs code in the sandbox's interpreter and returns its lines.

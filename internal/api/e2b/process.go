@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
@@ -61,16 +62,40 @@ func (h *Handler) processID(ctx context.Context, t *target, sel *processSelector
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no running process has the tag %q", truncate(*sel.Tag, 80)))
 }
 
-// execTimeout is the wall-time limit of a process the client gives
-// timeout to (its Connect-Timeout-Ms, the SDKs' timeoutMs; none: no
-// limit): at most the sandbox's exec timeout, which the operator set, so
-// that the SDKs' default of 60 s runs in a template that allows less.
-func execTimeout(info supervisor.Info, header http.Header) time.Duration {
-	ms, err := strconv.ParseInt(header.Get("Connect-Timeout-Ms"), 10, 64)
-	if err != nil || ms <= 0 {
-		return 0
+// execTimeout is the wall-time limit of a process, E2B's way: the
+// client's (its Connect-Timeout-Ms, the SDKs' timeoutMs, 60 s by default;
+// none: no limit but the sandbox's lifetime), not the sandbox's exec
+// timeout, which is airlock's default for commands that ask none. A
+// template that sets its own timeout bounds it: asking for more is
+// refused, not lowered, and asking for none gets the template's. The
+// policy's ceiling applies in the supervisor.
+// ceiling is commandCeiling's, template the sandbox's template.
+func execTimeout(header http.Header, template string, ceiling time.Duration) (time.Duration, error) {
+	var asked time.Duration
+	if ms, err := strconv.ParseInt(header.Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
+		asked = time.Duration(ms) * time.Millisecond
 	}
-	return min(time.Duration(ms)*time.Millisecond, info.Limits.WithDefaults().Timeout)
+	switch {
+	case ceiling == 0:
+		return asked, nil
+	case asked == 0:
+		return ceiling, nil
+	case asked > ceiling:
+		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("timeout %s is more than template %q allows for a command (%s): pass timeoutMs of at most %d, or ask the operator for a template with a longer timeout", asked, template, ceiling, ceiling.Milliseconds()))
+	}
+	return asked, nil
+}
+
+// commandCeiling is the longest a command or a code run of sandbox info
+// may take: its template's timeout when the template sets one; zero
+// (none but the sandbox's lifetime) when it leaves it to E2B's clients.
+func (h *Handler) commandCeiling(info supervisor.Info) time.Duration {
+	for _, t := range h.sup.Templates() {
+		if t.Name == info.Template {
+			return time.Duration(t.Timeout)
+		}
+	}
+	return 0
 }
 
 func (h *Handler) start(ctx context.Context, req *connect.Request[startRequest], stream *connect.ServerStream[eventResponse]) error {
@@ -83,10 +108,14 @@ func (h *Handler) start(ctx context.Context, req *connect.Request[startRequest],
 	if err != nil {
 		return h.rpcError(err)
 	}
+	timeout, err := execTimeout(req.Header(), t.info.Template, h.commandCeiling(t.info))
+	if err != nil {
+		return err
+	}
 	sr := supervisor.StartRequest{
 		ExecRequest: supervisor.ExecRequest{
 			Argv: append([]string{m.Process.Cmd}, m.Process.Args...), Env: env,
-			Timeout: execTimeout(t.info, req.Header()),
+			Timeout: timeout, OwnTimeout: true,
 		},
 		KeepStdinOpen: m.Stdin != nil && *m.Stdin,
 	}
@@ -109,10 +138,43 @@ func (h *Handler) start(ctx context.Context, req *connect.Request[startRequest],
 		sr.PTY = &size
 	}
 	p, err := h.sup.StartProcess(ctx, t.c.sup, t.info.ID, sr)
+	var denied *policy.Denied
+	if errors.As(err, &denied) {
+		return deniedProcess(stream, denied)
+	}
 	if err != nil {
 		return h.rpcError(err)
 	}
 	return h.follow(ctx, req.Header(), stream, t, p.ID, supervisor.Offsets{})
+}
+
+// ExitDenied is the exit code of a command the policy refused, as a
+// shell's for a command it cannot execute.
+const ExitDenied = 126
+
+// deniedText is what a refused command or cell says: the rule and the
+// reason, for the model to read and try something else.
+func deniedText(d *policy.Denied) string {
+	return "airlock: " + d.Error()
+}
+
+// deniedProcess answers a command the policy refused as one that ran
+// and failed (exit 126, the rule and reason on stderr), not as an error
+// of the API: the SDKs raise CommandExitError with stderr, which an
+// agent's model reads, where an RPC error reads as the sandbox breaking.
+// It has no pid: nothing ran.
+func deniedProcess(stream *connect.ServerStream[eventResponse], d *policy.Denied) error {
+	msg := deniedText(d)
+	for _, ev := range []processEvent{
+		{Start: &startEvent{}},
+		{Data: &dataEvent{Stderr: []byte(msg + "\n")}},
+		{End: &endEvent{ExitCode: ExitDenied, Exited: true, Status: "exit status " + strconv.Itoa(ExitDenied), Error: &msg}},
+	} {
+		if err := stream.Send(&eventResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cwd checks a working directory: it must exist and be a directory, as

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -236,7 +237,7 @@ func (b newSandbox) unsupported() error {
 		case n.AllowPublicTraffic != nil && *n.AllowPublicTraffic:
 			return errorf(http.StatusBadRequest, "airlock exposes no port of a sandbox: leave allowPublicTraffic out")
 		case len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null", len(n.Rules) > 0 && string(n.Rules) != "null", len(n.MaskRequestHost) > 0 && string(n.MaskRequestHost) != "null":
-			return errorf(http.StatusBadRequest, "of network, airlock takes allowOut and denyOut (host names, like example.com or *.example.com)")
+			return errorf(http.StatusBadRequest, "of network, airlock takes allowOut (host names like example.com or *.example.com, and IP:PORT addresses) and denyOut")
 		}
 	}
 	return nil
@@ -262,7 +263,42 @@ func (h *Handler) network(tmpl string, b newSandbox) (sandbox.Network, error) {
 		}
 	}
 	if b.Network != nil && (len(b.Network.AllowOut) > 0 || len(b.Network.DenyOut) > 0) {
-		n = sandbox.Network{Mode: sandbox.NetworkEgress, AllowHosts: b.Network.AllowOut, Deny: b.Network.DenyOut}
+		return egressOf(b.Network.AllowOut, b.Network.DenyOut)
+	}
+	return n, nil
+}
+
+// egressOf maps E2B's allowOut and denyOut to airlock's egress rules:
+// an "IP:PORT" of allowOut is an allowed address, anything else a host
+// pattern ("example.com", "*.example.com", with ":PORT" or not). Airlock
+// refuses what is not allowed, so denyOut's catch-alls ("0.0.0.0/0",
+// "::/0", which E2B users write to deny all but allowOut) say nothing more
+// and are dropped; its other entries (hosts, addresses, CIDR prefixes)
+// are refused even where an allow matches (E2B lets allowOut win). The
+// template must allow each (Template.network refuses more, naming it).
+func egressOf(allowOut, denyOut []string) (sandbox.Network, error) {
+	n := sandbox.Network{Mode: sandbox.NetworkEgress}
+	for _, a := range allowOut {
+		if ap, err := netip.ParseAddrPort(a); err == nil {
+			n.AllowAddresses = append(n.AllowAddresses, ap.String())
+			continue
+		}
+		if _, err := netip.ParseAddr(a); err == nil {
+			return n, errorf(http.StatusBadRequest, "network.allowOut %q: give the address with its port (IP:PORT, like 10.1.2.3:443): airlock allows an address one port at a time", truncate(a, 80))
+		}
+		if _, err := netip.ParsePrefix(a); err == nil {
+			return n, errorf(http.StatusBadRequest, "network.allowOut %q: airlock allows host names and single addresses with their port (IP:PORT), not address ranges", truncate(a, 80))
+		}
+		n.AllowHosts = append(n.AllowHosts, a)
+	}
+	for _, d := range denyOut {
+		if p, err := netip.ParsePrefix(d); err == nil && p.Bits() == 0 {
+			continue
+		}
+		n.Deny = append(n.Deny, d)
+	}
+	if err := n.Validate(); err != nil {
+		return n, errorf(http.StatusBadRequest, "network: %v", err)
 	}
 	return n, nil
 }

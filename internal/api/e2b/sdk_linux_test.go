@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,11 +86,14 @@ func buildAirlock(t *testing.T) (bin, agentPath string) {
 
 // daemon is a running `airlock serve`.
 type daemon struct {
-	url  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	logs bytes.Buffer
+	url string
+	// allowed and blocked are loopback servers of the test: the
+	// "egress" template allows allowed's address, nothing allows blocked's.
+	allowed, blocked string
+	cmd              *exec.Cmd
+	done             chan struct{}
+	mu               sync.Mutex
+	logs             bytes.Buffer
 }
 
 func (d *daemon) log() string {
@@ -109,6 +113,16 @@ type serveState struct {
 	bin, agentPath   string
 	state, cfg, keys string
 	key, other       string
+	allowed, blocked string
+}
+
+// loopbackServer serves its name on 127.0.0.1 until the test ends and
+// returns its address.
+func loopbackServer(t *testing.T, name string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) }))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
 }
 
 // startServe makes two E2B keys offline, then starts the daemon with the
@@ -137,6 +151,7 @@ func newServeState(t *testing.T, driver string) *serveState {
 		return strings.TrimSpace(string(out))
 	}
 	s.key, s.other = newKey("e2b-sdk"), newKey("other")
+	s.allowed, s.blocked = loopbackServer(t, "allowed"), loopbackServer(t, "blocked")
 	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(s.key) {
 		t.Fatalf("keys create --e2b printed %q, not a key the E2B SDKs accept", s.key)
 	}
@@ -144,7 +159,6 @@ func newServeState(t *testing.T, driver string) *serveState {
 [[template]]
 name = "default"
 driver = "%[3]s"
-timeout = "60s"
 disk = "%[1]d"
 
 [[template]]
@@ -152,9 +166,17 @@ name = "pooled"
 driver = "%[3]s"
 pool = %[2]d
 
+[[template]]
+name = "egress"
+driver = "%[3]s"
+
+[template.network]
+mode = "egress"
+allow_addresses = ["%[4]s"]
+
 [e2b]
-templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
-`, sdkDiskBytes, sdkPool, driver)), 0o600)
+templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled", "egress=egress"]
+`, sdkDiskBytes, sdkPool, driver, s.allowed)), 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +188,7 @@ templates = ["base=default", "code-interpreter-v1=default", "pooled=pooled"]
 // sandboxes of s are left.
 func (s *serveState) launch(t *testing.T, extra ...string) *daemon {
 	t.Helper()
-	d := &daemon{done: make(chan struct{})}
+	d := &daemon{done: make(chan struct{}), allowed: s.allowed, blocked: s.blocked}
 	d.cmd = exec.Command(s.bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", s.state,
 		"--audit-key", filepath.Join(s.keys, "audit.key"), "--config", s.cfg}, extra...)...)
 	d.cmd.Env = append(os.Environ(), "AIRLOCK_AGENT="+s.agentPath)
@@ -302,7 +324,7 @@ func TestSDKs(t *testing.T) {
 // commands, files and a kernel in a gVisor sandbox's composed root.
 func TestSDKsGVisor(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
-	runSDKTests(t, "gvisor", "^(create with options|commands: foreground|commands: background|files: text|pty|runCode: (create|values|a matplotlib|kill))", 8)
+	runSDKTests(t, "gvisor", "^(create with options|commands: (foreground|background|a 30 s)|network: allowOut|files: text|pty|runCode: (create|values|a matplotlib|kill))", 8)
 }
 
 func runSDKTests(t *testing.T, driver, only string, least int) {
@@ -351,6 +373,7 @@ func runNode(t *testing.T, dir string, d *daemon, e nodeEnv, files ...string) in
 		"AIRLOCK_OTHER_KEY="+e.other, "AIRLOCK_DISK_BYTES="+strconv.Itoa(sdkDiskBytes),
 		"AIRLOCK_E2B_RUN=go-"+strconv.Itoa(os.Getpid()),
 		"AIRLOCK_E2B_ONLY="+e.only,
+		"AIRLOCK_ALLOWED_ADDR="+d.allowed, "AIRLOCK_BLOCKED_ADDR="+d.blocked,
 	)
 	cmd.Env = append(cmd.Env, e.extra...)
 	cmd.WaitDelay = 10 * time.Second

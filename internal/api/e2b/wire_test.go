@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -92,14 +93,35 @@ func TestResultLine(t *testing.T) {
 }
 
 func TestExecTimeout(t *testing.T) {
-	info := supervisor.Info{Limits: sandbox.Limits{Timeout: 10 * time.Second}}
-	for hdr, want := range map[string]time.Duration{"": 0, "0": 0, "x": 0, "1500": 1500 * time.Millisecond, "60000": 10 * time.Second} {
+	for _, c := range []struct {
+		hdr     string
+		ceiling time.Duration
+		want    time.Duration
+		refused bool
+	}{
+		// No template timeout: the client's stands, none is none.
+		{hdr: "", want: 0}, {hdr: "0", want: 0}, {hdr: "x", want: 0},
+		{hdr: "1500", want: 1500 * time.Millisecond}, {hdr: "60000", want: time.Minute},
+		{hdr: "86400000", want: 24 * time.Hour},
+		// A template timeout bounds it: more is refused, none gets it.
+		{hdr: "", ceiling: 30 * time.Second, want: 30 * time.Second},
+		{hdr: "30000", ceiling: 30 * time.Second, want: 30 * time.Second},
+		{hdr: "1500", ceiling: 30 * time.Second, want: 1500 * time.Millisecond},
+		{hdr: "60000", ceiling: 30 * time.Second, refused: true},
+	} {
 		h := http.Header{}
-		if hdr != "" {
-			h.Set("Connect-Timeout-Ms", hdr)
+		if c.hdr != "" {
+			h.Set("Connect-Timeout-Ms", c.hdr)
 		}
-		if got := execTimeout(info, h); got != want {
-			t.Errorf("Connect-Timeout-Ms %q: %s, want %s", hdr, got, want)
+		got, err := execTimeout(h, "tmpl", c.ceiling)
+		if c.refused {
+			if err == nil || !strings.Contains(err.Error(), `template "tmpl" allows`) {
+				t.Errorf("Connect-Timeout-Ms %q, ceiling %s: %s, %v; want refused", c.hdr, c.ceiling, got, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("Connect-Timeout-Ms %q, ceiling %s: %s, %v; want %s", c.hdr, c.ceiling, got, err, c.want)
 		}
 	}
 }
@@ -162,6 +184,24 @@ func TestMetadataQueryAndCursor(t *testing.T) {
 	for _, bad := range []string{"", "x", cursor(at, "../etc"), "MTIz"} {
 		if _, _, err := parseCursor(bad); err == nil {
 			t.Errorf("cursor %q was accepted", bad)
+		}
+	}
+}
+
+func TestEgressOf(t *testing.T) {
+	n, err := egressOf([]string{"127.0.0.1:8080", "[::1]:443", "example.com", "*.pypi.org:443"}, []string{"0.0.0.0/0", "::/0", "10.0.0.0/8", "bad.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sandbox.Network{Mode: sandbox.NetworkEgress,
+		AllowHosts: []string{"example.com", "*.pypi.org:443"}, AllowAddresses: []string{"127.0.0.1:8080", "[::1]:443"},
+		Deny: []string{"10.0.0.0/8", "bad.example.com"}}
+	if !reflect.DeepEqual(n, want) {
+		t.Errorf("egressOf = %+v\nwant %+v", n, want)
+	}
+	for _, bad := range []string{"10.1.2.3", "10.0.0.0/8", "0.0.0.0/0", "exa mple.com"} {
+		if _, err := egressOf([]string{bad}, nil); err == nil {
+			t.Errorf("allowOut %q: no error", bad)
 		}
 	}
 }

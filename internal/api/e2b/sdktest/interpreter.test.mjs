@@ -42,6 +42,14 @@ test('runCode: errors', async () => {
   assert.equal(syn.error.name, 'SyntaxError')
 })
 
+test('runCode: a cell the policy denies is an execution error', async () => {
+  const ex = await sb.runCode("open('/etc/shadow').read()")
+  assert.equal(ex.error.name, 'PolicyDenied')
+  assert.match(ex.error.value, /^airlock: denied by policy \(check:credential_read\): /)
+  assert.equal(ex.error.traceback, '')
+  assert.equal((await sb.runCode('x')).text, '41')
+})
+
 test('runCode: a matplotlib figure comes back as PNG', async () => {
   const ex = await sb.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()')
   assert.equal(ex.error, undefined, JSON.stringify(ex.error))
@@ -88,6 +96,14 @@ test('runCode: a timeout interrupts the kernel, not the sandbox', async () => {
   const ex = await sb.runCode('kept')
   assert.equal(ex.text, 'still here')
   assert.ok(Date.now() - start < 10_000, `the interrupted run held the kernel for ${Date.now() - start} ms`)
+}, 60_000)
+
+test('runCode: a 12 s run without timeoutMs', async () => {
+  // Longer than airlock's 10 s exec default: the template sets no
+  // timeout, so the run's only limit is the SDK's.
+  const ex = await sb.runCode('import time\ntime.sleep(12)\n"slept"')
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, 'slept')
 }, 60_000)
 
 test('runCode: contexts', async () => {

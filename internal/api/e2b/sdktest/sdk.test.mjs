@@ -74,6 +74,19 @@ test('commands: non-zero exit', async () => {
   })
 })
 
+test('commands: a command the policy denies is a failed command', async () => {
+  await withSandbox({}, async (sb) => {
+    // The built-in check on credential paths denies it: the SDK sees a
+    // command that failed (exit 126, the rule and reason on stderr), which
+    // the model can read, not a SandboxError.
+    const e = await rejects(sb.commands.run('cat /etc/shadow'), 'a denied command')
+    assert.ok(e instanceof CommandExitError, `want CommandExitError, got ${e.name}: ${e.message}`)
+    assert.equal(e.exitCode, 126)
+    assert.match(e.stderr, /^airlock: denied by policy \(check:credential_read\): /)
+    assert.equal((await sb.commands.run('echo still fine')).stdout, 'still fine\n')
+  })
+})
+
 test('commands: streaming callbacks', async () => {
   await withSandbox({}, async (sb) => {
     const got = []
@@ -138,6 +151,15 @@ test('commands: timeout', async () => {
   })
 })
 
+test('commands: a 30 s command without timeoutMs', async () => {
+  // E2B's default command timeout is 60 s; the template sets none, so
+  // airlock's 10 s exec default does not cut it.
+  await withSandbox({}, async (sb) => {
+    const r = await sb.commands.run('sleep 30; echo done')
+    assert.equal(r.stdout, 'done\n')
+  })
+}, 90_000)
+
 test('commands: connect to a running command', async () => {
   await withSandbox({}, async (sb) => {
     const h = await sb.commands.run('sleep 0.5; for i in 1 2 3; do echo tick $i; sleep 0.2; done', { background: true })
@@ -149,6 +171,25 @@ test('commands: connect to a running command', async () => {
     assert.match(seen.join(''), /tick 3/)
   })
 })
+
+test('network: allowOut reaches that address and no other', async () => {
+  const allowed = process.env.AIRLOCK_ALLOWED_ADDR
+  const blocked = process.env.AIRLOCK_BLOCKED_ADDR
+  assert.ok(allowed && blocked, 'the Go test gives the loopback servers')
+  const get = (addr) => `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://${addr}/", timeout=10).read().decode())'`
+  const sb = await Sandbox.create('egress', { network: { allowOut: [allowed], denyOut: ['0.0.0.0/0'] }, metadata: { run: RUN } })
+  try {
+    assert.equal((await sb.commands.run(get(allowed))).stdout, 'allowed\n')
+    const e = await rejects(sb.commands.run(get(blocked)), 'a request to an address allowOut does not name')
+    assert.ok(e instanceof CommandExitError, `want CommandExitError, got ${e.name}: ${e.message}`)
+    assert.doesNotMatch(e.stdout, /blocked/)
+  } finally {
+    await sb.kill()
+  }
+  // An address the template does not allow is refused at create, named.
+  const e = await rejects(Sandbox.create('egress', { network: { allowOut: [blocked] }, metadata: { run: RUN } }), 'allowOut beyond the template')
+  assert.match(e.message, new RegExp(`allow address "${blocked.replace(/\./g, '\\.')}".*does not allow it`))
+}, 90_000)
 
 test('files: text and binary', async () => {
   await withSandbox({}, async (sb) => {

@@ -6,26 +6,11 @@
 //
 // It prints one JSON object with what it saw and exits 1 on any failure.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-
-const [mode, target, ...rest] = process.argv.slice(2)
-const out = { mode }
-const fail = (msg) => { out.error = msg; console.log(JSON.stringify(out)); process.exit(1) }
-
-let transport
-if (mode === 'stdio') {
-  transport = new StdioClientTransport({ command: target, args: rest, env: process.env, stderr: 'inherit' })
-} else if (mode === 'http') {
-  const headers = { Authorization: 'Bearer ' + (process.env.AIRLOCK_API_KEY || '') }
-  transport = new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers } })
-} else {
-  fail('mode must be stdio or http')
-}
+import { out, fail, transport } from './transport.mjs'
 
 const client = new Client({ name: 'airlock-test-ts', version: '0' })
 try {
-  await client.connect(transport)
+  await client.connect(transport())
   out.server = client.getServerVersion()
   const { tools } = await client.listTools()
   out.tools = tools.map((t) => t.name).sort()
