@@ -218,7 +218,9 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	reportDiscardedCow(ctx, sb, stderr)
+	if drv.Capabilities().CowMounts {
+		reportDiscardedCow(ctx, sb, stderr)
+	}
 	code := exitCode(res)
 	if !f.json {
 		if res.Reason != sandbox.ReasonExit || res.Signal != "" || (code >= 126 && res.Message != "") {

@@ -8,8 +8,26 @@ import (
 	"time"
 )
 
-// Optional features of drivers and instances, each an interface of its own,
-// checked with a type assertion. Driver and Instance do not grow.
+// Optional features of drivers and instances, each an interface of its own.
+// Driver and Instance do not grow.
+//
+// Where a feature is also a capability, the capability is the answer and
+// the interface only fetches the method: an instance may implement the
+// interface while its driver lacks the capability (agentdriver.Instance
+// implements them all, for every agent driver). So a caller asks the bool
+// first, and only then type-asserts:
+//
+//	CowMounter                          Capabilities.CowMounts
+//	Snapshotter                         Capabilities.Snapshots
+//	Recoverer, StateHolder, Detacher,
+//	ProcessAttacher                     Capabilities.SurvivesRestart
+//	Resizer                             Capabilities.PTY
+//
+// A caller inside a flow the bool already admitted (a Resize of a process
+// CheckExec let start on a terminal, ProcessAttacher on an instance
+// Recover returned) need not ask again. The other interfaces (Sweeper,
+// UsageReader, Describer, AgentInstance, EndCause) have no capability: the
+// type assertion is the answer.
 
 // Sweeper is a driver that can remove what sandboxes of airlock processes
 // that died without cleaning up left on the host (processes, cgroups,

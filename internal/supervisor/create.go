@@ -266,6 +266,14 @@ func claimable(t Template, req CreateRequest) bool {
 	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network) && len(req.Mounts) == 0
 }
 
+// can says whether driver drv has the capability has reads (see
+// sandbox/optional.go: the capability is the answer, a type assertion
+// only fetches the method).
+func (s *Supervisor) can(drv string, has func(sandbox.Capabilities) bool) bool {
+	d, ok := s.opts.Drivers[drv]
+	return ok && has(d.Capabilities())
+}
+
 // memoryOf is what admission and quotas count for a sandbox: the RAM it
 // can pin, its memory limit and its tmpfs mounts.
 func memoryOf(rec store.Sandbox) int64 { return rec.Spec.Limits.PinnableBytes() }
@@ -357,7 +365,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	}
 	// What a restarted daemon needs to reattach (see reattach.go).
 	var driverState []byte
-	if sh, ok := inst.(sandbox.StateHolder); ok {
+	if sh, ok := inst.(sandbox.StateHolder); ok && drv.Capabilities().SurvivesRestart {
 		if driverState, err = sh.DriverState(); err != nil {
 			s.log.Warn("the sandbox's driver state cannot be kept: a restart of the daemon will lose it", "sandbox_id", id, "err", err)
 		}
