@@ -23,6 +23,9 @@ import (
 //	ProcessAttacher                     Capabilities.SurvivesRestart
 //	Resizer                             Capabilities.PTY
 //
+// Overheader has no capability either: a driver that is none costs the
+// host nothing beyond its sandboxes' limits.
+//
 // A caller inside a flow the bool already admitted (a Resize of a process
 // CheckExec let start on a terminal, ProcessAttacher on an instance
 // Recover returned) need not ask again. The other interfaces (Sweeper,
@@ -56,6 +59,14 @@ type SandboxUsage struct {
 	CPUs float64 `json:"cpus"`
 	// At is when the counters were read.
 	At time.Time `json:"at"`
+}
+
+// Overheader is a driver whose sandboxes cost the host more than their
+// limits (HostBytes adds it).
+type Overheader interface {
+	// Overhead is what a sandbox of spec costs beyond its limits. Zero
+	// fields of spec's limits mean their defaults.
+	Overhead(spec Spec) Overhead
 }
 
 // Describer is a driver that can say which backend it uses here, for
