@@ -259,6 +259,15 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// CheckDriver refuses a template whose sandboxes d, its driver, cannot
+// run (sandbox.Capabilities.CheckSpec), naming the template.
+func (t Template) CheckDriver(d sandbox.Driver) error {
+	if err := d.Capabilities().CheckSpec(t.Driver, t.spec()); err != nil {
+		return fmt.Errorf("template %q: %w", t.Name, err)
+	}
+	return nil
+}
+
 // spec is the Spec the template makes, every limit filled in.
 func (t Template) spec() sandbox.Spec {
 	s := sandbox.Spec{

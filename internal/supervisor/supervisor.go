@@ -198,8 +198,8 @@ func New(opts Options) (*Supervisor, error) {
 		}
 		// A template its driver cannot run fails here, not at its first
 		// create.
-		if err := d.Capabilities().CheckSpec(t.Driver, t.spec()); err != nil {
-			return nil, fmt.Errorf("template %q: %w", t.Name, err)
+		if err := t.CheckDriver(d); err != nil {
+			return nil, err
 		}
 		s.templates[t.Name] = t
 		if t.Pool > 0 {

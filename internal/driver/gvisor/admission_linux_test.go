@@ -16,8 +16,8 @@ import (
 // gVisor sandboxes and a half, as gVisor sizes them (their limits and
 // gVisor's own room, the host cgroup's), makes three and refuses the
 // fourth before the host runs out: counted by their limits alone
-// (PinnableBytes), five would have been admitted, and the host cgroups of
-// five can hold more than the host has.
+// (PinnableBytes), six would have been admitted, and the host cgroups of
+// six can hold more than the host has.
 func TestAdmissionCountsOverhead(t *testing.T) {
 	requireGVisor(t)
 	d := newDriver(t)
