@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,6 +49,119 @@ func daemonInstance(stateDir string) string {
 		stateDir = abs
 	}
 	return "serve@" + host + ":" + stateDir
+}
+
+// driverAbout is what the table says of a driver without making it: its
+// part of --driver's help and of the README's row, and the `airlock run`
+// flags it takes that not every driver does. Every build that can run the
+// driver (the front too, which hands it off) has it.
+type driverAbout struct {
+	name string
+	// help says what the driver is, in a few words.
+	help string
+	// flags are the flags of `airlock run` that only some drivers take
+	// ("image", "runtime", "kubeconfig", "module"), each with what it
+	// means for this driver. The image and runtime flags are the ones of
+	// a driver with Capabilities.Images, module of one with Modules.
+	flags map[string]string
+}
+
+// driverAbouts lists the drivers this build knows of.
+var driverAbouts []driverAbout
+
+// aboutDriver adds what the table says of a driver; drivers_*.go call it
+// from init.
+func aboutDriver(a driverAbout) { driverAbouts = append(driverAbouts, a) }
+
+// abouts lists what the table says of every driver this build knows of,
+// the default driver first, then by name.
+func abouts() []driverAbout {
+	out := slices.Clone(driverAbouts)
+	slices.SortFunc(out, func(a, b driverAbout) int {
+		switch {
+		case a.name == b.name:
+			return 0
+		case a.name == defaultDriver:
+			return -1
+		case b.name == defaultDriver:
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out
+}
+
+// driverHelp is --driver's help: every driver the table knows of.
+func driverHelp() string {
+	var d []string
+	for _, a := range abouts() {
+		d = append(d, fmt.Sprintf("%q (%s)", a.name, a.help))
+	}
+	return "isolation driver: " + strings.Join(d, ", ")
+}
+
+// driverRow is the README's row of --driver in the table of `airlock
+// run`'s flags.
+func driverRow() string {
+	var d []string
+	for _, a := range abouts() {
+		d = append(d, fmt.Sprintf("`%s` (%s)", a.name, a.help))
+	}
+	return fmt.Sprintf("| `--driver` | `%s` | isolation driver: %s |", defaultDriver, strings.Join(d, ", "))
+}
+
+// takes says whether driver takes the run flag flag ("image"…).
+func takes(driver, flag string) bool {
+	for _, a := range driverAbouts {
+		if a.name == driver {
+			_, ok := a.flags[flag]
+			return ok
+		}
+	}
+	return false
+}
+
+// flagDrivers lists the drivers that take the run flag flag.
+func flagDrivers(flag string) []string {
+	var n []string
+	for _, a := range abouts() {
+		if _, ok := a.flags[flag]; ok {
+			n = append(n, a.name)
+		}
+	}
+	return n
+}
+
+// flagHelp is the help of the run flag flag: what, then what it means for
+// each driver that takes it.
+func flagHelp(flag, what string) string {
+	var d []string
+	for _, a := range abouts() {
+		if m, ok := a.flags[flag]; ok {
+			s := "--driver " + a.name
+			if m != "" {
+				s += ": " + m
+			}
+			d = append(d, s)
+		}
+	}
+	if len(d) == 0 {
+		return what + " (no driver of this build takes it)"
+	}
+	return what + "; only with " + strings.Join(d, "; ")
+}
+
+// forDrivers is the refusal of run flag flag given with a driver that
+// does not take it.
+func forDrivers(flag, driver string) error {
+	var d []string
+	for _, n := range flagDrivers(flag) {
+		d = append(d, "--driver "+n)
+	}
+	if len(d) == 0 {
+		return fmt.Errorf("--%s is for no driver of this build", flag)
+	}
+	return fmt.Errorf("--%s is for %s, not --driver %s", flag, strings.Join(d, " or "), driver)
 }
 
 // driverEntry is one driver of the table.

@@ -8,6 +8,7 @@ import (
 )
 
 func init() {
+	aboutDriver(driverAbout{name: "gvisor", help: "runsc's user-space kernel"})
 	registerDriver("gvisor", func(o driverOptions) (sandbox.Driver, error) {
 		d, err := gvisor.New(gvisor.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 )
 
 func init() {
+	aboutDriver(driverAbout{name: "native", help: "namespaces, seccomp, Landlock"})
 	registerDriver("native", func(o driverOptions) (sandbox.Driver, error) {
 		d, err := native.New(native.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
 		if err != nil {

@@ -68,8 +68,8 @@ it is not found inside the sandbox.`,
 				return handOff(os.Args)
 			}
 			if f.module != "" {
-				if !cmd.Flags().Changed("driver") {
-					f.driver = "wasm"
+				if d := flagDrivers("module"); !cmd.Flags().Changed("driver") && len(d) > 0 {
+					f.driver = d[0]
 				}
 				var err error
 				if args, err = f.moduleArgv(args); err != nil {
@@ -81,11 +81,11 @@ it is not found inside the sandbox.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false)
-	fl.StringVar(&f.driver, "driver", "native", `isolation driver: "native" (namespaces, seccomp, Landlock), "gvisor" (runsc's user-space kernel), "wasm" (WebAssembly in-process: python3 and WASI modules, no network), "docker" (a container of a Docker Engine: DOCKER_HOST, else the local socket) "microvm" (a QEMU virtual machine with its own kernel) or "kubernetes" (a Pod of a cluster: --kubeconfig, $KUBECONFIG or the in-cluster config)`)
-	fl.StringVar(&f.module, "module", "", "run this WASI command module (a .wasm file) with ARGS as its arguments; implies --driver wasm")
-	fl.StringVar(&f.image, "image", "", "--driver docker or kubernetes: the image of the sandbox, one the engine has (docker images) or the nodes can pull")
-	fl.StringVar(&f.runtime, "runtime", "", `--driver docker: the engine's runtime, "runc" (default), "runsc" (gVisor) or "kata", as registered with the engine; --driver kubernetes: the Pod's RuntimeClass, "gvisor" (default) or "runc" for the node's default runtime`)
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "--driver kubernetes: the kubeconfig file naming the cluster (default $KUBECONFIG, else the in-cluster config, else ~/.kube/config)")
+	fl.StringVar(&f.driver, "driver", defaultDriver, driverHelp())
+	fl.StringVar(&f.module, "module", "", flagHelp("module", "run this WASI command module (a .wasm file) with ARGS as its arguments, on the driver named here unless --driver names another"))
+	fl.StringVar(&f.image, "image", "", flagHelp("image", "the image of the sandbox"))
+	fl.StringVar(&f.runtime, "runtime", "", flagHelp("runtime", "the runtime the sandbox's image runs on"))
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", flagHelp("kubeconfig", "the kubeconfig file naming the cluster"))
 	fl.StringVar(&f.memory, "memory", "512M", "memory limit (no swap)")
 	fl.Float64Var(&f.cpus, "cpus", sandbox.DefaultCPUs, "CPU quota in cores")
 	fl.IntVar(&f.pids, "pids", sandbox.DefaultPids, "process and thread limit")
@@ -180,8 +180,15 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	if err := drv.Capabilities().CheckSpec(f.driver, spec); err != nil {
+	// What the driver cannot do is refused before it makes the sandbox.
+	caps := drv.Capabilities()
+	if err := caps.CheckSpec(f.driver, spec); err != nil {
 		return fail(err)
+	}
+	if f.tty {
+		if err := caps.CheckExec(f.driver, sandbox.ExecRequest{Argv: argv, PTY: &sandbox.TermSize{}}); err != nil {
+			return fail(err)
+		}
 	}
 	sb, err := drv.Create(ctx, spec)
 	if err != nil {
@@ -218,7 +225,9 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err != nil {
 		return fail(err)
 	}
-	reportDiscardedCow(ctx, sb, stderr)
+	if caps.CowMounts {
+		reportDiscardedCow(ctx, sb, stderr)
+	}
 	code := exitCode(res)
 	if !f.json {
 		if res.Reason != sandbox.ReasonExit || res.Signal != "" || (code >= 126 && res.Message != "") {
@@ -296,11 +305,10 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 			return s, fmt.Errorf("--module %q: %w", f.module, err)
 		}
 	}
-	if (f.image != "" || f.runtime != "") && f.driver != "docker" && f.driver != "kubernetes" {
-		return s, fmt.Errorf("--image and --runtime are for --driver docker and --driver kubernetes")
-	}
-	if f.kubeconfig != "" && f.driver != "kubernetes" {
-		return s, fmt.Errorf("--kubeconfig is for --driver kubernetes")
+	for _, fv := range []struct{ flag, value string }{{"image", f.image}, {"runtime", f.runtime}, {"kubeconfig", f.kubeconfig}} {
+		if fv.value != "" && !takes(f.driver, fv.flag) {
+			return s, forDrivers(fv.flag, f.driver)
+		}
 	}
 	s.Image, s.Runtime = f.image, f.runtime
 	for _, m := range f.mounts {
@@ -322,8 +330,8 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 // moduleArgv is the command that runs --module: its name (the file's name
 // without .wasm), then args.
 func (f runFlags) moduleArgv(args []string) ([]string, error) {
-	if f.driver != "wasm" {
-		return nil, fmt.Errorf("--module runs a WebAssembly module, which only --driver wasm can: drop --driver %s", f.driver)
+	if !takes(f.driver, "module") {
+		return nil, forDrivers("module", f.driver)
 	}
 	if !strings.HasSuffix(f.module, ".wasm") {
 		return nil, fmt.Errorf("--module %q: give a .wasm file (a WASI command module)", f.module)

@@ -67,6 +67,17 @@ func checkServeConfig(cfg supervisor.Config) error {
 	for i, t := range cfg.Templates {
 		if t.Driver != "" && !slices.Contains(offered, t.Driver) {
 			errs = append(errs, cfg.KeyError(fmt.Sprintf("template[%d].driver", i), fmt.Errorf("template %q: driver %q is not offered: use one of %s", t.Name, t.Driver, strings.Join(offered, ", "))))
+			continue
+		}
+		// What the daemon checks at start (supervisor.New): the
+		// template asks nothing its driver cannot do.
+		if t.Driver == "" {
+			t.Driver = defaultDriver
+		}
+		if d, err := newDriver(t.Driver, driverOptions{}); err == nil {
+			if err := t.CheckDriver(d); err != nil {
+				errs = append(errs, cfg.KeyError(fmt.Sprintf("template[%d]", i), err))
+			}
 		}
 	}
 	if cfg.Policy != "" {

@@ -39,6 +39,8 @@ func TestCheckConfig(t *testing.T) {
 		{name: "syntax", body: "listen = 127.0.0.1:7070\n", code: exitAirlock, out: ":1: not valid TOML"},
 		{name: "unknown driver", body: "drivers = [\"native\",\n \"gviser\"]\n", code: exitAirlock, out: ":1: drivers: no driver \"gviser\""},
 		{name: "template driver not offered", body: "drivers = [\"native\"]\n[[template]]\nname = \"g\"\ndriver = \"gvisor\"\n", code: exitAirlock, out: ":4: template.driver: template \"g\": driver \"gvisor\" is not offered"},
+		{name: "template its driver cannot run", body: "[[template]]\nname = \"py\"\nimage = \"python:3.12-slim\"\n", code: exitAirlock, out: "template: template \"py\": image python:3.12-slim: the native driver runs no container images"},
+		{name: "docker template without an image", body: "[[template]]\nname = \"d\"\ndriver = \"docker\"\n", code: exitAirlock, out: "template \"d\": a sandbox without an image: the docker driver needs an image the engine has"},
 		{name: "bad policy file", body: "\npolicy = \"" + badPolicy + "\"\n", code: exitAirlock, out: ":2: policy: "},
 		{name: "missing policy file", body: "policy = \"" + filepath.Join(dir, "none.toml") + "\"\n", code: exitAirlock, out: ":1: policy: "},
 		{name: "bad log format flag", body: "", args: []string{"--log-format", "xml"}, code: exitAirlock, out: "--log-format \"xml\": use text or json"},

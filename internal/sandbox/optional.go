@@ -8,8 +8,29 @@ import (
 	"time"
 )
 
-// Optional features of drivers and instances, each an interface of its own,
-// checked with a type assertion. Driver and Instance do not grow.
+// Optional features of drivers and instances, each an interface of its own.
+// Driver and Instance do not grow.
+//
+// Where a feature is also a capability, the capability is the answer and
+// the interface only fetches the method: an instance may implement the
+// interface while its driver lacks the capability (agentdriver.Instance
+// implements them all, for every agent driver). So a caller asks the bool
+// first, and only then type-asserts:
+//
+//	CowMounter                          Capabilities.CowMounts
+//	Snapshotter                         Capabilities.Snapshots
+//	Recoverer, StateHolder, Detacher,
+//	ProcessAttacher                     Capabilities.SurvivesRestart
+//	Resizer                             Capabilities.PTY
+//
+// Overheader has no capability either: a driver that is none costs the
+// host nothing beyond its sandboxes' limits.
+//
+// A caller inside a flow the bool already admitted (a Resize of a process
+// CheckExec let start on a terminal, ProcessAttacher on an instance
+// Recover returned) need not ask again. The other interfaces (Sweeper,
+// UsageReader, Describer, AgentInstance, EndCause) have no capability: the
+// type assertion is the answer.
 
 // Sweeper is a driver that can remove what sandboxes of airlock processes
 // that died without cleaning up left on the host (processes, cgroups,
@@ -38,6 +59,14 @@ type SandboxUsage struct {
 	CPUs float64 `json:"cpus"`
 	// At is when the counters were read.
 	At time.Time `json:"at"`
+}
+
+// Overheader is a driver whose sandboxes cost the host more than their
+// limits (HostBytes adds it).
+type Overheader interface {
+	// Overhead is what a sandbox of spec costs beyond its limits. Zero
+	// fields of spec's limits mean their defaults.
+	Overhead(spec Spec) Overhead
 }
 
 // Describer is a driver that can say which backend it uses here, for

@@ -14,3 +14,28 @@ func (l Limits) PinnableBytes() int64 {
 
 // ShmBytes is the size of /dev/shm: that of /tmp.
 func (l Limits) ShmBytes() int64 { return l.WithDefaults().TmpBytes }
+
+// Overhead is what one sandbox costs the host beyond its limits: what
+// holds it (a user-space kernel, a virtual machine's monitor and guest
+// kernel, an agent beside the workload). Each driver declares it in its
+// own folder (overhead.go), from the same function that sizes what the
+// driver sets on the host, so that the two never differ.
+type Overhead struct {
+	// MemoryBytes is the host memory the sandbox may hold beyond
+	// PinnableBytes (its memory limit and tmpfs mounts).
+	MemoryBytes int64 `json:"memory_bytes"`
+	// Tasks are the host processes and threads the sandbox may hold
+	// beyond its Pids limit.
+	Tasks int64 `json:"tasks"`
+}
+
+// HostBytes is how much of the host's memory a sandbox of spec on d can
+// hold: PinnableBytes, and d's overhead where d declares one
+// (Overheader). Admission and the keys' memory quotas count this.
+func HostBytes(d Driver, spec Spec) int64 {
+	n := spec.Limits.PinnableBytes()
+	if o, ok := d.(Overheader); ok {
+		n += o.Overhead(spec).MemoryBytes
+	}
+	return n
+}

@@ -41,7 +41,8 @@ type Quota struct {
 	// MaxSandboxes is the number of live sandboxes. 10.
 	MaxSandboxes int `json:"max_sandboxes,omitempty"`
 	// MaxMemoryBytes bounds the RAM its live sandboxes can hold together
-	// (sandbox.Limits.PinnableBytes: memory limits and tmpfs sizes). 8 GiB.
+	// (sandbox.HostBytes: memory limits, tmpfs sizes and what the drivers
+	// take beyond them). 8 GiB.
 	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
 	// MaxSnapshots is the number of snapshots it keeps, checkpoints
 	// included. 100.

@@ -210,15 +210,6 @@ func (c Config) withDefaults() (Config, error) {
 		if t.Driver == "" {
 			t.Driver = "native"
 		}
-		if (t.Image != "" || t.Runtime != "") && t.Driver != "docker" && t.Driver != "kubernetes" {
-			return c, keyErr(key("image"), fmt.Errorf("template %q: image and runtime are for drivers \"docker\" and \"kubernetes\"", t.Name))
-		}
-		if t.Driver == "docker" && t.Image == "" {
-			return c, keyErr(key("image"), fmt.Errorf("template %q: driver docker needs an image the engine has (image = \"python:3.12-slim\")", t.Name))
-		}
-		if t.Driver == "kubernetes" && t.Image == "" {
-			return c, keyErr(key("image"), fmt.Errorf("template %q: driver kubernetes needs an image the nodes can pull (image = \"python:3.12-slim\")", t.Name))
-		}
 		if t.TTL == 0 {
 			t.TTL = Duration(sandbox.DefaultLifetime)
 		}
@@ -266,6 +257,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// CheckDriver refuses a template whose sandboxes d, its driver, cannot
+// run (sandbox.Capabilities.CheckSpec), naming the template.
+func (t Template) CheckDriver(d sandbox.Driver) error {
+	if err := d.Capabilities().CheckSpec(t.Driver, t.spec()); err != nil {
+		return fmt.Errorf("template %q: %w", t.Name, err)
+	}
+	return nil
 }
 
 // spec is the Spec the template makes, every limit filled in.

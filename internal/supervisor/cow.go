@@ -67,10 +67,10 @@ func (s *Supervisor) cowLayers(c Caller, id string) ([]sandbox.CowLayer, error) 
 		return nil, err
 	}
 	l.mu.Lock()
-	inst := l.inst
+	inst, drv := l.inst, l.rec.Driver
 	l.mu.Unlock()
 	cm, ok := inst.(sandbox.CowMounter)
-	if !ok {
+	if !ok || !s.can(drv, func(c sandbox.Capabilities) bool { return c.CowMounts }) {
 		return nil, nil
 	}
 	return cm.CowLayers(), nil
@@ -231,7 +231,7 @@ func (s *Supervisor) PendingChanges(ctx context.Context, c Caller) ([]PendingCha
 		inst, rec, ending := l.inst, l.rec, l.ending
 		l.mu.Unlock()
 		cm, ok := inst.(sandbox.CowMounter)
-		if !ok || ending {
+		if !ok || ending || !s.can(rec.Driver, func(c sandbox.Capabilities) bool { return c.CowMounts }) {
 			continue
 		}
 		for _, ly := range cm.CowLayers() {

@@ -266,9 +266,23 @@ func claimable(t Template, req CreateRequest) bool {
 	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network) && len(req.Mounts) == 0
 }
 
+// can says whether driver drv has the capability has reads (see
+// sandbox/optional.go: the capability is the answer, a type assertion
+// only fetches the method).
+func (s *Supervisor) can(drv string, has func(sandbox.Capabilities) bool) bool {
+	d, ok := s.opts.Drivers[drv]
+	return ok && has(d.Capabilities())
+}
+
 // memoryOf is what admission and quotas count for a sandbox: the RAM it
-// can pin, its memory limit and its tmpfs mounts.
-func memoryOf(rec store.Sandbox) int64 { return rec.Spec.Limits.PinnableBytes() }
+// can pin, its memory limit and its tmpfs mounts, and what its driver
+// takes beyond them (sandbox.HostBytes).
+func (s *Supervisor) memoryOf(rec store.Sandbox) int64 {
+	if d, ok := s.opts.Drivers[rec.Driver]; ok {
+		return sandbox.HostBytes(d, rec.Spec)
+	}
+	return rec.Spec.Limits.PinnableBytes()
+}
 
 // admit checks the caller's quota and the host's memory, and reserves both
 // by registering rec as creating.
@@ -277,7 +291,7 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the host's available memory: %w", err)
 	}
-	need := memoryOf(rec)
+	need := s.memoryOf(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing() {
@@ -294,7 +308,7 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 	}
 	free := avail - committed - int64(s.cfg.MemoryReserve)
 	if need > free {
-		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit and its /workspace, /tmp and /dev/shm tmpfs) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
+		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit, its /workspace, /tmp and /dev/shm tmpfs, and what its driver takes beyond them) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
 			ErrCapacity, bytesText(need), bytesText(max(free, 0)), bytesText(avail), bytesText(committed), len(s.live), bytesText(int64(s.cfg.MemoryReserve)))
 	}
 	l := &live{rec: rec, owner: rec.Owner, mem: need, procs: map[string]*proc{}}
@@ -319,7 +333,7 @@ func (s *Supervisor) checkQuota(c Caller, need int64) error {
 		return fmt.Errorf("%w: this key may have %d live sandboxes and has %d; delete one first", ErrQuota, q.MaxSandboxes, mine)
 	}
 	if mineMem+need > q.MaxMemoryBytes {
-		return fmt.Errorf("%w: this key's sandboxes may hold %s of RAM together (memory limits and /workspace, /tmp and /dev/shm tmpfs); %s are held and this sandbox can hold %s: ask for less memory, disk or tmp, or delete a sandbox", ErrQuota, bytesText(q.MaxMemoryBytes), bytesText(mineMem), bytesText(need))
+		return fmt.Errorf("%w: this key's sandboxes may hold %s of RAM together (memory limits, /workspace, /tmp and /dev/shm tmpfs, and what their drivers take beyond them); %s are held and this sandbox can hold %s: ask for less memory, disk or tmp, or delete a sandbox", ErrQuota, bytesText(q.MaxMemoryBytes), bytesText(mineMem), bytesText(need))
 	}
 	return nil
 }
@@ -357,7 +371,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	}
 	// What a restarted daemon needs to reattach (see reattach.go).
 	var driverState []byte
-	if sh, ok := inst.(sandbox.StateHolder); ok {
+	if sh, ok := inst.(sandbox.StateHolder); ok && drv.Capabilities().SurvivesRestart {
 		if driverState, err = sh.DriverState(); err != nil {
 			s.log.Warn("the sandbox's driver state cannot be kept: a restart of the daemon will lose it", "sandbox_id", id, "err", err)
 		}

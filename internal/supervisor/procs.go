@@ -129,12 +129,12 @@ func (s *Supervisor) outputBuffer(l *live) int {
 // request's own writers), and its end is recorded in the audit log.
 func (s *Supervisor) startProc(ctx context.Context, c Caller, l *live, ps procStart) (*proc, error) {
 	req := ps.req
-	if req.PTY != nil {
-		l.mu.Lock()
-		drv := l.rec.Driver
-		l.mu.Unlock()
-		if d, ok := s.opts.Drivers[drv]; ok && !d.Capabilities().PTY {
-			return nil, &sandbox.UnsupportedError{What: "a terminal (pty)", Why: "driver " + drv + " has no terminals", Fix: "run the command without a terminal, or in a sandbox of a driver that has them (native, gvisor)"}
+	l.mu.Lock()
+	drv := l.rec.Driver
+	l.mu.Unlock()
+	if d, ok := s.opts.Drivers[drv]; ok {
+		if err := d.Capabilities().CheckExec(drv, req); err != nil {
+			return nil, err
 		}
 	}
 	size := s.outputBuffer(l)

@@ -192,8 +192,14 @@ func New(opts Options) (*Supervisor, error) {
 	}
 	s.approvals.pending = map[string]*pendingApproval{}
 	for _, t := range cfg.Templates {
-		if _, ok := opts.Drivers[t.Driver]; !ok {
+		d, ok := opts.Drivers[t.Driver]
+		if !ok {
 			return nil, fmt.Errorf("template %q: driver %q is not available in this daemon", t.Name, t.Driver)
+		}
+		// A template its driver cannot run fails here, not at its first
+		// create.
+		if err := t.CheckDriver(d); err != nil {
+			return nil, err
 		}
 		s.templates[t.Name] = t
 		if t.Pool > 0 {

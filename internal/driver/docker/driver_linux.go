@@ -206,6 +206,11 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+		Images: true, NeedsImage: d.opts.Image == "",
+		Lacks: map[sandbox.Capability]sandbox.Lack{
+			sandbox.CapHostRoot:     {Why: "the docker driver runs images, not a root directory of the host", Fix: "name an image instead (--image NAME, or image in the template)"},
+			sandbox.CapDefaultImage: {Why: "the docker driver needs an image the engine has", Fix: "give --image NAME (or image in the template); `docker images` lists them"},
+		},
 	}
 }
 

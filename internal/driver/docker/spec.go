@@ -115,14 +115,9 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		WorkingDir: "/",
 		Labels:     labels,
 	}
-	memory := l.MemoryBytes + agentMemory
-	if vmRuntime(c.Runtime) {
-		memory = l.MemoryBytes + kernelMemory
-	}
-	pids := int64(l.Pids + agentPids)
-	if vmRuntime(c.Runtime) {
-		pids = int64(l.Pids)*3 + 256 // gVisor's own threads and stubs count too
-	}
+	o := overhead(l, c.Runtime)
+	memory := l.MemoryBytes + o.MemoryBytes
+	pids := int64(l.Pids) + o.Tasks
 	swappiness := int64(0)
 	tmpfs := func(size int64, extra ...string) string {
 		o := append([]string{"rw", "nosuid", "nodev", "size=" + strconv.FormatInt(size, 10)}, extra...)

@@ -62,27 +62,16 @@ type hostLimits struct {
 	Swap bool
 }
 
-// The host cgroup's room for gVisor itself, measured on systrap: runsc, the
-// Sentry, the gofer and the agent take about 35 host tasks and 22 MiB at
-// rest, and every process inside adds up to 2 host tasks (its stub); the
-// Sentry's own memory grows with what the workload does (page tables,
-// file caches), hence the margin.
-const (
-	hostPidsPerProc = 3
-	hostMemoryExtra = 96 << 20
-	cpuPeriod       = 100000 // µs
-)
+const cpuPeriod = 100000 // µs
 
-// hostPidsBase is the host's process room for gVisor itself (a variable
-// for the test that makes it too small).
-var hostPidsBase int64 = 256
-
-// hostLimitsFor sizes the host cgroup for a sandbox with limits l.
+// hostLimitsFor sizes the host cgroup for a sandbox with limits l: its
+// limits and gVisor's overhead (overhead.go).
 func hostLimitsFor(l sandbox.Limits, swap bool) hostLimits {
+	o := overhead(l)
 	return hostLimits{
-		MemoryBytes: l.MemoryBytes + hostMemoryExtra,
+		MemoryBytes: l.MemoryBytes + o.MemoryBytes,
 		CPUs:        l.CPUs,
-		Pids:        int64(l.Pids)*hostPidsPerProc + hostPidsBase,
+		Pids:        int64(l.Pids) + o.Tasks,
 		Swap:        swap,
 	}
 }

@@ -255,6 +255,12 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+		Images: true, NeedsImage: d.opts.Image == "",
+		Lacks: map[sandbox.Capability]sandbox.Lack{
+			sandbox.CapHostRoot:     {Why: "the kubernetes driver runs images, not a root directory of the host", Fix: "name an image instead (--image NAME, or image in the template)"},
+			sandbox.CapHostMounts:   {Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"},
+			sandbox.CapDefaultImage: {Why: "the kubernetes driver needs an image its nodes can pull", Fix: "give --image NAME (or image in the template)"},
+		},
 	}
 }
 

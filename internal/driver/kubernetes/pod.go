@@ -82,10 +82,7 @@ func podName(id string) string { return "airlock-" + strings.ReplaceAll(id, "_",
 // host namespaces or paths; standard input open for the agent's stream.
 func (p podSpec) pod(namespace string) *corev1.Pod {
 	l := p.Spec.Limits
-	memory := l.MemoryBytes + agentMemory
-	if p.VM {
-		memory = l.MemoryBytes + kernelMemory
-	}
+	memory := l.MemoryBytes + overhead(p.VM).MemoryBytes
 	cpuMilli := int64(l.CPUs * 1000)
 	reqMilli := max(int64(float64(cpuMilli)*p.CPURequest), 1)
 	f := false

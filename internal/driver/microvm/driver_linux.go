@@ -213,7 +213,10 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		Egress: true, PTY: true, Snapshots: true,
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
-		HostMounts: false,
+		HostRoot: true, HostMounts: false,
+		Lacks: map[sandbox.Capability]sandbox.Lack{
+			sandbox.CapHostMounts: {Why: "the guest sees no host directory: its kernel has no 9p and Debian has no virtiofsd", Fix: "copy files in with the file API, or use a driver with host_mounts (native, gvisor) for host mounts"},
+		},
 		// A sandbox ends with the process that made it: see
 		// docs/decisions.md for what reattaching would take.
 		SurvivesRestart: false,

@@ -95,11 +95,7 @@ func (h *host) makeCgroup(s shape) error {
 		return err
 	}
 	h.group = g
-	overhead := qemuOverheadMiB
-	if s.Accel == "tcg" {
-		overhead = qemuOverheadTCGMiB
-	}
-	return g.Set(cgroup.Limits{MemoryBytes: int64(s.MemoryMiB+overhead) << 20, Pids: qemuPids})
+	return g.Set(cgroup.Limits{MemoryBytes: hostMemory(s.MemoryMiB, s.Accel), Pids: qemuPids})
 }
 
 // limitCPU sets the sandbox's CPU quota on QEMU's cgroup.

@@ -120,7 +120,7 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true,
+		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true,
 		SurvivesRestart: d.opts.Persistent,
 	}
 }

@@ -217,7 +217,7 @@ func (h *host) makeCgroups() error {
 	}
 	// The agent gets room for the files it writes on the workload's behalf,
 	// and a thread cap of its own.
-	if err := h.agentGroup.Set(cgroup.Limits{MemoryBytes: l.DiskBytes + l.TmpBytes + 128<<20, Pids: 256}); err != nil {
+	if err := h.agentGroup.Set(agentLimits(l)); err != nil {
 		return err
 	}
 	if err := h.workload.Delegate(h.base, h.base); err != nil {

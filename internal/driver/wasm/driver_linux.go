@@ -314,15 +314,6 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	switch {
-	case spec.Network.Mode == sandbox.NetworkEgress:
-		return nil, &sandbox.UnsupportedError{What: "network mode egress on the wasm driver",
-			Why: "a WebAssembly sandbox has no sockets (WASI preview 1 has none), so nothing in it can reach a proxy",
-			Fix: "use --driver native or gvisor for code that needs the network"}
-	case spec.Root != "" || len(spec.Mounts) > 0:
-		return nil, &sandbox.UnsupportedError{What: "host paths on the wasm driver",
-			Why: "a WebAssembly sandbox sees only its own /workspace and /tmp", Fix: "copy the files in with the file API, or use --driver native"}
-	}
 	if err := d.Probe(ctx); err != nil {
 		return nil, err
 	}

@@ -124,23 +124,37 @@ func TestPersistence(t *testing.T) {
 	}
 }
 
-// TestRefused: what a wasm sandbox cannot do is refused at once with what
-// to use instead.
+// TestRefused: what a wasm sandbox cannot do is refused, before the
+// driver sees it, by its capabilities (sandbox.CheckSpec, CheckExec) with
+// the driver's reason and what to use instead.
 func TestRefused(t *testing.T) {
 	d, _ := newTestDriver(t)
-	_, err := d.Create(context.Background(), sandbox.Spec{Network: sandbox.Network{Mode: sandbox.NetworkEgress, AllowHosts: []string{"example.com"}}})
-	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "gvisor") {
-		t.Errorf("network egress: %v, want ErrUnsupported naming another driver", err)
+	caps := d.Capabilities()
+	for _, tt := range []struct {
+		name string
+		spec sandbox.Spec
+		want string
+	}{
+		{"egress", sandbox.Spec{Network: sandbox.Network{Mode: sandbox.NetworkEgress, AllowHosts: []string{"example.com"}}}, "no sockets"},
+		{"root", sandbox.Spec{Root: "/srv/root"}, "only its own /workspace"},
+		{"mount", sandbox.Spec{Mounts: []sandbox.Mount{{Source: "/srv", Target: "/srv"}}}, "only its own /workspace"},
+	} {
+		if err := caps.CheckSpec("wasm", tt.spec); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--driver native") {
+			t.Errorf("%s: %v, want ErrUnsupported saying %q and naming another driver", tt.name, err, tt.want)
+		}
+	}
+	if err := caps.CheckSpec("wasm", sandbox.Spec{Module: "/srv/m.wasm"}); err != nil {
+		t.Errorf("a module: %v", err)
 	}
 	sb := create(t, d, sandbox.Spec{})
 	if _, _, res := run(t, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "true"}}); res.ExitCode != 127 || !strings.Contains(res.Message, "no shell") {
 		t.Errorf("sh: %+v, want 127 and a message", res)
 	}
-	if _, err := sb.Start(context.Background(), sandbox.ExecRequest{Argv: []string{"python3", "-c", "1"}, Background: true}); !errors.Is(err, sandbox.ErrUnsupported) {
-		t.Errorf("a background exec: %v, want ErrUnsupported", err)
+	if err := caps.CheckExec("wasm", sandbox.ExecRequest{Argv: []string{"python3", "-c", "1"}, Background: true}); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "one program per exec") {
+		t.Errorf("a background exec: %v, want ErrUnsupported with the driver's reason", err)
 	}
-	if _, err := sb.Start(context.Background(), sandbox.ExecRequest{Argv: []string{"python3"}, PTY: &sandbox.TermSize{Rows: 24, Cols: 80}}); !errors.Is(err, sandbox.ErrUnsupported) {
-		t.Errorf("an exec on a terminal: %v, want ErrUnsupported", err)
+	if err := caps.CheckExec("wasm", sandbox.ExecRequest{Argv: []string{"python3"}, PTY: &sandbox.TermSize{Rows: 24, Cols: 80}}); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "no terminals") {
+		t.Errorf("an exec on a terminal: %v, want ErrUnsupported with the driver's reason", err)
 	}
 }
 

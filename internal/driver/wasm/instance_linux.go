@@ -127,14 +127,6 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if closed {
 		return nil, fmt.Errorf("start in sandbox %s: %w", in.spec.ID, sandbox.ErrClosed)
 	}
-	if req.Background {
-		return nil, &sandbox.UnsupportedError{What: "background execs on the wasm driver",
-			Why: "a WebAssembly sandbox runs one program per exec and none outlives its exec", Fix: "use --driver native"}
-	}
-	if req.PTY != nil {
-		return nil, &sandbox.UnsupportedError{What: "terminals on the wasm driver",
-			Why: "WASI preview 1 has no terminals", Fix: "run without a PTY, or use --driver native"}
-	}
 	mod, err := in.command(ctx, req.Argv[0])
 	if err != nil {
 		return nil, err

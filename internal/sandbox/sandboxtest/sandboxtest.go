@@ -88,6 +88,7 @@ const (
 	needBackground                 // Capabilities.Background
 	needEgress                     // Capabilities.Egress and Options.Egress
 	needHostMounts                 // Capabilities.HostMounts
+	needHostRoot                   // Capabilities.HostRoot
 	needFreeze                     // Options.FreezeAgent
 	needPTY                        // Capabilities.PTY
 	// needRestart is Capabilities.SurvivesRestart; a driver that does
@@ -117,7 +118,9 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 		case n == needEgress && !caps.Egress:
 			return "Capabilities.Egress (network mode egress)", true
 		case n == needHostMounts && !caps.HostMounts:
-			return "Capabilities.HostMounts (host paths as the root and as mounts)", true
+			return "Capabilities.HostMounts (host paths as mounts, and the root shown as it is)", true
+		case n == needHostRoot && !caps.HostRoot:
+			return "Capabilities.HostRoot (a host directory as the root)", true
 		case n == needPTY && !caps.PTY:
 			return "Capabilities.PTY (commands on a terminal: ExecRequest.PTY)", true
 		case n == needCowMounts && !caps.CowMounts:
