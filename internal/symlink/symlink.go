@@ -29,7 +29,11 @@ const (
 	MaxHops = 40
 	// MaxSteps is how many components one walk may take, links'
 	// targets included.
-	MaxSteps = 1 << 16
+	MaxSteps = 1 << 13
+	// MaxCost bounds the bytes of the paths one walk looks up, so that
+	// many deep links cannot make a check slow: a walk past it is
+	// refused. Real trees need a few kilobytes.
+	MaxCost = 1 << 18
 )
 
 // Lookup says what the tree after the operation holds at rel (clean,
@@ -99,20 +103,30 @@ func Resolve(name, target string, look Lookup) (string, []string, error) {
 	if strings.HasPrefix(target, "/") {
 		return refuse("an absolute target", nil)
 	}
-	var cur []string // resolved components: each a directory or absent, never a link
+	// cur is the path resolved so far (each component a directory or
+	// absent, never a link), and ends the length of cur at each depth.
+	cur, ends := "", []int{}
+	push := func(c string) {
+		if cur != "" {
+			cur += "/"
+		}
+		cur += c
+		ends = append(ends, len(cur))
+	}
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		for _, c := range strings.Split(name[:i], "/") {
 			if c != "" && c != "." {
-				cur = append(cur, c)
+				push(c)
 			}
 		}
 	}
 	// todo is the rest of the walk, last component first (a stack).
 	todo := reversed(strings.Split(target, "/"))
 	var via []string
+	cost := 0
 	for steps := 0; len(todo) > 0; steps++ {
-		if steps == MaxSteps {
-			return refuse(fmt.Sprintf("more than %d path components to walk", MaxSteps), via)
+		if steps == MaxSteps || cost > MaxCost {
+			return refuse("too long a walk (too many or too deep links)", via)
 		}
 		c := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
@@ -120,22 +134,28 @@ func Resolve(name, target string, look Lookup) (string, []string, error) {
 		case "", ".":
 			continue
 		case "..":
-			if len(cur) == 0 {
+			if len(ends) == 0 {
 				return refuse("it climbs above the directory", via)
 			}
-			cur = cur[:len(cur)-1]
+			ends = ends[:len(ends)-1]
+			if len(ends) == 0 {
+				cur = ""
+			} else {
+				cur = cur[:ends[len(ends)-1]]
+			}
 			continue
 		}
 		p := c
-		if len(cur) > 0 {
-			p = strings.Join(cur, "/") + "/" + c
+		if cur != "" {
+			p = cur + "/" + c
 		}
+		cost += len(p)
 		t, isLink, err := look(p)
 		if err != nil {
 			return "", via, fmt.Errorf("symlink %q -> %q: look up %q: %w", name, target, p, err)
 		}
 		if !isLink {
-			cur = append(cur, c)
+			push(c)
 			continue
 		}
 		via = append(via, p)
@@ -152,10 +172,10 @@ func Resolve(name, target string, look Lookup) (string, []string, error) {
 		// (cur, unchanged).
 		todo = append(todo, reversed(strings.Split(t, "/"))...)
 	}
-	if len(cur) == 0 {
+	if cur == "" {
 		return ".", via, nil
 	}
-	return strings.Join(cur, "/"), via, nil
+	return cur, via, nil
 }
 
 func reversed(ss []string) []string {

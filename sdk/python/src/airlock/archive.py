@@ -28,7 +28,9 @@ __all__ = ["pack_dir", "unpack", "resolve_symlink", "SymlinkEscapes", "MAX_HOPS"
 #: How many symlinks one walk may follow, the checked link included.
 MAX_HOPS = 40
 #: How many path components one walk may take, links' targets included.
-MAX_STEPS = 1 << 16
+MAX_STEPS = 1 << 13
+#: How many bytes of paths one walk may look up (many deep links stay cheap).
+MAX_COST = 1 << 18
 
 
 class SymlinkEscapes(ValueError):
@@ -56,11 +58,11 @@ def resolve_symlink(name: str, target: str, lookup: Callable[[str], Optional[str
     cur = [c for c in name.split("/")[:-1] if c not in ("", ".")]
     todo = list(reversed(target.split("/")))
     hops = 1  # the link itself
-    steps = 0
+    steps = cost = 0
     while todo:
+        if steps == MAX_STEPS or cost > MAX_COST:
+            raise refuse("too long a walk (too many or too deep links)")
         steps += 1
-        if steps > MAX_STEPS:
-            raise refuse(f"more than {MAX_STEPS} path components to walk")
         c = todo.pop()
         if c in ("", "."):
             continue
@@ -70,6 +72,7 @@ def resolve_symlink(name: str, target: str, lookup: Callable[[str], Optional[str
             cur.pop()
             continue
         p = "/".join(cur + [c])
+        cost += len(p)
         t = lookup(p)
         if t is None:
             cur.append(c)
