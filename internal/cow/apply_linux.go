@@ -128,7 +128,7 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 		return nil, fmt.Errorf("%w: no pending change at %s; list them with `airlock sandbox changes`", sandbox.ErrNotFound, strings.Join(sel, ", "))
 	}
 	res := &ApplyResult{Target: s.m.Target, Applied: []Applied{}, Refused: []Refusal{}}
-	refused := s.refusals()
+	refused := s.refusals(s.applyTrees(root, chosen))
 	var todo []snapshot.Change
 	var conflicts []Refusal
 	for _, c := range chosen {
@@ -348,7 +348,7 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	case sandbox.EntryDir:
 		e, err = a.putDir(pfd, rel, name, uid, gid)
 	case sandbox.EntrySymlink:
-		e, err = a.putSymlink(pfd, rel, name, uid, gid)
+		e, err = a.putSymlink(pfd, rel, name, uid, gid, c.After.Target)
 	default:
 		err = errors.New("apply never makes device files, FIFOs or sockets")
 	}
@@ -494,7 +494,9 @@ func (a *applier) putDir(pfd int, rel, name string, uid, gid int) (sandbox.TreeE
 	return sandbox.TreeEntry{Type: sandbox.EntryDir, Mode: mode}, nil
 }
 
-func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.TreeEntry, error) {
+// putSymlink makes the symlink at rel, whose target was checked as
+// checked (refusals): one the sandbox changed since is not made.
+func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int, checked string) (sandbox.TreeEntry, error) {
 	sfd, err := openBeneath(a.upper, path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("read it in the sandbox's layer: %w", err)
@@ -504,9 +506,8 @@ func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.T
 	if err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("it is no longer a symlink in the sandbox: list the changes again (%w)", err)
 	}
-	// The target is checked again as it is now.
-	if r := a.s.refusal(snapshot.Change{After: &sandbox.TreeEntry{Type: sandbox.EntrySymlink, Target: target}}, rel); r != "" {
-		return sandbox.TreeEntry{}, errors.New(r)
+	if target != checked {
+		return sandbox.TreeEntry{}, errors.New("the sandbox changed its target while it was being applied; nothing of it was written: list the changes again")
 	}
 	tmp := tempName()
 	if err := unix.Symlinkat(target, pfd, tmp); err != nil {

@@ -29,6 +29,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, size int64, files map[string]string) fixture {
 	t.Helper()
+	return newFixtureWith(t, size, files, nil)
+}
+
+// newFixtureWith is newFixture with setup run on the host directory
+// before the layer is made.
+func newFixtureWith(t *testing.T, size int64, files map[string]string, setup func(host string)) fixture {
+	t.Helper()
 	testcap.Require(t, "root", "overlay")
 	base := t.TempDir()
 	host := filepath.Join(base, "project")
@@ -44,6 +51,9 @@ func newFixture(t *testing.T, size int64, files map[string]string) fixture {
 		}
 		return os.Lchown(p, 4321, 4321)
 	}))
+	if setup != nil {
+		setup(host)
+	}
 	dir := LayerDir(filepath.Join(base, "state"), "sb1", 0)
 	l, mnt, err := Make(context.Background(), dir, "sb1", sandbox.Mount{Source: host, Target: "/w", Cow: true}, size, IDMap{})
 	if err != nil {
@@ -616,5 +626,85 @@ func TestRecoverLeavesLiveApply(t *testing.T) {
 	must(t, writeAtomic(journalPath(f.dir), journal{Sandbox: "sb1", Source: f.host, Target: "/w", Pid: os.Getpid(), PidStart: st + 1}))
 	if r, err := Recover(f.dir); r == nil || err != nil {
 		t.Fatalf("Recover of a dead apply: %+v %v", r, err)
+	}
+}
+
+// TestSymlinkChain is N1 of the second security review: y -> . and
+// shadow -> y/y/…/../../etc/shadow each read as if they stay inside the
+// mount, and together lead to /etc/shadow; apply made both on the host.
+func TestSymlinkChain(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"f.txt": "f\n", "d/g.txt": "g\n"})
+	must(t, os.Symlink(".", filepath.Join(f.merged, "y")))
+	must(t, os.Symlink(strings.Repeat("y/", 10)+strings.Repeat("../", 10)+"etc/shadow", filepath.Join(f.merged, "shadow")))
+	must(t, os.Symlink("y/y/../../"+filepath.Base(f.host)+"-sibling", filepath.Join(f.merged, "esc")))
+	must(t, os.Symlink("y/y/d/../f.txt", filepath.Join(f.merged, "fine")))
+	ch := f.changes(t)
+	for p, want := range map[string]string{"shadow": "leads outside", "esc": "leads outside", "y": "", "fine": ""} {
+		if got := ch[p].Refused; (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("%s: refused %q, want %q", p, got, want)
+		}
+	}
+	res, err := Apply(context.Background(), f.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []string
+	for _, a := range res.Applied {
+		applied = append(applied, strings.TrimPrefix(a.Path, "/w/"))
+	}
+	slices.Sort(applied)
+	if !slices.Equal(applied, []string{"fine", "y"}) {
+		t.Errorf("applied %v; refused %+v", applied, res.Refused)
+	}
+	for _, n := range []string{"shadow", "esc"} {
+		if _, err := os.Lstat(filepath.Join(f.host, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host %s: %v", n, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(f.host, "fine")); err != nil || string(b) != "f\n" {
+		t.Errorf("host fine: %q %v", b, err)
+	}
+}
+
+// TestSymlinkChainHost: what is on the host counts too. A link the sandbox
+// makes may not turn a host link that stays inside into one that leaves,
+// and a link checked in the sandbox's tree is checked again in the tree an
+// apply of some of the changes makes.
+func TestSymlinkChainHost(t *testing.T) {
+	f := newFixtureWith(t, 16<<20, map[string]string{"f.txt": "f\n", "y/keep": "k\n"}, func(host string) {
+		must(t, os.Symlink("y/../f.txt", filepath.Join(host, "x")))
+		must(t, os.Symlink(".", filepath.Join(host, "up")))
+	})
+	// y becomes y -> .: the host's x -> y/../f.txt would lead to ../f.txt.
+	must(t, os.RemoveAll(filepath.Join(f.merged, "y")))
+	must(t, os.Symlink(".", filepath.Join(f.merged, "y")))
+	// up -> . becomes a directory, and w -> up/../f.txt stays inside
+	// only if up is applied too.
+	must(t, os.Remove(filepath.Join(f.merged, "up")))
+	must(t, os.Mkdir(filepath.Join(f.merged, "up"), 0o755))
+	must(t, os.Symlink("up/../f.txt", filepath.Join(f.merged, "w")))
+	ch := f.changes(t)
+	if !strings.Contains(ch["y"].Refused, `host's symlink x`) {
+		t.Errorf("y: refused %q", ch["y"].Refused)
+	}
+	if ch["w"].Refused != "" || ch["up"].Refused != "" {
+		t.Errorf("w: %q, up: %q", ch["w"].Refused, ch["up"].Refused)
+	}
+	res, err := Apply(context.Background(), f.dir, []string{"w", "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]string{}
+	for _, r := range res.Refused {
+		refused[strings.TrimPrefix(r.Path, "/w/")] = r.Reason
+	}
+	if len(res.Applied) != 0 || !strings.Contains(refused["w"], "leads outside") || !strings.Contains(refused["y"], "host's symlink x") {
+		t.Fatalf("applied %+v, refused %+v", res.Applied, res.Refused)
+	}
+	if tg, _ := os.Readlink(filepath.Join(f.host, "up")); tg != "." {
+		t.Errorf("host up -> %q", tg)
+	}
+	if res, err = Apply(context.Background(), f.dir, []string{"w", "up"}); err != nil || len(res.Applied) != 2 {
+		t.Fatalf("w with up: %+v %v", res, err)
 	}
 }
