@@ -90,7 +90,7 @@ func Changes(ctx context.Context, dir string, lim snapshot.DiffLimits) (*Pending
 	p := &Pending{Target: s.m.Target, Source: s.m.Source, Changes: make([]Change, 0, len(s.diff.Changes)), Truncated: s.diff.Truncated}
 	refused := s.refusals(s.listingTrees())
 	for _, c := range s.diff.Changes {
-		ch := Change{Change: c, Refused: refused[c.Path]}
+		ch := Change{Change: c, Refused: refused[c.Path], Entry: EntryDigest(c.After), Warning: Warning(c.After, false)}
 		ch.Conflict = s.conflict(root, c)
 		p.Changes = append(p.Changes, ch)
 	}

@@ -514,7 +514,7 @@ func TestApplyReviewed(t *testing.T) {
 	shown := f.changes(t)
 	// The sandbox rewrites a.txt after the review.
 	f.sandboxWrite(t, "a.txt", "sneaky\n")
-	expect := map[string]string{"a.txt": shown["a.txt"].After.Digest, "/w/b.txt": shown["b.txt"].After.Digest}
+	expect := map[string]string{"a.txt": shown["a.txt"].Entry, "/w/b.txt": shown["b.txt"].Entry}
 	_, err := ApplyReviewed(context.Background(), f.dir, []string{"a.txt", "b.txt"}, expect)
 	var ce *ConflictError
 	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Path != "/w/a.txt" || !strings.Contains(ce.Conflicts[0].Reason, "after it was shown") {
@@ -523,16 +523,20 @@ func TestApplyReviewed(t *testing.T) {
 	if f.hostRead(t, "a.txt") != "a\n" || f.hostRead(t, "b.txt") != "b\n" {
 		t.Fatal("the host changed")
 	}
-	res, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest})
+	res, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].Entry})
 	if err != nil || len(res.Applied) != 1 || res.Applied[0].Digest != shown["b.txt"].After.Digest {
 		t.Fatalf("the reviewed b.txt: %+v %v", res, err)
 	}
 	// A path that is no longer pending, and a malformed digest.
-	if _, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest}); err == nil {
+	if _, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].Entry}); err == nil {
 		t.Error("apply of a change already applied")
 	}
-	if _, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"a.txt": "md5:x"}); !errors.Is(err, sandbox.ErrInvalid) {
-		t.Errorf("a malformed digest: %v", err)
+	// A malformed entry, and a content digest (which does not cover the
+	// mode or a symlink's target).
+	for _, d := range []string{"md5:x", shown["a.txt"].After.Digest, "entry:sha256:XYZ"} {
+		if _, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"a.txt": d}); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("expect %q: %v", d, err)
+		}
 	}
 }
 
@@ -706,5 +710,102 @@ func TestSymlinkChainHost(t *testing.T) {
 	}
 	if res, err = Apply(context.Background(), f.dir, []string{"w", "up"}); err != nil || len(res.Applied) != 2 {
 		t.Fatalf("w with up: %+v %v", res, err)
+	}
+}
+
+// TestReviewBindsEntry is N3 of the second security review: what a
+// reviewer saw is the whole entry. A symlink retargeted and a mode changed
+// after the review are conflicts naming the path and what it is now, and
+// the host gets the reviewed mode.
+func TestReviewBindsEntry(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"sub/k": "k\n", "sub/other": "o\n"})
+	must(t, os.Symlink("sub/k", filepath.Join(f.merged, "lnk")))
+	f.sandboxWrite(t, "mf", "data\n")
+	must(t, os.Chmod(filepath.Join(f.merged, "mf"), 0o600))
+	shown := f.changes(t)
+	for _, p := range []string{"lnk", "mf"} {
+		if !strings.HasPrefix(shown[p].Entry, "entry:sha256:") {
+			t.Fatalf("%s: entry %q", p, shown[p].Entry)
+		}
+	}
+	// The sandbox changes both after the review.
+	must(t, os.Remove(filepath.Join(f.merged, "lnk")))
+	must(t, os.Symlink("sub/other", filepath.Join(f.merged, "lnk")))
+	must(t, unix.Chmod(filepath.Join(f.merged, "mf"), 0o4777))
+	for name, expect := range map[string]map[string]string{
+		"entries":                   {"lnk": shown["lnk"].Entry, "mf": shown["mf"].Entry},
+		"the review's empty values": {"lnk": "", "mf": shown["mf"].Entry},
+	} {
+		_, err := ApplyReviewed(context.Background(), f.dir, []string{"lnk", "mf"}, expect)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || len(ce.Conflicts) != 2 {
+			t.Fatalf("%s: apply after the changes: %v", name, err)
+		}
+		for _, c := range ce.Conflicts {
+			want := map[string]string{"/w/lnk": `a symlink to "sub/other"`, "/w/mf": "mode 4777"}[c.Path]
+			if !strings.Contains(c.Reason, want) {
+				t.Errorf("%s: %s: %q, want it to say %q", name, c.Path, c.Reason, want)
+			}
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "lnk")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host lnk: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "mf")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host mf: %v", err)
+	}
+	// Reviewed as it is now: applied, with that mode (setuid stripped,
+	// group and world write cleared).
+	now := f.changes(t)
+	res, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"lnk": now["lnk"].Entry, "mf": now["mf"].Entry})
+	if err != nil || len(res.Applied) != 2 {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(f.host, "mf")); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("host mf: %v %v", fi.Mode(), err)
+	}
+	if tg, err := os.Readlink(filepath.Join(f.host, "lnk")); err != nil || tg != "sub/other" {
+		t.Errorf("host lnk -> %q %v", tg, err)
+	}
+}
+
+// TestSharedWrite is N6 of the second security review: a directory 2777
+// and a file 0666 made in the sandbox were applied as drwxrwxrwx and
+// -rw-rw-rw- root files. Apply clears group and world write unless the
+// policy allows them, and the review warns.
+func TestSharedWrite(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			f := newFixture(t, 16<<20, map[string]string{"a.txt": "a\n"})
+			must(t, os.Mkdir(filepath.Join(f.merged, "sgd"), 0o755))
+			must(t, unix.Chmod(filepath.Join(f.merged, "sgd"), 0o2777))
+			f.sandboxWrite(t, "sgd/ww", "w\n")
+			must(t, unix.Chmod(filepath.Join(f.merged, "sgd/ww"), 0o666))
+			must(t, unix.Chmod(filepath.Join(f.merged, "a.txt"), 0o664))
+			ch := f.changes(t)
+			for p, want := range map[string]string{"sgd": "world-writable (mode 2777)", "sgd/ww": "world-writable (mode 0666)", "a.txt": ""} {
+				if got := ch[p].Warning; (want == "") != (got == "") || !strings.Contains(got, want) {
+					t.Errorf("%s: warning %q, want %q", p, got, want)
+				}
+			}
+			res, err := ApplyWith(context.Background(), f.dir, ApplyOptions{SharedWrite: shared})
+			if err != nil || len(res.Applied) != 3 {
+				t.Fatalf("apply: %+v %v", res, err)
+			}
+			want := map[string]os.FileMode{"sgd": os.ModeDir | 0o755, "sgd/ww": 0o644, "a.txt": 0o644}
+			if shared {
+				want = map[string]os.FileMode{"sgd": os.ModeDir | 0o777, "sgd/ww": 0o666, "a.txt": 0o664}
+			}
+			for p, m := range want {
+				if fi, err := os.Lstat(filepath.Join(f.host, p)); err != nil || fi.Mode() != m {
+					t.Errorf("host %s: %v, want %v (%v)", p, fi.Mode(), m, err)
+				}
+			}
+			for _, a := range res.Applied {
+				if !shared && !strings.Contains(a.Note, "group/world write cleared") {
+					t.Errorf("%s: note %q", a.Path, a.Note)
+				}
+			}
+		})
 	}
 }

@@ -177,6 +177,7 @@ type File struct {
 	// Tiers choose the driver of a create (see Tier).
 	Tiers    []Tier   `toml:"tier"`
 	Approval Approval `toml:"approval"`
+	Cow      Cow      `toml:"cow"`
 	Webhook  Webhook  `toml:"webhook"`
 	Redact   Redact   `toml:"redact"`
 }
@@ -229,6 +230,15 @@ type Approval struct {
 	// only an operator may apply or discard ("*": every one). Empty:
 	// the sandbox's owner decides.
 	Mounts []string `toml:"mounts"`
+}
+
+// Cow configures what an apply of a copy-on-write mount's changes writes
+// on the host.
+type Cow struct {
+	// SharedWrite are host directories ("*": every one) whose applies
+	// keep the group and world write bits the sandbox gave a file or
+	// directory. Empty: apply clears them (a sandbox's 0666 becomes 0644).
+	SharedWrite []string `toml:"shared_write"`
 }
 
 // maxRuleCost bounds the work one rule may do on one request (CEL's cost
@@ -432,6 +442,17 @@ func (p *Policy) MountAllowed(m string) bool {
 // directory source may be applied or discarded only by an operator.
 func (p *Policy) MountNeedsApproval(source string) bool {
 	for _, m := range p.f.Approval.Mounts {
+		if m == "*" || path.Clean(m) == path.Clean(source) {
+			return true
+		}
+	}
+	return false
+}
+
+// MountKeepsSharedWrite says an apply of a copy-on-write mount of the host
+// directory source keeps group and world write bits ([cow] shared_write).
+func (p *Policy) MountKeepsSharedWrite(source string) bool {
+	for _, m := range p.f.Cow.SharedWrite {
 		if m == "*" || path.Clean(m) == path.Clean(source) {
 			return true
 		}
