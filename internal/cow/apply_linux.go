@@ -241,18 +241,24 @@ type applier struct {
 	sharedWrite bool
 }
 
-// mode is the mode apply gives the host's entry for the sandbox's mode m
-// (the one listed, which a review saw): setuid and setgid stripped, and
-// group and world write unless the policy allows them. The note says what
-// was cleared.
-func (a *applier) mode(m uint32) (uint32, string) {
+// mode is the mode apply gives the host's entry for c's after mode (the
+// one listed, which a review saw): setuid and setgid stripped, and group
+// and world write cleared unless the policy allows them or the host's
+// entry of the same type had them already. The note says what was
+// cleared.
+func (a *applier) mode(c snapshot.Change) (uint32, string) {
 	var notes []string
+	m := c.After.Mode
 	out := m & 0o1777
 	if m&0o6000 != 0 {
 		notes = append(notes, "setuid/setgid bits stripped")
 	}
-	if !a.sharedWrite && out&0o022 != 0 {
-		out &^= 0o022
+	clear := uint32(0o022)
+	if c.Before != nil && c.Before.Type == c.After.Type {
+		clear &^= c.Before.Mode
+	}
+	if !a.sharedWrite && out&clear != 0 {
+		out &^= clear
 		notes = append(notes, "group/world write cleared")
 	}
 	return out, strings.Join(notes, "; ")
@@ -332,7 +338,7 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	}
 	if rel == "." {
 		// Only the mode of the mounted directory itself can change.
-		mode, note := a.mode(c.After.Mode)
+		mode, note := a.mode(c)
 		fd, err := unix.Openat(a.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return ap, err
@@ -359,7 +365,7 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 		uid, gid = int(old.Uid), int(old.Gid)
 	}
 	var e sandbox.TreeEntry
-	mode, note := a.mode(c.After.Mode)
+	mode, note := a.mode(c)
 	switch c.After.Type {
 	case sandbox.EntryFile:
 		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode, c.After, mode)

@@ -776,7 +776,12 @@ func TestReviewBindsEntry(t *testing.T) {
 func TestSharedWrite(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
-			f := newFixture(t, 16<<20, map[string]string{"a.txt": "a\n"})
+			// g.txt is group-writable on the host already: a new content
+			// keeps that.
+			f := newFixtureWith(t, 16<<20, map[string]string{"a.txt": "a\n", "g.txt": "g\n"}, func(host string) {
+				must(t, os.Chmod(filepath.Join(host, "g.txt"), 0o664))
+			})
+			f.sandboxWrite(t, "g.txt", "g2\n")
 			must(t, os.Mkdir(filepath.Join(f.merged, "sgd"), 0o755))
 			must(t, unix.Chmod(filepath.Join(f.merged, "sgd"), 0o2777))
 			f.sandboxWrite(t, "sgd/ww", "w\n")
@@ -789,12 +794,12 @@ func TestSharedWrite(t *testing.T) {
 				}
 			}
 			res, err := ApplyWith(context.Background(), f.dir, ApplyOptions{SharedWrite: shared})
-			if err != nil || len(res.Applied) != 3 {
+			if err != nil || len(res.Applied) != 4 {
 				t.Fatalf("apply: %+v %v", res, err)
 			}
-			want := map[string]os.FileMode{"sgd": os.ModeDir | 0o755, "sgd/ww": 0o644, "a.txt": 0o644}
+			want := map[string]os.FileMode{"sgd": os.ModeDir | 0o755, "sgd/ww": 0o644, "a.txt": 0o644, "g.txt": 0o664}
 			if shared {
-				want = map[string]os.FileMode{"sgd": os.ModeDir | 0o777, "sgd/ww": 0o666, "a.txt": 0o664}
+				want = map[string]os.FileMode{"sgd": os.ModeDir | 0o777, "sgd/ww": 0o666, "a.txt": 0o664, "g.txt": 0o664}
 			}
 			for p, m := range want {
 				if fi, err := os.Lstat(filepath.Join(f.host, p)); err != nil || fi.Mode() != m {
@@ -802,7 +807,7 @@ func TestSharedWrite(t *testing.T) {
 				}
 			}
 			for _, a := range res.Applied {
-				if !shared && !strings.Contains(a.Note, "group/world write cleared") {
+				if cleared := strings.Contains(a.Note, "group/world write cleared"); cleared != (!shared && a.Path != "/w/g.txt") {
 					t.Errorf("%s: note %q", a.Path, a.Note)
 				}
 			}

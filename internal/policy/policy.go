@@ -237,7 +237,8 @@ type Approval struct {
 type Cow struct {
 	// SharedWrite are host directories ("*": every one) whose applies
 	// keep the group and world write bits the sandbox gave a file or
-	// directory. Empty: apply clears them (a sandbox's 0666 becomes 0644).
+	// directory. Empty: apply clears them (a sandbox's 0666 becomes 0644),
+	// except those the host's entry had already.
 	SharedWrite []string `toml:"shared_write"`
 }
 
