@@ -253,12 +253,12 @@ func (a *applier) mode(c snapshot.Change) (uint32, string) {
 	if m&0o6000 != 0 {
 		notes = append(notes, "setuid/setgid bits stripped")
 	}
-	clear := uint32(0o022)
+	drop := uint32(0o022)
 	if c.Before != nil && c.Before.Type == c.After.Type {
-		clear &^= c.Before.Mode
+		drop &^= c.Before.Mode
 	}
-	if !a.sharedWrite && out&clear != 0 {
-		out &^= clear
+	if !a.sharedWrite && out&drop != 0 {
+		out &^= drop
 		notes = append(notes, "group/world write cleared")
 	}
 	return out, strings.Join(notes, "; ")
