@@ -15,6 +15,13 @@ type CowChange struct {
 	Change
 	Refused  string `json:"refused,omitempty"`
 	Conflict string `json:"conflict,omitempty"`
+	// Entry stands for what the listing shows of the change (its type,
+	// mode, size, content and symlink target; empty for a deletion): send
+	// it back in ChangesRequest.Expect to apply only what was reviewed.
+	Entry string `json:"entry,omitempty"`
+	// Warning says what a reviewer should look at that apply does not
+	// refuse (a world-writable mode).
+	Warning string `json:"warning,omitempty"`
 }
 
 // CowMount is a cow mount's pending change.
@@ -27,16 +34,26 @@ type CowMount struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Reviewed is the Expect of an apply of what m shows: each change's path
+// and Entry.
+func (m CowMount) Reviewed() map[string]string {
+	out := make(map[string]string, len(m.Changes))
+	for _, c := range m.Changes {
+		out[c.Path] = c.Entry
+	}
+	return out
+}
+
 // ChangesRequest chooses a cow mount (Target: may be empty when the
 // sandbox has one) and paths in it (relative to its root or absolute in
 // the sandbox; a directory stands for all below it; none: every change).
 type ChangesRequest struct {
 	Target string   `json:"target,omitempty"`
 	Paths  []string `json:"paths,omitempty"`
-	// Expect (apply only) maps paths to the content digest each change
-	// showed ("" for one without content: a deletion, a directory, a
-	// symlink): a change that is no longer that is a conflict, and a file
-	// that changes while it is copied is not written.
+	// Expect (apply only) maps paths to the Entry each change showed
+	// ("" for a deletion; CowMount.Reviewed makes it): a change that is
+	// no longer that (its type, mode, size, content or symlink target) is
+	// a conflict, and the host gets the reviewed entry, mode included.
 	Expect map[string]string `json:"expect,omitempty"`
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 func newSandboxChangesCmd() *cobra.Command {
-	var target string
+	var target, reviewed string
 	var apply, discard, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "changes ID [--apply | --discard] [PATH...]",
@@ -34,7 +34,11 @@ then the unified diffs of text files (capped).
 the sandbox; a directory stands for all below it; none: every change) to
 the host, each file atomically. When the host changed under one of them
 since the sandbox started, nothing is applied and the conflicts are
-listed (exit code 3). --discard drops them from the sandbox's layer.
+listed (exit code 3). The apply sends each chosen change's entry as
+listed (type, mode, size, content, symlink target): with --reviewed FILE,
+as saved by 'changes ID --json > FILE' when it was reviewed; else as
+listed when --apply starts. A change made since is a conflict.
+--discard drops them from the sandbox's layer.
 --target names the mount when the sandbox has more than one.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,6 +53,9 @@ listed (exit code 3). --discard drops them from the sandbox's layer.
 			case apply && discard:
 				return errors.New("give --apply or --discard, not both")
 			case apply:
+				if req.Expect, err = reviewedExpect(cmd.Context(), c, id, &req, reviewed); err != nil {
+					return err
+				}
 				res, err := c.ApplyChanges(cmd.Context(), id, req)
 				var ae *client.Error
 				if errors.As(err, &ae) && ae.Code == "conflict" {
@@ -127,6 +134,7 @@ listed (exit code 3). --discard drops them from the sandbox's layer.
 	fl.StringVar(&target, "target", "", "the cow mount's path in the sandbox (needed when it has more than one)")
 	fl.BoolVar(&apply, "apply", false, "write the changes at PATHs (default: all) to the host")
 	fl.BoolVar(&discard, "discard", false, "drop the changes at PATHs (default: all)")
+	fl.StringVar(&reviewed, "reviewed", "", "with --apply: apply only what FILE (the --json listing that was reviewed) shows")
 	fl.BoolVar(&asJSON, "json", false, "print the answer as JSON")
 	return cmd
 }

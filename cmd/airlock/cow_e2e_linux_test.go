@@ -69,7 +69,20 @@ func TestCowCLI(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(project, "a.txt")); string(b) != "one\ntwo\n" {
 		t.Fatalf("the host changed before any apply: %q", b)
 	}
-	out = must("sandbox", "changes", "--apply", id, "a.txt", "c.txt")
+	// What was reviewed is what applies (N3 of the second security
+	// review): a listing saved with --json, then a mode changed since, is
+	// a conflict naming it.
+	review := filepath.Join(t.TempDir(), "review.json")
+	if err := os.WriteFile(review, []byte(must("sandbox", "changes", "--json", id)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must("sandbox", "exec", id, "--", "chmod", "666", "/w/c.txt")
+	o = cli("sandbox", "changes", "--apply", "--reviewed", review, id, "a.txt", "c.txt")
+	if o.code != 3 || !strings.Contains(o.stderr, "/w/c.txt: the sandbox changed it after it was shown (it is now a file, mode 0666") {
+		t.Errorf("apply of a reviewed listing after a chmod: %d %s %s", o.code, o.stdout, o.stderr)
+	}
+	must("sandbox", "exec", id, "--", "chmod", "644", "/w/c.txt")
+	out = must("sandbox", "changes", "--apply", "--reviewed", review, id, "a.txt", "c.txt")
 	if !strings.Contains(out, "2 applied, 0 refused") {
 		t.Errorf("apply: %s", out)
 	}

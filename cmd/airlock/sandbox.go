@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
+	"github.com/airlock-sandbox/airlock/internal/symlink"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -383,7 +385,11 @@ func tarDir(dir string, w io.Writer) error {
 }
 
 // untar extracts a tar archive that came out of a sandbox into dir, with
-// the same checks the daemon applies to uploads, inside an os.Root.
+// the same checks the daemon applies to uploads, inside an os.Root. The
+// archive's symlinks are made last, once each target is known to stay in
+// dir in the tree as it will be: the archive's links and those already in
+// dir substituted (symlink.Resolve), whatever order the archive lists
+// them in.
 func untar(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -395,10 +401,12 @@ func untar(r io.Reader, dir string) error {
 	defer root.Close()
 	chk := api.NewArchiveChecker(api.ArchiveLimits{})
 	tr := tar.NewReader(r)
+	links := map[string]string{}
+	var order []string
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("read the archive: %w", err)
@@ -428,14 +436,38 @@ func untar(r io.Reader, dir string) error {
 				return err
 			}
 		case api.EntrySymlink:
-			if err := root.MkdirAll(filepath.Dir(e.Name), 0o755); err != nil {
-				return err
-			}
-			if err := root.Symlink(e.Target, e.Name); err != nil {
-				return err
-			}
+			links[e.Name] = e.Target
+			order = append(order, e.Name)
 		}
 	}
+	look := func(rel string) (string, bool, error) {
+		if t, ok := links[rel]; ok {
+			return t, true, nil
+		}
+		fi, err := root.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return "", false, nil
+		}
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return "", false, err
+		}
+		t, err := root.Readlink(rel)
+		return t, err == nil, err
+	}
+	for _, name := range order {
+		if _, _, err := symlink.Resolve(name, links[name], look); err != nil {
+			return fmt.Errorf("archive entry %q: %w; nothing of the archive's symlinks was made", name, err)
+		}
+	}
+	for _, name := range order {
+		if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+			return err
+		}
+		if err := root.Symlink(links[name], name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newSandboxLsCmd() *cobra.Command {

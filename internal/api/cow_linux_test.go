@@ -106,8 +106,11 @@ mounts = ["%s"]
 	run := func(id, script string) {
 		t.Helper()
 		r, err := agent.Exec(ctx, id, client.ExecRequest{Argv: []string{"sh", "-c", script}})
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("%s: %+v %q %v", script, r, r.Stderr, err)
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		if r.ExitCode != 0 {
+			t.Fatalf("%s: %+v %q", script, r, r.Stderr)
 		}
 	}
 	run(sb.ID, "cd /work && echo 'func main() {}' >> main.go && echo new > new.txt && rm README")
@@ -139,7 +142,7 @@ mounts = ["%s"]
 	var shown string
 	for _, c := range m[0].Changes {
 		if c.Path == "/work/main.go" {
-			shown = c.After.Digest
+			shown = c.Entry
 		}
 	}
 	res, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"main.go"}, Expect: map[string]string{"main.go": shown}})
@@ -176,6 +179,8 @@ mounts = ["%s"]
 	} else {
 		apiError(t, err, 400, "invalid")
 	}
+
+	testCowReview(ctx, t, e, agent, agentSecret, open, run)
 
 	// A mount that needs an operator.
 	gsb, err := agent.CreateSandbox(ctx, client.CreateRequest{Mounts: []client.Mount{{Source: gated, Target: "/prod", Cow: true}}})
@@ -232,8 +237,92 @@ mounts = ["%s"]
 		}
 	}
 	// main.go, the conflict, the rest, the refused ../../etc/passwd, the
-	// operator's; one discard.
-	if applies != 5 || discards != 1 || byOperator != 1 {
+	// review's four (testCowReview), the operator's; README's discard and
+	// the review's.
+	if applies != 9 || discards != 2 || byOperator != 1 {
 		t.Errorf("audit: %d applies (%d by the operator), %d discards", applies, byOperator, discards)
+	}
+}
+
+// testCowReview is the second security review's reproductions of N1, N3
+// and N6 through the API, on the cow mount of open at /work of a fresh
+// sandbox.
+func testCowReview(ctx context.Context, t *testing.T, e *testEnv, agent *client.Client, secret, open string, run func(id, script string)) {
+	t.Helper()
+	sb, err := agent.CreateSandbox(ctx, client.CreateRequest{Mounts: []client.Mount{{Source: open, Target: "/work", Cow: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+	// N1: y -> . and shadow -> y/…/../../victim (the review used
+	// etc/shadow, which the policy check on commands refuses here).
+	run(sb.ID, "cd /work && ln -s . y && ln -s "+strings.Repeat("y/", 10)+strings.Repeat("../", 10)+"victim shadow")
+	m, err := agent.Changes(ctx, sb.ID)
+	if err != nil || len(m) != 1 {
+		t.Fatalf("changes: %+v %v", m, err)
+	}
+	for _, c := range m[0].Changes {
+		if c.Path == "/work/shadow" && !strings.Contains(c.Refused, "leads outside") {
+			t.Errorf("shadow: refused %q", c.Refused)
+		}
+	}
+	res, err := agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"y", "shadow"}})
+	if err != nil || len(res.Refused) != 1 || res.Refused[0].Path != "/work/shadow" {
+		t.Fatalf("apply y, shadow: %+v %v", res, err)
+	}
+	if _, err := os.Lstat(filepath.Join(open, "shadow")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host shadow: %v", err)
+	}
+	if _, err := agent.DiscardChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"shadow"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// N3: the review's request, as the console sent it before: the
+	// content digest of mf and "" for the link; both changed since.
+	run(sb.ID, "cd /work && ln -s sub/k lnk && echo data > mf && chmod 600 mf")
+	if m, err = agent.Changes(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	var digest string
+	for _, c := range m[0].Changes {
+		if c.Path == "/work/mf" {
+			digest = c.After.Digest
+		}
+	}
+	reviewed := m[0].Reviewed()
+	run(sb.ID, "cd /work && ln -sfn sub/other lnk && chmod 4777 mf")
+	body := fmt.Sprintf(`{"paths":["lnk","mf"],"expect":{"lnk":"","mf":%q}}`, digest)
+	if st, _, b := e.raw("POST", "/v1/sandboxes/"+sb.ID+"/changes/apply", secret, strings.NewReader(body), map[string]string{"Content-Type": "application/json"}); st != 400 || !strings.Contains(string(b), "content digest") {
+		t.Errorf("the review's apply: %d %s", st, b)
+	}
+	body = fmt.Sprintf(`{"paths":["lnk","mf"],"expect":{"lnk":%q,"mf":%q}}`, reviewed["/work/lnk"], reviewed["/work/mf"])
+	st, _, b := e.raw("POST", "/v1/sandboxes/"+sb.ID+"/changes/apply", secret, strings.NewReader(body), map[string]string{"Content-Type": "application/json"})
+	if st != 409 || !strings.Contains(string(b), `a symlink to \"sub/other\"`) || !strings.Contains(string(b), "mode 4777") {
+		t.Errorf("apply of what changed since the review: %d %s", st, b)
+	}
+	for _, n := range []string{"lnk", "mf"} {
+		if _, err := os.Lstat(filepath.Join(open, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host %s: %v", n, err)
+		}
+	}
+
+	// N6: world-writable modes are shown as a warning and cleared.
+	run(sb.ID, "cd /work && chmod 600 mf && mkdir sgd && chmod 2777 sgd && echo w > sgd/ww && chmod 666 sgd/ww")
+	if m, err = agent.Changes(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range m[0].Changes {
+		if (c.Path == "/work/sgd" || c.Path == "/work/sgd/ww") != strings.Contains(c.Warning, "world-writable") {
+			t.Errorf("%s: warning %q", c.Path, c.Warning)
+		}
+	}
+	res, err = agent.ApplyChanges(ctx, sb.ID, client.ChangesRequest{Paths: []string{"lnk", "mf", "sgd"}, Expect: m[0].Reviewed()})
+	if err != nil || len(res.Applied) != 4 {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	for n, want := range map[string]os.FileMode{"mf": 0o600, "sgd": os.ModeDir | 0o755, "sgd/ww": 0o644} {
+		if fi, err := os.Lstat(filepath.Join(open, n)); err != nil || fi.Mode() != want {
+			t.Errorf("host %s: %v, want %v (%v)", n, fi.Mode(), want, err)
+		}
 	}
 }

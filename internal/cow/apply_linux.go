@@ -86,16 +86,24 @@ func (s *state) choose(sel []string) []snapshot.Change {
 // temporary file beside it, synced and renamed over the old one: a crash
 // leaves it old or new.
 func Apply(ctx context.Context, dir string, paths []string) (*ApplyResult, error) {
-	return ApplyReviewed(ctx, dir, paths, nil)
+	return ApplyWith(ctx, dir, ApplyOptions{Paths: paths})
 }
 
 // ApplyReviewed is Apply of what a person saw: expect maps paths (as
-// Apply's) to the content digest each change showed ("" for a change
-// without content: a deletion, a directory, a symlink). A chosen path
-// whose change is no longer what expect says is a conflict (nothing is
-// applied), and a file whose content changes while it is copied is not
-// written: the host gets only what was reviewed.
+// Apply's) to the entry each change showed (Change.Entry: EntryDigest of
+// its after entry, "" for a deletion). A chosen path whose change is no
+// longer that entry (type, mode, size, content, symlink target) is a
+// conflict (nothing is applied), and the host gets the reviewed entry: a
+// file whose content changes while it is copied, or a link whose target
+// changes, is not written.
 func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[string]string) (*ApplyResult, error) {
+	return ApplyWith(ctx, dir, ApplyOptions{Paths: paths, Expect: expect})
+}
+
+// ApplyWith is Apply with o's choices (ApplyReviewed's expect, the
+// policy's shared-write opt-in).
+func ApplyWith(ctx context.Context, dir string, o ApplyOptions) (*ApplyResult, error) {
+	paths, expect := o.Paths, o.Expect
 	defer lock(dir)()
 	s, err := load(ctx, dir)
 	if err != nil {
@@ -113,8 +121,11 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 		if err != nil {
 			return nil, err
 		}
-		if d != "" && !sandbox.ValidDigest(d) {
-			return nil, fmt.Errorf("%w: expected digest %q of %s: give sha256: and 64 hex digits, or \"\"", sandbox.ErrInvalid, d, p)
+		if d != "" && !validEntryDigest(d) {
+			if sandbox.ValidDigest(d) {
+				return nil, fmt.Errorf("%w: expected %q for %s is a content digest: send the change's entry (%q in the listing), which covers its type, mode and symlink target too", sandbox.ErrInvalid, d, p, "entry")
+			}
+			return nil, fmt.Errorf("%w: expected entry %q of %s: give the change's entry (%s and 64 hex digits), or \"\" for a deletion", sandbox.ErrInvalid, d, p, entryPrefix)
 		}
 		want[n[0]] = d
 	}
@@ -128,7 +139,7 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 		return nil, fmt.Errorf("%w: no pending change at %s; list them with `airlock sandbox changes`", sandbox.ErrNotFound, strings.Join(sel, ", "))
 	}
 	res := &ApplyResult{Target: s.m.Target, Applied: []Applied{}, Refused: []Refusal{}}
-	refused := s.refusals()
+	refused := s.refusals(s.applyTrees(root, chosen))
 	var todo []snapshot.Change
 	var conflicts []Refusal
 	for _, c := range chosen {
@@ -138,8 +149,8 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 		}
 		if r := s.conflict(root, c); r != "" {
 			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: r})
-		} else if d, ok := want[c.Path]; ok && d != afterDigest(c) {
-			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: "the sandbox changed it after it was shown: list the changes again and review it"})
+		} else if d, ok := want[c.Path]; ok && d != EntryDigest(c.After) {
+			conflicts = append(conflicts, Refusal{Path: c.Path, Reason: "the sandbox changed it after it was shown (it is now " + describe(c.After) + "): list the changes again and review it"})
 		}
 		todo = append(todo, c)
 	}
@@ -167,7 +178,7 @@ func ApplyReviewed(ctx context.Context, dir string, paths []string, expect map[s
 		return nil, err
 	}
 	defer unix.Close(ufd)
-	a := &applier{s: s, root: root, upper: ufd, entries: map[string]sandbox.TreeEntry{}, want: want}
+	a := &applier{s: s, root: root, upper: ufd, entries: map[string]sandbox.TreeEntry{}, sharedWrite: o.SharedWrite}
 	for _, e := range s.m.Entries {
 		a.entries[e.Path] = e
 	}
@@ -226,16 +237,31 @@ type applier struct {
 	root    int
 	upper   int
 	entries map[string]sandbox.TreeEntry
-	// want are the digests a reviewer saw, by path.
-	want map[string]string
+	// sharedWrite keeps group and world write (ApplyOptions).
+	sharedWrite bool
 }
 
-// afterDigest is the content digest a change shows ("" without content).
-func afterDigest(c snapshot.Change) string {
-	if c.After == nil {
-		return ""
+// mode is the mode apply gives the host's entry for c's after mode (the
+// one listed, which a review saw): setuid and setgid stripped, and group
+// and world write cleared unless the policy allows them or the host's
+// entry of the same type had them already. The note says what was
+// cleared.
+func (a *applier) mode(c snapshot.Change) (uint32, string) {
+	var notes []string
+	m := c.After.Mode
+	out := m & 0o1777
+	if m&0o6000 != 0 {
+		notes = append(notes, "setuid/setgid bits stripped")
 	}
-	return c.After.Digest
+	drop := uint32(0o022)
+	if c.Before != nil && c.Before.Type == c.After.Type {
+		drop &^= c.Before.Mode
+	}
+	if !a.sharedWrite && out&drop != 0 {
+		out &^= drop
+		notes = append(notes, "group/world write cleared")
+	}
+	return out, strings.Join(notes, "; ")
 }
 
 func (a *applier) removes(c snapshot.Change) bool {
@@ -312,7 +338,7 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	}
 	if rel == "." {
 		// Only the mode of the mounted directory itself can change.
-		mode := c.After.Mode &^ 0o6000
+		mode, note := a.mode(c)
 		fd, err := unix.Openat(a.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return ap, err
@@ -321,9 +347,7 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 		if err := unix.Fchmod(fd, mode); err != nil {
 			return ap, err
 		}
-		if c.After.Mode&0o6000 != 0 {
-			ap.Note = "setuid/setgid bits stripped"
-		}
+		ap.Note = note
 		e := *c.After
 		e.Mode = mode
 		a.entries[c.Path] = e
@@ -341,14 +365,14 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 		uid, gid = int(old.Uid), int(old.Gid)
 	}
 	var e sandbox.TreeEntry
+	mode, note := a.mode(c)
 	switch c.After.Type {
 	case sandbox.EntryFile:
-		want, reviewed := a.want[c.Path]
-		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode, want, reviewed)
+		e, err = a.putFile(ctx, pfd, rel, name, uid, gid, c.Kind == snapshot.ChangeMode, c.After, mode)
 	case sandbox.EntryDir:
-		e, err = a.putDir(pfd, rel, name, uid, gid)
+		e, err = a.putDir(pfd, rel, name, uid, gid, mode)
 	case sandbox.EntrySymlink:
-		e, err = a.putSymlink(pfd, rel, name, uid, gid)
+		e, err = a.putSymlink(pfd, rel, name, uid, gid, c.After.Target)
 	default:
 		err = errors.New("apply never makes device files, FIFOs or sockets")
 	}
@@ -357,8 +381,8 @@ func (a *applier) put(ctx context.Context, c snapshot.Change) (Applied, error) {
 	}
 	_ = unix.Fsync(pfd)
 	e.Path = c.Path
-	if e.Mode != c.After.Mode && c.After.Mode&0o6000 != 0 {
-		ap.Note = "setuid/setgid bits stripped"
+	if c.After.Type != sandbox.EntrySymlink {
+		ap.Note = note
 	}
 	ap.Digest = e.Digest
 	a.entries[c.Path] = e
@@ -385,7 +409,9 @@ func tempName() string {
 	return tempPrefix + hex.EncodeToString(b[:])
 }
 
-func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, gid int, modeOnly bool, want string, reviewed bool) (sandbox.TreeEntry, error) {
+// putFile writes the sandbox's file at rel as listed (after: its content
+// digest) with mode; a file that is no longer that is not written.
+func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, gid int, modeOnly bool, after *sandbox.TreeEntry, mode uint32) (sandbox.TreeEntry, error) {
 	sfd, st, err := a.openUpper(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return sandbox.TreeEntry{}, err
@@ -398,7 +424,6 @@ func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, g
 	if st.Nlink > 1 {
 		return sandbox.TreeEntry{}, errors.New("it is a hard link in the sandbox now: apply never links host files")
 	}
-	mode := st.Mode & 0o1777 // setuid and setgid stripped
 	if modeOnly {
 		// The content is the host's: change its mode in place.
 		fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -435,7 +460,7 @@ func (a *applier) putFile(ctx context.Context, pfd int, rel, name string, uid, g
 		return sandbox.TreeEntry{}, fmt.Errorf("copy it to the host: %w", err)
 	}
 	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if reviewed && got != want {
+	if got != after.Digest || n != after.Size {
 		return sandbox.TreeEntry{}, errors.New("the sandbox changed it while it was being applied; nothing of it was written: list the changes again and review it")
 	}
 	if err := unix.Fchown(tfd, uid, gid); err != nil {
@@ -466,7 +491,7 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-func (a *applier) putDir(pfd int, rel, name string, uid, gid int) (sandbox.TreeEntry, error) {
+func (a *applier) putDir(pfd int, rel, name string, uid, gid int, mode uint32) (sandbox.TreeEntry, error) {
 	sfd, st, err := a.openUpper(rel, unix.O_PATH)
 	if err != nil {
 		return sandbox.TreeEntry{}, err
@@ -475,7 +500,6 @@ func (a *applier) putDir(pfd int, rel, name string, uid, gid int) (sandbox.TreeE
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return sandbox.TreeEntry{}, errors.New("it is no longer a directory in the sandbox: list the changes again")
 	}
-	mode := st.Mode & 0o1777
 	if err := unix.Mkdirat(pfd, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 		return sandbox.TreeEntry{}, err
 	} else if err == nil {
@@ -494,7 +518,9 @@ func (a *applier) putDir(pfd int, rel, name string, uid, gid int) (sandbox.TreeE
 	return sandbox.TreeEntry{Type: sandbox.EntryDir, Mode: mode}, nil
 }
 
-func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.TreeEntry, error) {
+// putSymlink makes the symlink at rel, whose target was checked as
+// checked (refusals): one the sandbox changed since is not made.
+func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int, checked string) (sandbox.TreeEntry, error) {
 	sfd, err := openBeneath(a.upper, path.Dir(rel), unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("read it in the sandbox's layer: %w", err)
@@ -504,9 +530,8 @@ func (a *applier) putSymlink(pfd int, rel, name string, uid, gid int) (sandbox.T
 	if err != nil {
 		return sandbox.TreeEntry{}, fmt.Errorf("it is no longer a symlink in the sandbox: list the changes again (%w)", err)
 	}
-	// The target is checked again as it is now.
-	if r := a.s.refusal(snapshot.Change{After: &sandbox.TreeEntry{Type: sandbox.EntrySymlink, Target: target}}, rel); r != "" {
-		return sandbox.TreeEntry{}, errors.New(r)
+	if target != checked {
+		return sandbox.TreeEntry{}, errors.New("the sandbox changed its target while it was being applied; nothing of it was written: list the changes again")
 	}
 	tmp := tempName()
 	if err := unix.Symlinkat(target, pfd, tmp); err != nil {

@@ -88,9 +88,9 @@ func Changes(ctx context.Context, dir string, lim snapshot.DiffLimits) (*Pending
 		return nil, err
 	}
 	p := &Pending{Target: s.m.Target, Source: s.m.Source, Changes: make([]Change, 0, len(s.diff.Changes)), Truncated: s.diff.Truncated}
-	refused := s.refusals()
+	refused := s.refusals(s.listingTrees())
 	for _, c := range s.diff.Changes {
-		ch := Change{Change: c, Refused: refused[c.Path]}
+		ch := Change{Change: c, Refused: refused[c.Path], Entry: EntryDigest(c.After), Warning: Warning(c.After, false)}
 		ch.Conflict = s.conflict(root, c)
 		p.Changes = append(p.Changes, ch)
 	}
@@ -134,9 +134,11 @@ func (s *state) openSource() (int, error) {
 	return fd, nil
 }
 
-// refusals says, by path, why an apply refuses each change it refuses.
-func (s *state) refusals() map[string]string {
-	out := map[string]string{}
+// refusals says, by path, why an apply refuses each change it refuses;
+// t are the trees before and after the apply, in which each symlink's
+// target is walked (linkRefusals).
+func (s *state) refusals(t trees) map[string]string {
+	out := linkRefusals(t)
 	for _, c := range s.diff.Changes {
 		rel, _ := relOf(s.m.Target, c.Path)
 		if r := s.refusal(c, rel); r != "" {
@@ -179,13 +181,11 @@ func (s *state) refusal(c snapshot.Change, rel string) string {
 		if strings.HasPrefix(t, "/") {
 			return "a symlink to the absolute path " + quote(t) + ": apply makes only symlinks that stay inside the mounted directory (use a relative target)"
 		}
-		if strings.IndexFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
-			return "a symlink whose target holds a control character"
+		if t == "" || strings.IndexFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			return "a symlink whose target is empty or holds a control character"
 		}
-		j := path.Join(path.Dir(rel), t)
-		if j == ".." || strings.HasPrefix(j, "../") {
-			return "a symlink to " + quote(t) + ", which leads outside the mounted directory"
-		}
+		// Where a relative target leads is walked in the tree after the
+		// apply (linkRefusals), not read lexically here.
 	default:
 		return "a " + a.Type + ": apply never makes device files, FIFOs or sockets"
 	}

@@ -14,6 +14,8 @@
 package cow
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -134,6 +136,82 @@ type Change struct {
 	// Conflict says the host changed under this path since the sandbox
 	// started: an apply naming it fails.
 	Conflict string `json:"conflict,omitempty"`
+	// Entry is EntryDigest(After): what a reviewer saw of the change (its
+	// type, mode, size, content and symlink target), which an apply's
+	// expect sends back. Empty for a deletion.
+	Entry string `json:"entry,omitempty"`
+	// Warning says what a reviewer should look at that apply does not
+	// refuse (a world-writable mode).
+	Warning string `json:"warning,omitempty"`
+}
+
+// ApplyOptions are an apply's choices.
+type ApplyOptions struct {
+	// Paths chooses the changes (Apply's paths; none: all).
+	Paths []string
+	// Expect maps paths to the Entry each change showed a reviewer
+	// (ApplyReviewed); nil checks nothing.
+	Expect map[string]string
+	// SharedWrite keeps the group and world write bits the sandbox gave
+	// what apply makes (the policy's [cow] shared_write); false clears
+	// them.
+	SharedWrite bool
+}
+
+// entryPrefix starts an entry digest.
+const entryPrefix = "entry:sha256:"
+
+// EntryDigest is the digest of what a reviewer sees of a change's after
+// entry: its type, mode, size, content digest and symlink target (not its
+// path or times); "" for nil (a deletion).
+func EntryDigest(e *sandbox.TreeEntry) string {
+	if e == nil {
+		return ""
+	}
+	mode := e.Mode
+	if e.Type == sandbox.EntrySymlink {
+		mode = 0 // a symlink's mode is meaningless (and never applied)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%o\x00%d\x00%s\x00%s", e.Type, mode, e.Size, e.Digest, e.Target)
+	return entryPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+func validEntryDigest(d string) bool {
+	rest, ok := strings.CutPrefix(d, entryPrefix)
+	if !ok || len(rest) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil && strings.ToLower(rest) == rest
+}
+
+// describe says what e is, for a conflict: "deleted", "a symlink to X",
+// "a file (mode 0644, 12 bytes, sha256:…)".
+func describe(e *sandbox.TreeEntry) string {
+	switch {
+	case e == nil:
+		return "deleted"
+	case e.Type == sandbox.EntrySymlink:
+		return "a symlink to " + strconv.Quote(e.Target)
+	case e.Type == sandbox.EntryFile:
+		return fmt.Sprintf("a file, mode %04o, %d bytes, %s", e.Mode, e.Size, e.Digest)
+	case e.Type == sandbox.EntryDir:
+		return fmt.Sprintf("a directory, mode %04o", e.Mode)
+	}
+	return "a " + e.Type
+}
+
+// Warning is Change.Warning for the after entry e, of a mount whose
+// applies keep group and world write (sharedWrite) or clear them.
+func Warning(e *sandbox.TreeEntry, sharedWrite bool) string {
+	if e == nil || e.Type == sandbox.EntrySymlink || e.Mode&0o002 == 0 {
+		return ""
+	}
+	if sharedWrite {
+		return fmt.Sprintf("world-writable (mode %04o): the policy's [cow] shared_write keeps it so on the host", e.Mode)
+	}
+	return fmt.Sprintf("world-writable (mode %04o): apply clears group and world write unless the policy's [cow] shared_write names the host directory", e.Mode)
 }
 
 // Pending is a cow mount's pending change.

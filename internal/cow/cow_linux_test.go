@@ -29,6 +29,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, size int64, files map[string]string) fixture {
 	t.Helper()
+	return newFixtureWith(t, size, files, nil)
+}
+
+// newFixtureWith is newFixture with setup run on the host directory
+// before the layer is made.
+func newFixtureWith(t *testing.T, size int64, files map[string]string, setup func(host string)) fixture {
+	t.Helper()
 	testcap.Require(t, "root", "overlay")
 	base := t.TempDir()
 	host := filepath.Join(base, "project")
@@ -44,6 +51,9 @@ func newFixture(t *testing.T, size int64, files map[string]string) fixture {
 		}
 		return os.Lchown(p, 4321, 4321)
 	}))
+	if setup != nil {
+		setup(host)
+	}
 	dir := LayerDir(filepath.Join(base, "state"), "sb1", 0)
 	l, mnt, err := Make(context.Background(), dir, "sb1", sandbox.Mount{Source: host, Target: "/w", Cow: true}, size, IDMap{})
 	if err != nil {
@@ -504,7 +514,7 @@ func TestApplyReviewed(t *testing.T) {
 	shown := f.changes(t)
 	// The sandbox rewrites a.txt after the review.
 	f.sandboxWrite(t, "a.txt", "sneaky\n")
-	expect := map[string]string{"a.txt": shown["a.txt"].After.Digest, "/w/b.txt": shown["b.txt"].After.Digest}
+	expect := map[string]string{"a.txt": shown["a.txt"].Entry, "/w/b.txt": shown["b.txt"].Entry}
 	_, err := ApplyReviewed(context.Background(), f.dir, []string{"a.txt", "b.txt"}, expect)
 	var ce *ConflictError
 	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Path != "/w/a.txt" || !strings.Contains(ce.Conflicts[0].Reason, "after it was shown") {
@@ -513,16 +523,20 @@ func TestApplyReviewed(t *testing.T) {
 	if f.hostRead(t, "a.txt") != "a\n" || f.hostRead(t, "b.txt") != "b\n" {
 		t.Fatal("the host changed")
 	}
-	res, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest})
+	res, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].Entry})
 	if err != nil || len(res.Applied) != 1 || res.Applied[0].Digest != shown["b.txt"].After.Digest {
 		t.Fatalf("the reviewed b.txt: %+v %v", res, err)
 	}
 	// A path that is no longer pending, and a malformed digest.
-	if _, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].After.Digest}); err == nil {
+	if _, err := ApplyReviewed(context.Background(), f.dir, []string{"b.txt"}, map[string]string{"b.txt": shown["b.txt"].Entry}); err == nil {
 		t.Error("apply of a change already applied")
 	}
-	if _, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"a.txt": "md5:x"}); !errors.Is(err, sandbox.ErrInvalid) {
-		t.Errorf("a malformed digest: %v", err)
+	// A malformed entry, and a content digest (which does not cover the
+	// mode or a symlink's target).
+	for _, d := range []string{"md5:x", shown["a.txt"].After.Digest, "entry:sha256:XYZ"} {
+		if _, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"a.txt": d}); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("expect %q: %v", d, err)
+		}
 	}
 }
 
@@ -616,5 +630,187 @@ func TestRecoverLeavesLiveApply(t *testing.T) {
 	must(t, writeAtomic(journalPath(f.dir), journal{Sandbox: "sb1", Source: f.host, Target: "/w", Pid: os.Getpid(), PidStart: st + 1}))
 	if r, err := Recover(f.dir); r == nil || err != nil {
 		t.Fatalf("Recover of a dead apply: %+v %v", r, err)
+	}
+}
+
+// TestSymlinkChain is N1 of the second security review: y -> . and
+// shadow -> y/y/…/../../etc/shadow each read as if they stay inside the
+// mount, and together lead to /etc/shadow; apply made both on the host.
+func TestSymlinkChain(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"f.txt": "f\n", "d/g.txt": "g\n"})
+	must(t, os.Symlink(".", filepath.Join(f.merged, "y")))
+	must(t, os.Symlink(strings.Repeat("y/", 10)+strings.Repeat("../", 10)+"etc/shadow", filepath.Join(f.merged, "shadow")))
+	must(t, os.Symlink("y/y/../../"+filepath.Base(f.host)+"-sibling", filepath.Join(f.merged, "esc")))
+	must(t, os.Symlink("y/y/d/../f.txt", filepath.Join(f.merged, "fine")))
+	ch := f.changes(t)
+	for p, want := range map[string]string{"shadow": "leads outside", "esc": "leads outside", "y": "", "fine": ""} {
+		if got := ch[p].Refused; (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("%s: refused %q, want %q", p, got, want)
+		}
+	}
+	res, err := Apply(context.Background(), f.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []string
+	for _, a := range res.Applied {
+		applied = append(applied, strings.TrimPrefix(a.Path, "/w/"))
+	}
+	slices.Sort(applied)
+	if !slices.Equal(applied, []string{"fine", "y"}) {
+		t.Errorf("applied %v; refused %+v", applied, res.Refused)
+	}
+	for _, n := range []string{"shadow", "esc"} {
+		if _, err := os.Lstat(filepath.Join(f.host, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host %s: %v", n, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(f.host, "fine")); err != nil || string(b) != "f\n" {
+		t.Errorf("host fine: %q %v", b, err)
+	}
+}
+
+// TestSymlinkChainHost: what is on the host counts too. A link the sandbox
+// makes may not turn a host link that stays inside into one that leaves,
+// and a link checked in the sandbox's tree is checked again in the tree an
+// apply of some of the changes makes.
+func TestSymlinkChainHost(t *testing.T) {
+	f := newFixtureWith(t, 16<<20, map[string]string{"f.txt": "f\n", "y/keep": "k\n"}, func(host string) {
+		must(t, os.Symlink("y/../f.txt", filepath.Join(host, "x")))
+		must(t, os.Symlink(".", filepath.Join(host, "up")))
+	})
+	// y becomes y -> .: the host's x -> y/../f.txt would lead to ../f.txt.
+	must(t, os.RemoveAll(filepath.Join(f.merged, "y")))
+	must(t, os.Symlink(".", filepath.Join(f.merged, "y")))
+	// up -> . becomes a directory, and w -> up/../f.txt stays inside
+	// only if up is applied too.
+	must(t, os.Remove(filepath.Join(f.merged, "up")))
+	must(t, os.Mkdir(filepath.Join(f.merged, "up"), 0o755))
+	must(t, os.Symlink("up/../f.txt", filepath.Join(f.merged, "w")))
+	ch := f.changes(t)
+	if !strings.Contains(ch["y"].Refused, `host's symlink x`) {
+		t.Errorf("y: refused %q", ch["y"].Refused)
+	}
+	if ch["w"].Refused != "" || ch["up"].Refused != "" {
+		t.Errorf("w: %q, up: %q", ch["w"].Refused, ch["up"].Refused)
+	}
+	res, err := Apply(context.Background(), f.dir, []string{"w", "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]string{}
+	for _, r := range res.Refused {
+		refused[strings.TrimPrefix(r.Path, "/w/")] = r.Reason
+	}
+	if len(res.Applied) != 0 || !strings.Contains(refused["w"], "leads outside") || !strings.Contains(refused["y"], "host's symlink x") {
+		t.Fatalf("applied %+v, refused %+v", res.Applied, res.Refused)
+	}
+	if tg, _ := os.Readlink(filepath.Join(f.host, "up")); tg != "." {
+		t.Errorf("host up -> %q", tg)
+	}
+	if res, err = Apply(context.Background(), f.dir, []string{"w", "up"}); err != nil || len(res.Applied) != 2 {
+		t.Fatalf("w with up: %+v %v", res, err)
+	}
+}
+
+// TestReviewBindsEntry is N3 of the second security review: what a
+// reviewer saw is the whole entry. A symlink retargeted and a mode changed
+// after the review are conflicts naming the path and what it is now, and
+// the host gets the reviewed mode.
+func TestReviewBindsEntry(t *testing.T) {
+	f := newFixture(t, 16<<20, map[string]string{"sub/k": "k\n", "sub/other": "o\n"})
+	must(t, os.Symlink("sub/k", filepath.Join(f.merged, "lnk")))
+	f.sandboxWrite(t, "mf", "data\n")
+	must(t, os.Chmod(filepath.Join(f.merged, "mf"), 0o600))
+	shown := f.changes(t)
+	for _, p := range []string{"lnk", "mf"} {
+		if !strings.HasPrefix(shown[p].Entry, "entry:sha256:") {
+			t.Fatalf("%s: entry %q", p, shown[p].Entry)
+		}
+	}
+	// The sandbox changes both after the review.
+	must(t, os.Remove(filepath.Join(f.merged, "lnk")))
+	must(t, os.Symlink("sub/other", filepath.Join(f.merged, "lnk")))
+	must(t, unix.Chmod(filepath.Join(f.merged, "mf"), 0o4777))
+	for name, expect := range map[string]map[string]string{
+		"entries":                   {"lnk": shown["lnk"].Entry, "mf": shown["mf"].Entry},
+		"the review's empty values": {"lnk": "", "mf": shown["mf"].Entry},
+	} {
+		_, err := ApplyReviewed(context.Background(), f.dir, []string{"lnk", "mf"}, expect)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || len(ce.Conflicts) != 2 {
+			t.Fatalf("%s: apply after the changes: %v", name, err)
+		}
+		for _, c := range ce.Conflicts {
+			want := map[string]string{"/w/lnk": `a symlink to "sub/other"`, "/w/mf": "mode 4777"}[c.Path]
+			if !strings.Contains(c.Reason, want) {
+				t.Errorf("%s: %s: %q, want it to say %q", name, c.Path, c.Reason, want)
+			}
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "lnk")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host lnk: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "mf")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host mf: %v", err)
+	}
+	// Reviewed as it is now: applied, with that mode (setuid stripped,
+	// group and world write cleared).
+	now := f.changes(t)
+	res, err := ApplyReviewed(context.Background(), f.dir, nil, map[string]string{"lnk": now["lnk"].Entry, "mf": now["mf"].Entry})
+	if err != nil || len(res.Applied) != 2 {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(f.host, "mf")); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("host mf: %v %v", fi.Mode(), err)
+	}
+	if tg, err := os.Readlink(filepath.Join(f.host, "lnk")); err != nil || tg != "sub/other" {
+		t.Errorf("host lnk -> %q %v", tg, err)
+	}
+}
+
+// TestSharedWrite is N6 of the second security review: a directory 2777
+// and a file 0666 made in the sandbox were applied as drwxrwxrwx and
+// -rw-rw-rw- root files. Apply clears group and world write unless the
+// policy allows them, and the review warns.
+func TestSharedWrite(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			// g.txt is group-writable on the host already: a new content
+			// keeps that.
+			f := newFixtureWith(t, 16<<20, map[string]string{"a.txt": "a\n", "g.txt": "g\n"}, func(host string) {
+				must(t, os.Chmod(filepath.Join(host, "g.txt"), 0o664))
+			})
+			f.sandboxWrite(t, "g.txt", "g2\n")
+			must(t, os.Mkdir(filepath.Join(f.merged, "sgd"), 0o755))
+			must(t, unix.Chmod(filepath.Join(f.merged, "sgd"), 0o2777))
+			f.sandboxWrite(t, "sgd/ww", "w\n")
+			must(t, unix.Chmod(filepath.Join(f.merged, "sgd/ww"), 0o666))
+			must(t, unix.Chmod(filepath.Join(f.merged, "a.txt"), 0o664))
+			ch := f.changes(t)
+			for p, want := range map[string]string{"sgd": "world-writable (mode 2777)", "sgd/ww": "world-writable (mode 0666)", "a.txt": ""} {
+				if got := ch[p].Warning; (want == "") != (got == "") || !strings.Contains(got, want) {
+					t.Errorf("%s: warning %q, want %q", p, got, want)
+				}
+			}
+			res, err := ApplyWith(context.Background(), f.dir, ApplyOptions{SharedWrite: shared})
+			if err != nil || len(res.Applied) != 4 {
+				t.Fatalf("apply: %+v %v", res, err)
+			}
+			want := map[string]os.FileMode{"sgd": os.ModeDir | 0o755, "sgd/ww": 0o644, "a.txt": 0o644, "g.txt": 0o664}
+			if shared {
+				want = map[string]os.FileMode{"sgd": os.ModeDir | 0o777, "sgd/ww": 0o666, "a.txt": 0o664, "g.txt": 0o664}
+			}
+			for p, m := range want {
+				if fi, err := os.Lstat(filepath.Join(f.host, p)); err != nil || fi.Mode() != m {
+					t.Errorf("host %s: %v, want %v (%v)", p, fi.Mode(), m, err)
+				}
+			}
+			for _, a := range res.Applied {
+				if cleared := strings.Contains(a.Note, "group/world write cleared"); cleared != (!shared && a.Path != "/w/g.txt") {
+					t.Errorf("%s: note %q", a.Path, a.Note)
+				}
+			}
+		})
 	}
 }

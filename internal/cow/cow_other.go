@@ -52,6 +52,11 @@ func ApplyReviewed(context.Context, string, []string, map[string]string) (*Apply
 	return nil, errUnsupported
 }
 
+// ApplyWith needs Linux.
+func ApplyWith(context.Context, string, ApplyOptions) (*ApplyResult, error) {
+	return nil, errUnsupported
+}
+
 // Apply needs Linux.
 func Apply(context.Context, string, []string) (*ApplyResult, error) { return nil, errUnsupported }
 

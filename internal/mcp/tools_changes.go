@@ -32,7 +32,7 @@ type ChangesOutput struct {
 type DecideChangesInput struct {
 	Target    string            `json:"target,omitempty" jsonschema:"the cow mount's path in the sandbox (needed when it has more than one)"`
 	Paths     []string          `json:"paths,omitempty" jsonschema:"paths relative to the mount or absolute in the sandbox; a directory stands for all below it; none: every change"`
-	Expect    map[string]string `json:"expect,omitempty" jsonschema:"apply only: path to the content digest (after.digest) sandbox_changes showed; a change made since is a conflict and nothing is applied"`
+	Expect    map[string]string `json:"expect,omitempty" jsonschema:"apply only: path to the entry (the change's entry field) sandbox_changes showed, \"\" for a deletion; a change made since (type, mode, size, content or symlink target) is a conflict and nothing is applied"`
 	SandboxID string            `json:"sandbox_id,omitempty" jsonschema:"the sandbox (default: this session's own)"`
 }
 
@@ -117,6 +117,9 @@ func cowText(m client.CowMount) string {
 		}
 		if c.Conflict != "" {
 			fmt.Fprintf(&notes, "conflict %q: %s\n", c.Path, c.Conflict)
+		}
+		if c.Warning != "" {
+			fmt.Fprintf(&notes, "warning  %q: %s\n", c.Path, c.Warning)
 		}
 	}
 	d.Truncated = m.Truncated

@@ -177,6 +177,7 @@ type File struct {
 	// Tiers choose the driver of a create (see Tier).
 	Tiers    []Tier   `toml:"tier"`
 	Approval Approval `toml:"approval"`
+	Cow      Cow      `toml:"cow"`
 	Webhook  Webhook  `toml:"webhook"`
 	Redact   Redact   `toml:"redact"`
 }
@@ -235,6 +236,16 @@ type Approval struct {
 	// the daemon only operators decide (the console, the API); `airlock
 	// mcp`, where nobody else could, asks the client whatever this says.
 	Elicit bool `toml:"elicit"`
+}
+
+// Cow configures what an apply of a copy-on-write mount's changes writes
+// on the host.
+type Cow struct {
+	// SharedWrite are host directories ("*": every one) whose applies
+	// keep the group and world write bits the sandbox gave a file or
+	// directory. Empty: apply clears them (a sandbox's 0666 becomes 0644),
+	// except those the host's entry had already.
+	SharedWrite []string `toml:"shared_write"`
 }
 
 // maxRuleCost bounds the work one rule may do on one request (CEL's cost
@@ -438,6 +449,17 @@ func (p *Policy) MountAllowed(m string) bool {
 // directory source may be applied or discarded only by an operator.
 func (p *Policy) MountNeedsApproval(source string) bool {
 	for _, m := range p.f.Approval.Mounts {
+		if m == "*" || path.Clean(m) == path.Clean(source) {
+			return true
+		}
+	}
+	return false
+}
+
+// MountKeepsSharedWrite says an apply of a copy-on-write mount of the host
+// directory source keeps group and world write bits ([cow] shared_write).
+func (p *Policy) MountKeepsSharedWrite(source string) bool {
+	for _, m := range p.f.Cow.SharedWrite {
 		if m == "*" || path.Clean(m) == path.Clean(source) {
 			return true
 		}

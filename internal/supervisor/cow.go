@@ -29,9 +29,9 @@ type CowMount struct {
 type CowRequest struct {
 	Target string   `json:"target,omitempty"`
 	Paths  []string `json:"paths,omitempty"`
-	// Expect (apply only), when set, maps paths to the content digest
-	// each change showed the reviewer ("" for one without content): a
-	// change that is no longer that is a conflict (cow.ApplyReviewed).
+	// Expect (apply only), when set, maps paths to the entry each change
+	// showed the reviewer (cow.Change.Entry; "" for a deletion): a change
+	// that is no longer that is a conflict (cow.ApplyReviewed).
 	Expect map[string]string `json:"expect,omitempty"`
 }
 
@@ -94,6 +94,11 @@ func (s *Supervisor) Changes(ctx context.Context, c Caller, id string) ([]CowMou
 		if err != nil {
 			return nil, fmt.Errorf("changes of %s: %w", ly.Target, err)
 		}
+		if s.policy.MountKeepsSharedWrite(ly.Source) {
+			for i, c := range p.Changes {
+				p.Changes[i].Warning = cow.Warning(c.After, true)
+			}
+		}
 		out = append(out, CowMount{Pending: *p, Approval: s.policy.MountNeedsApproval(ly.Source)})
 	}
 	return out, nil
@@ -154,7 +159,7 @@ func (s *Supervisor) ApplyChanges(ctx context.Context, c Caller, id string, r Co
 	if err != nil {
 		return nil, err
 	}
-	res, err := cow.ApplyReviewed(ctx, ly.Dir, r.Paths, r.Expect)
+	res, err := cow.ApplyWith(ctx, ly.Dir, cow.ApplyOptions{Paths: r.Paths, Expect: r.Expect, SharedWrite: s.policy.MountKeepsSharedWrite(ly.Source)})
 	ev := audit.Event{Kind: audit.KindCowApply, Key: c.KeyID, Sandbox: id, Path: ly.Target, Host: ly.Source, Decision: "apply", Reason: decider(c)}
 	var ce *cow.ConflictError
 	switch {

@@ -51,11 +51,11 @@ export const list = {
 
 let cur = "";
 let reviewShown = ""; // what the review shows, to redraw only on a change
-// shownDigest maps each path the review shows to the content digest its
-// change showed ("" for one without content: a deletion, a directory, a
-// symlink). An apply sends it as expect: a change the sandbox made since
-// the page showed it is then a conflict, and the host gets exactly what
-// the operator saw.
+// shownDigest maps each path the review shows to the entry its change
+// showed (the change's entry: its type, mode, size, content and symlink
+// target; "" for a deletion). An apply sends it as expect: a change the
+// sandbox made since the page showed it is then a conflict, and the host
+// gets exactly what the operator saw, mode included.
 let shownDigest = new Map();
 
 // octal writes a mode as 0644.
@@ -120,6 +120,7 @@ function renderChange(c, sel, many) {
   if (link) li.append(link);
   if (c.conflict) li.append(el("p", { class: "warning conflict" }, "Conflict (an apply of it fails): " + c.conflict));
   if (c.refused) li.append(el("p", { class: "warning refused" }, "Apply refuses this: " + c.refused));
+  if (c.warning) li.append(el("p", { class: "warning mode" }, "Look at its mode: " + c.warning));
   const notes = oddities(c.path + (c.after && c.after.target ? c.after.target : ""));
   if (notes.length) li.append(el("p", { class: "warning" }, "Look closely at the name: it holds " + notes.join(" and ") + "."));
   if (c.unified) {
@@ -252,7 +253,7 @@ async function refreshReview(keep) {
   const redraw = reviewShown !== "";
   reviewShown = key;
   const was = shownDigest;
-  shownDigest = new Map(mounts.flatMap(m => (m.changes || []).map(c => [c.path, (c.after && c.after.digest) || ""])));
+  shownDigest = new Map(mounts.flatMap(m => (m.changes || []).map(c => [c.path, c.entry || ""])));
   // Keep what was chosen across a redraw, for the paths still there as
   // they were: a change that moved must be chosen again.
   const sel = new Set((keep || [...document.querySelectorAll("#ch-mounts input.pick:checked")].map(b => b.dataset.path))

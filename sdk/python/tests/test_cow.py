@@ -31,24 +31,32 @@ class CowTest(DaemonTest):
         with self.assertRaises(airlock.Denied):
             self.sandbox(mounts=["/etc:/w:cow"])
         sb = self.sandbox(mounts=[airlock.Mount(project, "/w", cow=True)])
-        sb.exec("cd /w && printf 'one\\nTWO\\n' > a.txt && echo sb > b.txt && echo new > c.txt && ln -s /etc/hosts s")
+        sb.exec("cd /w && printf 'one\\nTWO\\n' > a.txt && echo sb > b.txt && echo new > c.txt && ln -s /etc/hosts s && echo w > ww && chmod 666 ww")
         self.assertEqual(_read(os.path.join(project, "a.txt")), "one\ntwo\n")
 
         (m,) = sb.changes()
         self.assertEqual((m.target, m.source, m.approval), ("/w", project, False))
         kinds = {c.path: c.kind for c in m.changes}
-        self.assertEqual(kinds, {"/w/a.txt": "modified", "/w/b.txt": "modified", "/w/c.txt": "added", "/w/s": "added"})
+        self.assertEqual(kinds, {"/w/a.txt": "modified", "/w/b.txt": "modified", "/w/c.txt": "added", "/w/s": "added", "/w/ww": "added"})
         by = {c.path: c for c in m.changes}
         self.assertIn("-two\n+TWO\n", by["/w/a.txt"].unified)
         self.assertIn("absolute path", by["/w/s"].refused)
 
-        # What the reviewer saw, by digest: a rewrite since is a conflict.
-        shown = {c.path: c.after.digest for c in m.changes if c.after}
+        # What the reviewer saw, by entry: a rewrite since is a conflict.
+        shown = m.reviewed()
+        self.assertTrue(all(v.startswith("entry:sha256:") for v in shown.values()), shown)
+        self.assertIn("world-writable", by["/w/ww"].warning)
         sb.exec("echo sneaky > /w/c.txt")
         with self.assertRaises(airlock.ApplyConflict) as cm:
             sb.apply_changes(["a.txt", "c.txt"], expect={"/w/a.txt": shown["/w/a.txt"], "/w/c.txt": shown["/w/c.txt"]})
         self.assertEqual([p for p, _ in cm.exception.conflicts], ["/w/c.txt"])
-        sb.exec("echo new > /w/c.txt")
+        # So is a mode changed since (N3 of the second security review).
+        sb.exec("chmod 4777 /w/a.txt")
+        with self.assertRaises(airlock.ApplyConflict) as cm:
+            sb.apply_changes(["a.txt"], expect={"a.txt": shown["/w/a.txt"]})
+        self.assertEqual(len(cm.exception.conflicts), 1)
+        self.assertIn("mode 4777", cm.exception.conflicts[0][1])
+        sb.exec("chmod 644 /w/a.txt && echo new > /w/c.txt")
         r = sb.apply_changes(["a.txt", "/w/c.txt"], expect={"a.txt": shown["/w/a.txt"], "c.txt": shown["/w/c.txt"]})
         self.assertEqual(sorted(a.path for a in r.applied), ["/w/a.txt", "/w/c.txt"])
         self.assertTrue(all(a.digest.startswith("sha256:") for a in r.applied))
@@ -65,7 +73,8 @@ class CowTest(DaemonTest):
         d = sb.discard_changes(["b.txt"])
         self.assertEqual(d.discarded, ("/w/b.txt",))
         r = sb.apply_changes()
-        self.assertEqual((r.applied, [p for p, _ in r.refused]), ((), ["/w/s"]))
+        self.assertEqual(([a.path for a in r.applied], [p for p, _ in r.refused]), (["/w/ww"], ["/w/s"]))
+        self.assertEqual(os.stat(os.path.join(project, "ww")).st_mode & 0o7777, 0o644)
         self.assertFalse(os.path.lexists(os.path.join(project, "s")))
         self.assertEqual(_read(os.path.join(project, "b.txt")), "host\n")
         with self.assertRaises(airlock.InvalidRequest):

@@ -49,10 +49,11 @@ class ChangesMixin:
         """Writes the changes at paths (relative to the mount or absolute in
         the sandbox; a directory stands for all below it; None: every
         change) to the host, each file atomically. target names the mount
-        when the sandbox has more than one. expect maps paths to the
-        content digest each change showed the reviewer (change.after.digest;
-        "" for one without content): a change the sandbox made since is a
-        conflict, and the host gets only what was reviewed.
+        when the sandbox has more than one. expect maps paths to the entry
+        each change showed the reviewer (change.entry, "" for a deletion;
+        CowMount.reviewed() makes it): a change the sandbox made since (its
+        type, mode, size, content or symlink target) is a conflict, and the
+        host gets only what was reviewed, mode included.
 
         Raises ApplyConflict (the host changed under some paths since the
         sandbox started: nothing was applied; see its conflicts),

@@ -7,7 +7,10 @@ untrusted, because the sandbox chose its names and links: it refuses
 absolute names, ``..`` components, hard links, devices and FIFOs, never
 writes through a symlink (neither one the archive made nor one already in
 the destination), and makes the archive's symlinks last, and only those
-whose target stays inside the destination.
+whose target stays inside the destination: each target is walked component
+by component against the tree as it will be (the archive's links and those
+already in the destination substituted), by resolve_symlink, the same walk
+as the daemon's (Go package internal/symlink, same test vectors).
 """
 
 from __future__ import annotations
@@ -16,11 +19,73 @@ import os
 import posixpath
 import stat
 import tarfile
-from typing import IO
+from typing import IO, Callable, Optional
 
 from .errors import UnsafeArchive
 
-__all__ = ["pack_dir", "unpack"]
+__all__ = ["pack_dir", "unpack", "resolve_symlink", "SymlinkEscapes", "MAX_HOPS"]
+
+#: How many symlinks one walk may follow, the checked link included.
+MAX_HOPS = 40
+#: How many path components one walk may take, links' targets included.
+MAX_STEPS = 1 << 13
+#: How many bytes of paths one walk may look up (many deep links stay cheap).
+MAX_COST = 1 << 18
+
+
+class SymlinkEscapes(ValueError):
+    """A symlink's target leaves the root (resolve_symlink)."""
+
+
+def resolve_symlink(name: str, target: str, lookup: Callable[[str], Optional[str]]) -> str:
+    """Walks target, the raw target of the symlink at name (a clean path
+    relative to the root), component by component in the tree lookup
+    describes, and returns where it lands relative to the root ("." for the
+    root). lookup(rel) is the target of the symlink at rel in the tree as it
+    will be, or None when rel is not a symlink. ".." pops, a name pushes, a
+    name that is a symlink is replaced by its target (at most MAX_HOPS
+    links). Raises SymlinkEscapes for an absolute target (of the link or
+    one it passes through), ".." above the root, or too many links.
+    """
+
+    def refuse(reason: str) -> SymlinkEscapes:
+        return SymlinkEscapes(f"symlink {name!r} -> {target!r}: {reason}")
+
+    if not target:
+        raise refuse("empty target")
+    if target.startswith("/"):
+        raise refuse("an absolute target")
+    cur = [c for c in name.split("/")[:-1] if c not in ("", ".")]
+    todo = list(reversed(target.split("/")))
+    hops = 1  # the link itself
+    steps = cost = 0
+    while todo:
+        if steps == MAX_STEPS or cost > MAX_COST:
+            raise refuse("too long a walk (too many or too deep links)")
+        steps += 1
+        c = todo.pop()
+        if c in ("", "."):
+            continue
+        if c == "..":
+            if not cur:
+                raise refuse("it climbs above the directory")
+            cur.pop()
+            continue
+        p = "/".join(cur + [c])
+        cost += len(p)
+        t = lookup(p)
+        if t is None:
+            cur.append(c)
+            continue
+        hops += 1
+        if hops > MAX_HOPS:
+            raise refuse(f"more than {MAX_HOPS} symlinks in a row (a loop?)")
+        if not t:
+            raise refuse(f"it goes through {p!r}, a symlink with an empty target")
+        if t.startswith("/"):
+            raise refuse(f"it goes through {p!r}, a symlink to the absolute path {t!r}")
+        todo.extend(reversed(t.split("/")))
+    return "/".join(cur) if cur else "."
 
 
 def _tarinfo(name: str, st: os.stat_result) -> tarfile.TarInfo:
@@ -79,8 +144,7 @@ class _Unpacker:
     def __init__(self, dest: str) -> None:
         self.dest = os.path.realpath(dest)
         self.safe_dirs = {self.dest}
-        self.links: list[tuple[str, str]] = []
-        self.link_names: set[str] = set()
+        self.links: dict[str, str] = {}
 
     def _dir(self, rel: str, mode: int = 0o755) -> str:
         """Makes the directory rel (and its parents) inside dest, refusing to
@@ -120,22 +184,37 @@ class _Unpacker:
         os.utime(path, (mtime, mtime), follow_symlinks=False)
 
     def symlink(self, rel: str, target: str) -> None:
-        if not target or target.startswith("/") or "\x00" in target:
-            raise UnsafeArchive(f"archive entry {rel!r}: symlink to an absolute path {target!r}")
-        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-        if resolved == ".." or resolved.startswith("../"):
-            raise UnsafeArchive(f"archive entry {rel!r}: symlink {target!r} points outside the destination")
-        # A target through another of the archive's links could resolve
-        # elsewhere than it reads; refuse it as the daemon does.
-        parts = resolved.split("/")
-        for i in range(1, len(parts) + 1):
-            if "/".join(parts[:i]) in self.link_names:
-                raise UnsafeArchive(f"archive entry {rel!r}: symlink target goes through another symlink of the archive")
-        self.link_names.add(rel)
-        self.links.append((rel, target))
+        if not rel:
+            raise UnsafeArchive("archive entry: a symlink cannot replace the destination")
+        if not target or "\x00" in target:
+            raise UnsafeArchive(f"archive entry {rel!r}: symlink with an empty or malformed target")
+        if rel in self.links:
+            raise UnsafeArchive(f"archive entry {rel!r}: a second symlink at the same path")
+        # Checked in finish, once every link of the archive is known: a
+        # link later in the archive can change where this one leads.
+        self.links[rel] = target
+
+    def _lookup(self, rel: str) -> Optional[str]:
+        """The target of the symlink at rel once the archive is unpacked:
+        one of the archive's, or one already in dest; None otherwise."""
+        if rel in self.links:
+            return self.links[rel]
+        path = os.path.join(self.dest, *rel.split("/"))
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return os.readlink(path)
+        return None
 
     def finish(self) -> None:
-        for rel, target in self.links:
+        for rel, target in self.links.items():
+            try:
+                resolve_symlink(rel, target, self._lookup)
+            except SymlinkEscapes as e:
+                raise UnsafeArchive(f"archive entry {rel!r}: {e}, which points outside the destination") from None
+        for rel, target in self.links.items():
             parent = self._dir(posixpath.dirname(rel))
             path = os.path.join(parent, posixpath.basename(rel))
             try:

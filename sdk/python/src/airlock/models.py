@@ -805,10 +805,16 @@ class ExportResult:
 class CowChange(Change):
     """A pending change of a copy-on-write mount (paths absolute in the
     sandbox), with why an apply would refuse it (refused) or that the host
-    changed under it since the sandbox started (conflict)."""
+    changed under it since the sandbox started (conflict). entry stands for
+    what the listing shows of it (type, mode, size, content, symlink
+    target; "" for a deletion): apply_changes(expect=...) sends it back.
+    warning says what to look at that apply does not refuse (a
+    world-writable mode)."""
 
     refused: str = ""
     conflict: str = ""
+    entry: str = ""
+    warning: str = ""
 
     @classmethod
     def from_json(cls, d: Any) -> CowChange:
@@ -824,6 +830,8 @@ class CowChange(Change):
             truncated=c.truncated,
             refused=_str(d.get("refused")),
             conflict=_str(d.get("conflict")),
+            entry=_str(d.get("entry")),
+            warning=_str(d.get("warning")),
         )
 
 
@@ -850,6 +858,11 @@ class CowMount:
             approval=bool(d.get("approval")),
             truncated=bool(d.get("truncated")),
         )
+
+    def reviewed(self) -> dict[str, str]:
+        """The expect of an apply of what this listing shows: each change's
+        path and entry."""
+        return {c.path: c.entry for c in self.changes}
 
 
 @dataclass(frozen=True)
