@@ -78,6 +78,9 @@ func setup(cfg *agent.Config) error {
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
 		return fmt.Errorf("forbid nested user namespaces: %w", err)
 	}
+	if err := limitInotify(); err != nil {
+		return err
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount tree private: %w", err)
 	}
@@ -109,6 +112,25 @@ func setup(cfg *agent.Config) error {
 	}
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bring up loopback: %w", err)
+	}
+	return nil
+}
+
+// limitInotify gives the sandbox an inotify pool of its own size in its
+// user namespace (see agent.InotifyInstances): without it every instance
+// and watch of the sandbox counts only against the pool of the host user
+// that owns the namespace, which the host shares.
+func limitInotify() error {
+	for _, l := range []struct {
+		name string
+		val  int
+	}{
+		{"max_inotify_instances", agent.InotifyInstances},
+		{"max_inotify_watches", agent.InotifyWatches},
+	} {
+		if err := os.WriteFile("/proc/sys/user/"+l.name, []byte(strconv.Itoa(l.val)), 0); err != nil {
+			return fmt.Errorf("limit the sandbox's inotify pool (user.%s): %w", l.name, err)
+		}
 	}
 	return nil
 }

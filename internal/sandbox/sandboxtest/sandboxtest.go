@@ -193,6 +193,7 @@ func groups() []group {
 		{"egress", egressCases()},
 		{"limits", limitCases()},
 		{"posture", postureCases()},
+		{"pools", poolCases()},
 		{"file_escapes", fileEscapeCases()},
 		{"mounts", mountCases()},
 		{"pty", ptyCases()},

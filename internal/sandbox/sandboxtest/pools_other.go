@@ -1,0 +1,11 @@
+//go:build !linux
+
+package sandboxtest
+
+import "errors"
+
+// hostInotify: only Linux has inotify.
+func hostInotify() error { return errors.ErrUnsupported }
+
+// hostAIO: only Linux has Linux AIO.
+func hostAIO() error { return errors.ErrUnsupported }
