@@ -88,7 +88,7 @@ func (h holder) stop(t *testing.T) {
 }
 
 // testInotifyPool: sandboxes that each take every inotify instance they
-// can leave the host able to make one. The kernel charges a sandbox's
+// can leave every other sandbox, and the host, able to make one. The kernel charges a sandbox's
 // instances to the host user that owns its user namespace (root, for the
 // native driver), whose pool is 128 by default; several sandboxes at once
 // check that the host's pool fits them all.
@@ -102,6 +102,10 @@ def take():
 		sb := e.create(t, e.spec)
 		_, line := e.startDrain(t, sb, program)
 		lines = append(lines, fmt.Sprintf("sandbox %d: %s", i, line))
+		// Each sandbox gets some: none takes a pool another draws on.
+		if f := strings.Fields(line); len(f) < 2 || f[1] == "0" {
+			t.Errorf("sandbox %d could make no inotify instance while the sandboxes before it held theirs: %s", i, line)
+		}
 	}
 	t.Logf("inotify instances taken: %s", strings.Join(lines, "; "))
 	if err := hostInotify(); err != nil {
