@@ -92,6 +92,9 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 		if err := ownEtc(cfg); err != nil {
 			return 0, err
 		}
+		if err := limitPTYs(); err != nil {
+			return 0, err
+		}
 	}
 	dir, err := innerCgroups(g.Pids)
 	if err != nil && g.CgroupV1 {
@@ -526,6 +529,42 @@ func ownEtc(cfg *agent.Config) error {
 		}
 		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return fmt.Errorf("make the sandbox's own %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// limitPTYs bounds the terminals of the runtime's devpts instance at
+// /dev/pts to maxPTYs, as the native agent mounts its own: every devpts
+// instance but the host's shares kernel.pty.max less kernel.pty.reserve,
+// and a runtime mounts its instance without a bound. A remount takes every
+// option anew, so the instance's own (its mode, group, ptmx mode) are
+// given again. Without a devpts instance at /dev/pts there is nothing to
+// bound.
+func limitPTYs() error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 6 || len(g) < 3 || unescapeOctal(f[4]) != "/dev/pts" || g[0] != "devpts" {
+			continue
+		}
+		var opts []string
+		for _, o := range strings.Split(g[2], ",") {
+			if k, _, _ := strings.Cut(o, "="); k == "gid" || k == "uid" || k == "mode" || k == "ptmxmode" {
+				opts = append(opts, o)
+			}
+		}
+		opts = append(opts, "max="+strconv.Itoa(maxPTYs))
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NOEXEC)
+		if slices.Contains(strings.Split(f[5], ","), "ro") {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("devpts", "/dev/pts", "devpts", flags, strings.Join(opts, ",")); err != nil {
+			return fmt.Errorf("bound the terminals of /dev/pts: %w", err)
 		}
 	}
 	return nil

@@ -21,6 +21,42 @@ func poolCases() []testCase {
 		{name: "inotify", needs: []need{needShell}, own: true, run: testInotifyPool},
 		{name: "aio", needs: []need{needShell}, run: testAIOPool},
 		{name: "memfd_secret", needs: []need{needShell}, run: testMemfdSecret},
+		{name: "pty", needs: []need{needShell}, run: testPTYPool},
+	}
+}
+
+// ptyShare is how many of the host kernel's terminals (kernel.pty.nr) a
+// sandbox may hold: its devpts instance's bound (64), with room for what
+// the host opens meanwhile. Every devpts instance but the host's shares
+// kernel.pty.max less kernel.pty.reserve (3,072 by default).
+const ptyShare = 128
+
+// testPTYPool: a sandbox that opens every terminal it can holds no more of
+// the host kernel's than its share. Where the sandbox has a kernel of its
+// own, the host's count does not move at all.
+func testPTYPool(t *testing.T, e *env) {
+	before, err := hostPTYs()
+	if err != nil {
+		t.Skipf("the host kernel's terminal count: %v", err)
+	}
+	program := drainProgram(`
+def take():
+    try:
+        m, s = os.openpty()
+    except OSError as err:
+        ctypes.set_errno(err.errno)
+        return -1
+    os.close(s)
+    return m
+`)
+	_, line := e.startDrain(t, e.sb, program)
+	after, err := hostPTYs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("terminals opened: %s; the host kernel's count went from %d to %d", line, before, after)
+	if after-before > ptyShare {
+		t.Errorf("a sandbox holds %d of the host kernel's terminals (%s), more than its share %d", after-before, line, ptyShare)
 	}
 }
 

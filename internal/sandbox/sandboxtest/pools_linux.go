@@ -2,6 +2,9 @@ package sandboxtest
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -27,4 +30,14 @@ func hostAIO() error {
 		return fmt.Errorf("io_destroy: %w", e)
 	}
 	return nil
+}
+
+// hostPTYs is how many terminals the host kernel has open, in every
+// devpts instance.
+func hostPTYs() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/pty/nr")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
