@@ -143,7 +143,7 @@ func unsupportedCases(runtimeClass string) map[string]string {
 	}
 	if runtimeClass == RuntimeClassNone {
 		m["pools/inotify"] = "under runc a Pod shares the node's user namespace: every sandbox's commands run as the node's uid 1000, " +
-			"whose inotify pool (128 instances) they share; a Pod with a user namespace of its own (hostUsers: false) " +
+			"whose inotify pool (128 instances) they share (measured in the rig: 128, then 0 for the next); a Pod with a user namespace of its own (hostUsers: false) " +
 			"would have its own (docs/decisions.md, 44)"
 	}
 	if runtimeClass != RuntimeClassNone {
