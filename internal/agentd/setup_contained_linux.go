@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 
 	"golang.org/x/sys/unix"
@@ -86,6 +87,12 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	}
 	if g.MaskProc {
 		if err := maskProc(g.Home); err != nil {
+			return 0, err
+		}
+		if err := ownEtc(cfg); err != nil {
+			return 0, err
+		}
+		if err := limitPTYs(); err != nil {
 			return 0, err
 		}
 	}
@@ -466,6 +473,118 @@ func makeHome(g *agent.ContainedConfig) error {
 	return nil
 }
 
+// ownEtc replaces the files of /etc that the runtime bound from its own
+// data directory (sandbox.EngineEtc: a container engine's resolv.conf,
+// hosts and hostname) with what the native driver writes in a composed
+// root: no resolver of the host's, no address of the container's, and no
+// engine path in the mount table. The engine's mounts are taken away (a
+// bind over them would leave their lines in /proc/self/mountinfo), and
+// each mount point gets a read-only bind of a file of the sandbox's own,
+// held by a tiny tmpfs mounted in the agent's home for a moment.
+func ownEtc(cfg *agent.Config) error {
+	mounted, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	content := rootfs.EtcFiles(cfg.UID, cfg.GID, cfg.Hostname)
+	var targets []string
+	for _, p := range sandbox.EngineEtc {
+		if mounted[p] {
+			targets = append(targets, p)
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	home := cfg.Contained.Home
+	if home == "" {
+		home = "/tmp"
+	}
+	dir := home + "/.etc"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("make the sandbox's own /etc files: %w", err)
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=8,mode=0755"); err != nil {
+		return fmt.Errorf("make the sandbox's own /etc files: %w", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	for _, p := range targets {
+		src := dir + "/" + path.Base(p)
+		if err := os.WriteFile(src, []byte(content[path.Base(p)]), 0o644); err != nil {
+			return fmt.Errorf("write the sandbox's own %s: %w", p, err)
+		}
+		// A runtime may stack more than one mount there.
+		for mounted := true; mounted; {
+			err := unix.Unmount(p, unix.MNT_DETACH)
+			switch {
+			case errors.Is(err, unix.EINVAL):
+				mounted = false
+			case err != nil:
+				return fmt.Errorf("unmount the runtime's %s: %w", p, err)
+			}
+		}
+		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind the sandbox's own %s: %w", p, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("make the sandbox's own %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// limitPTYs bounds the terminals of the runtime's devpts instance at
+// /dev/pts to maxPTYs, as the native agent mounts its own: every devpts
+// instance but the host's shares kernel.pty.max less kernel.pty.reserve,
+// and a runtime mounts its instance without a bound. A remount takes every
+// option anew, so the instance's own (its mode, group, ptmx mode) are
+// given again. Without a devpts instance at /dev/pts there is nothing to
+// bound.
+func limitPTYs() error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 6 || len(g) < 3 || unescapeOctal(f[4]) != "/dev/pts" || g[0] != "devpts" {
+			continue
+		}
+		var opts []string
+		for _, o := range strings.Split(g[2], ",") {
+			if k, _, _ := strings.Cut(o, "="); k == "gid" || k == "uid" || k == "mode" || k == "ptmxmode" {
+				opts = append(opts, o)
+			}
+		}
+		opts = append(opts, "max="+strconv.Itoa(maxPTYs))
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NOEXEC)
+		if slices.Contains(strings.Split(f[5], ","), "ro") {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("devpts", "/dev/pts", "devpts", flags, strings.Join(opts, ",")); err != nil {
+			return fmt.Errorf("bound the terminals of /dev/pts: %w", err)
+		}
+	}
+	return nil
+}
+
+// mountPoints are the mount points of the agent's mount namespace.
+func mountPoints() (map[string]bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read the mounts: %w", err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 {
+			out[unescapeOctal(f[4])] = true
+		}
+	}
+	return out, nil
+}
+
 // maskProc masks what of the host kernel's /proc tells the host apart (see
 // maskedProc) and covers its boot id with one of the sandbox's own, made
 // in the agent's directory home for a moment.
@@ -488,5 +607,5 @@ func maskProc(home string) error {
 	if home == "" {
 		home = "/tmp"
 	}
-	return bindBootID(home+"/.boot", "/proc/sys/kernel/random/boot_id")
+	return bindBootID(home+"/.boot", sandbox.BootIDFile)
 }

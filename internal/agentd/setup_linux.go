@@ -21,17 +21,9 @@ import (
 // from nobody but the sandbox.
 const staging = "/tmp"
 
-// maskedProc are covered so the workload cannot read them: what runc masks,
-// and what would tell this host apart from others (its kernel command line,
-// disks, memory layout, kernel symbols, consoles, and every process's file
-// locks on the host). docs/decisions.md lists what stays visible and why.
-var maskedProc = []string{
-	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats", "sched_debug",
-	"scsi", "timer_list", "timer_stats",
-	"buddyinfo", "cmdline", "consoles", "devices", "diskstats", "dma", "iomem", "ioports",
-	"kallsyms", "locks", "misc", "modules", "pagetypeinfo", "partitions", "softirqs",
-	"swaps", "vmstat", "zoneinfo",
-}
+// maskedProc are covered so the workload cannot read them: the shared list
+// of what a sandbox must not see (sandbox.MaskedProc).
+var maskedProc = sandbox.MaskedProc
 
 // readonlyProc are made read-only (as runc does): sysrq-trigger among
 // them, since writing to /dev/null, which masks the others, succeeds.
@@ -78,6 +70,9 @@ func setup(cfg *agent.Config) error {
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
 		return fmt.Errorf("forbid nested user namespaces: %w", err)
 	}
+	if err := limitInotify(); err != nil {
+		return err
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mount tree private: %w", err)
 	}
@@ -109,6 +104,25 @@ func setup(cfg *agent.Config) error {
 	}
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bring up loopback: %w", err)
+	}
+	return nil
+}
+
+// limitInotify gives the sandbox an inotify pool of its own size in its
+// user namespace (see agent.InotifyInstances): without it every instance
+// and watch of the sandbox counts only against the pool of the host user
+// that owns the namespace, which the host shares.
+func limitInotify() error {
+	for _, l := range []struct {
+		name string
+		val  int
+	}{
+		{"max_inotify_instances", agent.InotifyInstances},
+		{"max_inotify_watches", agent.InotifyWatches},
+	} {
+		if err := os.WriteFile("/proc/sys/user/"+l.name, []byte(strconv.Itoa(l.val)), 0); err != nil {
+			return fmt.Errorf("limit the sandbox's inotify pool (user.%s): %w", l.name, err)
+		}
 	}
 	return nil
 }
@@ -588,7 +602,7 @@ func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent
 	// command runs yet.
 	// A runtime's own kernel (gVisor) has a boot id of the sandbox's
 	// own already.
-	const bootID = "/proc/sys/kernel/random/boot_id"
+	const bootID = sandbox.BootIDFile
 	if g := cfg.Contained; g == nil || g.MaskProc {
 		if err := unix.Unmount(bootID, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("uncover the template's boot id: %w", err)

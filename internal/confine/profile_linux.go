@@ -21,7 +21,6 @@ var workload = profile{
 		// Opening, closing and duplicating file descriptors.
 		"open", "openat", "openat2", "creat", "close", "close_range",
 		"dup", "dup2", "dup3", "fcntl", "pipe", "pipe2", "memfd_create",
-		"memfd_secret",
 
 		// File names and metadata.
 		"stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
@@ -48,10 +47,6 @@ var workload = profile{
 		"eventfd", "eventfd2", "signalfd", "signalfd4",
 		"timerfd_create", "timerfd_settime", "timerfd_gettime",
 		"inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
-
-		// Asynchronous I/O (io_uring is denied below).
-		"io_setup", "io_destroy", "io_submit", "io_cancel",
-		"io_getevents", "io_pgetevents",
 
 		// Memory.
 		"brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "mincore",
@@ -149,6 +144,18 @@ var workload = profile{
 		// clone3 passes its flags in memory, where a filter cannot read
 		// them. ENOSYS makes glibc fall back to clone, whose flags it can.
 		"clone3": unix.ENOSYS,
+		// Linux AIO (libaio): the events of every context on the host
+		// come out of one pool, fs.aio-max-nr (65,536 by default), so one
+		// sandbox could take it all and the host's next io_setup would
+		// fail with EAGAIN. ENOSYS is what a kernel without CONFIG_AIO
+		// answers: libaio users fall back to threads (glibc's POSIX aio
+		// uses threads anyway). The rest of the family needs a context.
+		"io_setup": unix.ENOSYS, "io_destroy": unix.ENOSYS, "io_submit": unix.ENOSYS,
+		"io_cancel": unix.ENOSYS, "io_getevents": unix.ENOSYS, "io_pgetevents": unix.ENOSYS,
+		// Secret memory is unmapped from the kernel's direct map, a pool
+		// the host shares; nothing a sandbox runs needs it. ENOSYS is what
+		// a kernel without it (or booted without secretmem.enable) says.
+		"memfd_secret": unix.ENOSYS,
 	},
 
 	args: map[string]argRule{

@@ -205,9 +205,66 @@ type forkResult struct {
 func runForker(jobs <-chan forkJob) {
 	runtime.LockOSThread() // never unlocked: this thread must not end
 	for j := range jobs {
-		pid, _, err := syscall.StartProcess(j.path, j.argv, j.attr)
+		var pid int
+		err := asOwner(namespaceOwner(j.attr.Sys), func() error {
+			var err error
+			pid, _, err = syscall.StartProcess(j.path, j.argv, j.attr)
+			return err
+		})
 		j.reply <- forkResult{pid, err}
 	}
+}
+
+// namespaceOwner is the host uid that is to own the new user namespace sys
+// makes: the one the sandbox's root maps to, or -1 when sys makes none.
+//
+// A user namespace's owner pays for it: the kernel charges what a process
+// in it takes of the per-user pools (inotify instances and watches, pending
+// signals, POSIX message queue bytes, locked shared memory) to its own user
+// in its namespace and, at the host's level, to the namespace's owner. With
+// root as the owner, every sandbox drew on root's pools, shared with the
+// host's own services: one sandbox taking all 128 inotify instances made
+// inotify_init1 fail with EMFILE for root everywhere on the host. Owned by
+// its own uid range, each sandbox draws on a pool of its own.
+func namespaceOwner(sys *syscall.SysProcAttr) int {
+	if sys == nil || sys.Cloneflags&unix.CLONE_NEWUSER == 0 || len(sys.UidMappings) == 0 || sys.UidMappings[0].ContainerID != 0 {
+		return -1
+	}
+	return sys.UidMappings[0].HostID
+}
+
+// asOwner runs f, which forks, with the calling thread's effective uid set
+// to uid (none when uid is -1), so that a user namespace the fork makes is
+// owned by uid. The thread keeps its capabilities meanwhile (it writes the
+// child's uid map and puts it into its cgroup) and gets its own uid back
+// afterwards. Only this thread changes: the calls are raw system calls,
+// not the runtime's all-threads ones. The caller is locked to its thread.
+func asOwner(uid int, f func() error) error {
+	if uid < 0 || unix.Geteuid() != 0 {
+		return f() // only root can own a namespace by another uid
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		return fmt.Errorf("read the forking thread's capabilities: %w", err)
+	}
+	keep := ^uintptr(0) // -1: leave the real and saved uids as they are
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+		return fmt.Errorf("take uid %d to own the sandbox's user namespace: %w", uid, e)
+	}
+	// Back to uid 0 the kernel copies the permitted capabilities to the
+	// effective ones again.
+	defer func() {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			panic(fmt.Sprintf("native: the forking thread cannot take back its uid: %v", e))
+		}
+	}()
+	// Leaving uid 0 emptied the effective set; the permitted set is as
+	// it was (the real and saved uids are still 0).
+	if err := unix.Capset(&hdr, &caps[0]); err != nil {
+		return fmt.Errorf("keep the forking thread's capabilities as uid %d: %w", uid, err)
+	}
+	return f()
 }
 
 func forkFromForker(path string, argv []string, attr *syscall.ProcAttr) (int, error) {

@@ -31,7 +31,7 @@ func TestConformanceWithoutShell(t *testing.T) {
 		"posture/identity", "posture/processes", "posture/mount", "posture/unshare", "posture/ptrace",
 		"posture/raw_socket", "posture/hostname", "posture/agent_proc", "posture/no_agent_binary",
 		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
-		"posture/host_identity")
+		"posture/host_identity", "pools/inotify", "pools/aio", "pools/memfd_secret", "pools/pty")
 	declare("a Python-only sandbox runs no background execs", "exec/background", "exec/unread_stdin")
 	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
 	declare("a Python-only sandbox has no terminals (as the Wasm driver's has none)",

@@ -66,7 +66,7 @@ func TestConformance(t *testing.T) {
 		"posture/identity", "posture/processes", "posture/mount", "posture/unshare", "posture/ptrace",
 		"posture/raw_socket", "posture/hostname", "posture/agent_proc", "posture/no_agent_binary",
 		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
-		"posture/host_identity")
+		"posture/host_identity", "pools/inotify", "pools/aio", "pools/memfd_secret", "pools/pty")
 	declare("a wasm sandbox runs no background execs (no processes, no fork)", "exec/background", "exec/unread_stdin")
 	declare("a wasm sandbox has no terminals: WASI preview 1 has none (a PTY exec is refused with an UnsupportedError)",
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")

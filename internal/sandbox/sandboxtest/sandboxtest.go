@@ -196,6 +196,7 @@ func groups() []group {
 		{"egress", egressCases()},
 		{"limits", limitCases()},
 		{"posture", postureCases()},
+		{"pools", poolCases()},
 		{"file_escapes", fileEscapeCases()},
 		{"mounts", mountCases()},
 		{"pty", ptyCases()},
