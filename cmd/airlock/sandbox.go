@@ -189,10 +189,10 @@ func exitWithResult(res *client.Result, errw io.Writer) error {
 		if msg == "" {
 			msg = res.Reason
 		}
-		fmt.Fprintf(errw, "airlock: %s\n", msg)
+		fmt.Fprintf(errw, "airlock: %s\n", termsafe.Text(msg))
 	}
 	if l := rollbackLine(res.Rollback); l != "" {
-		fmt.Fprintf(errw, "airlock: %s\n", l)
+		fmt.Fprintf(errw, "airlock: %s\n", termsafe.Text(l))
 	}
 	return exitWith(code)
 }

@@ -70,7 +70,7 @@ func fakeDaemon(t *testing.T) {
 		_ = enc.Encode(map[string]any{"type": "stdout", "data_base64": base64.StdEncoding.EncodeToString([]byte("out " + hostile + " \xe6"))})
 		_ = enc.Encode(map[string]any{"type": "stdout", "data_base64": "l6U=", "offset": 10})
 		_ = enc.Encode(map[string]any{"type": "stderr", "data": "err " + hostile})
-		_ = enc.Encode(map[string]any{"type": "result", "result": map[string]any{"exit_code": 0, "reason": "exit"}})
+		_ = enc.Encode(map[string]any{"type": "result", "result": map[string]any{"exit_code": -1, "signal": "KILL", "reason": "killed", "message": "killed: " + hostile}})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/sb-2/diff", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -113,7 +113,7 @@ func TestOutputShownNotObeyed(t *testing.T) {
 		{name: "sandbox ls", args: []string{"sandbox", "ls"}, want: []string{"t⟨U+001B⟩]0;PWNED-TITLE⟨U+0007⟩⟨U+001B⟩[1A⟨U+001B⟩[2Kharmless⟨U+202E⟩evil⟨U+200B⟩⟨U+009B⟩2J⟨U+0009⟩fake", "sb-1: ⟨U+001B⟩]0;"}},
 		{name: "snapshot ls", args: []string{"sandbox", "snapshot", "ls", "sb-1"}, want: []string{"n⟨U+001B⟩]0;PWNED-TITLE"}},
 		{name: "sandbox export", args: []string{"sandbox", "export", "sb-1:/w/r", "s3://b/"}, want: []string{"s3://b/r⟨U+001B⟩]0;", "skipped /w/l⟨U+001B⟩]0;"}},
-		{name: "sandbox attach (pipes)", args: []string{"sandbox", "attach", "sb-1", "p-1"}, want: []string{"out ⟨U+001B⟩]0;PWNED-TITLE", "2J 日", "err ⟨U+001B⟩]0;"}},
+		{name: "sandbox attach (pipes)", args: []string{"sandbox", "attach", "sb-1", "p-1"}, code: 128 + 9, want: []string{"out ⟨U+001B⟩]0;PWNED-TITLE", "2J 日", "err ⟨U+001B⟩]0;", "airlock: killed: ⟨U+001B⟩]0;"}},
 		{name: "an error", args: []string{"sandbox", "diff", "sb-2"}, code: exitAirlock, want: []string{"no file ⟨U+001B⟩]0;PWNED-TITLE"}},
 		{name: "audit tail", args: []string{"audit", "tail", logPath}, want: []string{`/workspace/\u001b]0;PWNED-TITLE\u0007\u001b[1A\u001b[2Kharmless\u202eevil\u200b\u009b2J`}},
 	} {
