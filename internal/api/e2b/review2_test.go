@@ -28,8 +28,9 @@ func TestInternetOnTemplateWithoutNetwork(t *testing.T) {
 // TestWatchDirCap: of 20 concurrent WatchDir streams on one sandbox, each
 // gets its response headers at once: a stream within the cap its start,
 // one past it a 429 (security review 2: 16 of 20 got no headers in 30 s).
-func TestWatchDirCap(t *testing.T) {
-	e := newEnv(t, nil)
+func TestWatchDirCap(t *testing.T) { watchDirCap(t, newEnv(t, nil)) }
+
+func watchDirCap(t *testing.T, e *env) {
 	sb := e.create(e.key, `{}`)
 	if st, b := e.rpc(sb, "/filesystem.Filesystem/MakeDir", `{"path":"w"}`); st != 200 {
 		t.Fatalf("MakeDir: %d %s", st, b)
