@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -27,7 +29,12 @@ one process.
 
 A process on a terminal is joined as "sandbox exec -t" does: your terminal
 goes into raw mode, what you type goes to it, resizes follow, and it is
-restored at the end. Ctrl-\\ detaches: the process runs on.`,
+restored at the end. Ctrl-\\ detaches: the process runs on.
+
+Otherwise (a process on pipes, or you are not on a terminal) what the
+process printed is shown, not obeyed: a control, bidi or zero-width
+character shows as ⟨U+XXXX⟩, a byte that is not UTF-8 as ⟨0xXX⟩. Output
+redirected to a file or a pipe is the process's bytes as they are.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client.FromEnv()
@@ -46,6 +53,9 @@ restored at the end. Ctrl-\\ detaches: the process runs on.`,
 func attach(ctx context.Context, c *client.Client, id, pid string, from client.Offsets, stdin io.Reader, stdout, stderr io.Writer) error {
 	s, ctx := newSession(ctx, stdin, stdout)
 	defer s.end()
+	// Until the caller joins the process's terminal, output that reaches
+	// a terminal is rendered by termsafe.
+	out, errOut := shownOn(stdout), shownOn(stderr)
 	var res *client.Result
 	var serr error
 	for ev, err := range c.FollowProcess(ctx, id, pid, from) {
@@ -67,13 +77,18 @@ func attach(ctx context.Context, c *client.Client, id, pid string, from client.O
 				s.cancel()
 				continue
 			}
+			if s.raw {
+				// Joined: a full-screen program draws on the caller's
+				// terminal as on its own.
+				out = stdout
+			}
 			// The program learns the caller's size (and a full-screen
 			// one redraws).
 			_ = resize(s.size())
 		case "stderr":
-			_, _ = stderr.Write(ev.Data)
+			_, _ = errOut.Write(ev.Data)
 		case "stdout", "pty":
-			_, _ = stdout.Write(ev.Data)
+			_, _ = out.Write(ev.Data)
 		case "result":
 			res = ev.Result
 		}
@@ -81,6 +96,8 @@ func attach(ctx context.Context, c *client.Client, id, pid string, from client.O
 			fmt.Fprintf(stderr, "airlock: %d bytes of %s before this were no longer kept\n", ev.Missed, ev.Type)
 		}
 	}
+	flush(out)
+	flush(errOut)
 	s.end()
 	switch {
 	case s.hasLeft():
@@ -94,4 +111,21 @@ func attach(ctx context.Context, c *client.Client, id, pid string, from client.O
 		return errors.New("attach: the stream ended without a result")
 	}
 	return exitWithResult(res, stderr)
+}
+
+// shownOn returns w for output a sandbox controls: rendered by termsafe
+// when w is a terminal (or not a file: in doubt, shown), w itself when it
+// is a file or a pipe (a program reads the bytes).
+func shownOn(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && !tty.IsTerminal(int(f.Fd())) {
+		return w
+	}
+	return termsafe.NewWriter(w)
+}
+
+// flush writes what a termsafe.Writer kept of an incomplete character.
+func flush(w io.Writer) {
+	if tw, ok := w.(*termsafe.Writer); ok {
+		_ = tw.Flush()
+	}
 }

@@ -12,15 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf16"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // Exit codes of `airlock audit verify`: the log is not intact, or it is
@@ -174,7 +172,7 @@ func newAuditTailCmd() *cobra.Command {
 				}
 			}
 			for _, l := range ring {
-				fmt.Fprint(out, visibleJSON(l))
+				fmt.Fprint(out, termsafe.JSON(l))
 			}
 			if !follow {
 				return nil
@@ -184,7 +182,7 @@ func newAuditTailCmd() *cobra.Command {
 				line, err := br.ReadString('\n')
 				partial += line
 				if err == nil {
-					fmt.Fprint(out, visibleJSON(partial))
+					fmt.Fprint(out, termsafe.JSON(partial))
 					partial = ""
 					continue
 				}
@@ -202,32 +200,6 @@ func newAuditTailCmd() *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they are appended")
 	cmd.Flags().IntVarP(&n, "lines", "n", 10, "how many of the last events to print")
 	return cmd
-}
-
-// visibleJSON returns a line of JSON with every character a terminal
-// would not show as itself (controls, bidi overrides and isolates,
-// zero-width and other format characters, separators, unassigned code
-// points) written as a \u escape: the same JSON value, and what the
-// operator reads is what ran. Outside strings JSON has no such characters;
-// bytes that are not UTF-8 (a damaged line) print as U+FFFD.
-func visibleJSON(line string) string {
-	var b strings.Builder
-	for i, r := range line {
-		switch {
-		case r == '\n' && i == len(line)-1:
-			b.WriteRune(r)
-		case !unicode.IsGraphic(r):
-			if r > 0xffff {
-				r1, r2 := utf16.EncodeRune(r)
-				fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
-			} else {
-				fmt.Fprintf(&b, `\u%04x`, r)
-			}
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
 
 // openDaemonGuard loads the daemon's policy (policyFile; empty: the safe

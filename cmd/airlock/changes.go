@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 func newSandboxChangesCmd() *cobra.Command {
@@ -61,7 +62,7 @@ listed when --apply starts. A change made since is a conflict.
 				if errors.As(err, &ae) && ae.Code == "conflict" {
 					fmt.Fprintln(cmd.ErrOrStderr(), "nothing was applied: the host changed since the sandbox started under:")
 					for _, f := range ae.Conflicts {
-						fmt.Fprintf(cmd.ErrOrStderr(), "  %s: %s\n", showPath(f.Path), f.Reason)
+						fmt.Fprintf(cmd.ErrOrStderr(), "  %s: %s\n", showPath(f.Path), termsafe.Text(f.Reason))
 					}
 					fmt.Fprintln(cmd.ErrOrStderr(), "discard those paths (airlock sandbox changes --discard ID PATH...), or apply the others by naming them")
 					return &exitError{code: 3}
@@ -73,17 +74,17 @@ listed when --apply starts. A change made since is a conflict.
 					return writeJSONTo(out, res)
 				}
 				for _, a := range res.Applied {
-					line := fmt.Sprintf("applied  %-8s %s", a.Kind, showPath(a.Path))
+					line := fmt.Sprintf("applied  %-8s %s", termsafe.Name(a.Kind), showPath(a.Path))
 					if a.Digest != "" {
-						line += " " + a.Digest
+						line += " " + termsafe.Name(a.Digest)
 					}
 					if a.Note != "" {
-						line += " (" + a.Note + ")"
+						line += " (" + termsafe.Text(a.Note) + ")"
 					}
 					fmt.Fprintln(out, line)
 				}
 				for _, r := range res.Refused {
-					fmt.Fprintf(out, "refused  %s: %s\n", showPath(r.Path), r.Reason)
+					fmt.Fprintf(out, "refused  %s: %s\n", showPath(r.Path), termsafe.Text(r.Reason))
 				}
 				fmt.Fprintf(out, "%d applied, %d refused\n", len(res.Applied), len(res.Refused))
 				return nil
@@ -99,7 +100,7 @@ listed when --apply starts. A change made since is a conflict.
 					fmt.Fprintf(out, "discarded %s\n", showPath(p))
 				}
 				for _, r := range res.Refused {
-					fmt.Fprintf(out, "refused   %s: %s\n", showPath(r.Path), r.Reason)
+					fmt.Fprintf(out, "refused   %s: %s\n", showPath(r.Path), termsafe.Text(r.Reason))
 				}
 				fmt.Fprintf(out, "%d discarded\n", len(res.Discarded))
 				return nil
@@ -143,7 +144,7 @@ listed when --apply starts. A change made since is a conflict.
 // diff` does, with what an apply refuses and the conflicts.
 func changesText(m client.CowMount) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "cow mount %s (host %s)", m.Target, m.Source)
+	fmt.Fprintf(&b, "cow mount %s (host %s)", showPath(m.Target), showPath(m.Source))
 	if m.Approval {
 		b.WriteString(": an operator must apply or discard")
 	}
@@ -173,19 +174,15 @@ func changesText(m client.CowMount) string {
 	b.WriteString(d.Text())
 	for _, c := range m.Changes {
 		if c.Refused != "" {
-			fmt.Fprintf(&b, "refused  %s: %s\n", showPath(c.Path), c.Refused)
+			fmt.Fprintf(&b, "refused  %s: %s\n", showPath(c.Path), termsafe.Text(c.Refused))
 		}
 		if c.Conflict != "" {
-			fmt.Fprintf(&b, "conflict %s: %s\n", showPath(c.Path), c.Conflict)
+			fmt.Fprintf(&b, "conflict %s: %s\n", showPath(c.Path), termsafe.Text(c.Conflict))
 		}
 	}
 	return b.String()
 }
 
-// showPath shows a path with control characters escaped.
-func showPath(p string) string {
-	if strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
-		return fmt.Sprintf("%q", p)
-	}
-	return p
-}
+// showPath shows a path from a sandbox with every character a terminal
+// would not show as itself marked (termsafe.Name).
+func showPath(p string) string { return termsafe.Name(p) }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 func newSandboxExportCmd() *cobra.Command {
@@ -50,13 +51,13 @@ it. Prints one line per object: its URL, size, content type and SHA-256
 				return writeJSONTo(cmd.OutOrStdout(), r)
 			}
 			for _, o := range r.Objects {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d\t%s\tsha256:%s\n", o.Object, o.Size, o.ContentType, o.SHA256)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%d\t%s\tsha256:%s\n", termsafe.Name(o.Object), o.Size, termsafe.Name(o.ContentType), termsafe.Name(o.SHA256))
 				if o.URL != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", o.URL)
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", termsafe.Name(o.URL))
 				}
 			}
 			for _, s := range r.Skipped {
-				fmt.Fprintf(cmd.ErrOrStderr(), "skipped %s: not a regular file\n", s)
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipped %s: not a regular file\n", termsafe.Name(s))
 			}
 			return nil
 		},

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // version is set at build time (make: -ldflags -X main.version=...).
@@ -76,7 +78,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		// An error may quote what a sandbox controls (a path, a name).
+		fmt.Fprintf(stderr, "airlock: %s\n", termsafe.Text(err.Error()))
 		return exitAirlock
 	}
 }

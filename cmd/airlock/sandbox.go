@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/symlink"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -190,10 +191,10 @@ func exitWithResult(res *client.Result, errw io.Writer) error {
 		if msg == "" {
 			msg = res.Reason
 		}
-		fmt.Fprintf(errw, "airlock: %s\n", msg)
+		fmt.Fprintf(errw, "airlock: %s\n", termsafe.Text(msg))
 	}
 	if l := rollbackLine(res.Rollback); l != "" {
-		fmt.Fprintf(errw, "airlock: %s\n", l)
+		fmt.Fprintf(errw, "airlock: %s\n", termsafe.Text(l))
 	}
 	return exitWith(code)
 }
@@ -512,13 +513,15 @@ func newSandboxLsCmd() *cobra.Command {
 					proto += " (mismatch)"
 					mismatched = append(mismatched, s)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Template, proto, s.CreatedAt.Local().Format(time.DateTime), exp, s.EndReason)
+				// Every field the daemon sends is shown as a name: no tab or
+				// control character of one moves the columns or the cursor.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Name(s.ID), termsafe.Name(s.State), termsafe.Name(s.Template), proto, s.CreatedAt.Local().Format(time.DateTime), exp, termsafe.Name(s.EndReason))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
 			for _, s := range mismatched {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", s.ID, s.Mismatch)
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", termsafe.Name(s.ID), termsafe.Text(s.Mismatch))
 			}
 			return nil
 		},

@@ -43,6 +43,10 @@ func TestCheckConfig(t *testing.T) {
 		{name: "docker template without an image", body: "[[template]]\nname = \"d\"\ndriver = \"docker\"\n", code: exitAirlock, out: "template \"d\": a sandbox without an image: the docker driver needs an image the engine has"},
 		{name: "bad policy file", body: "\npolicy = \"" + badPolicy + "\"\n", code: exitAirlock, out: ":2: policy: "},
 		{name: "missing policy file", body: "policy = \"" + filepath.Join(dir, "none.toml") + "\"\n", code: exitAirlock, out: ":1: policy: "},
+		// Security review 2, N7: exports that could write into the
+		// snapshot store are refused, a prefix apart is not.
+		{name: "exports into the snapshot store", body: "[snapshots]\nstore = \"s3\"\nbucket = \"shared\"\nprefix = \"snap/\"\n[export]\nbuckets = [\"shared\"]\n", code: exitAirlock, out: "s3://shared/ overlaps the snapshot store (s3://shared/snap/"},
+		{name: "exports beside the snapshot store", body: "[snapshots]\nstore = \"s3\"\nbucket = \"shared\"\nprefix = \"snap/\"\n[export]\nbuckets = [\"shared/exports/\"]\n", out: "ok"},
 		{name: "bad log format flag", body: "", args: []string{"--log-format", "xml"}, code: exitAirlock, out: "--log-format \"xml\": use text or json"},
 	}
 	for _, tt := range tests {

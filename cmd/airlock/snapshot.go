@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // The snapshot verbs of `airlock sandbox`: snapshot (and its ls, rm),
@@ -46,7 +47,7 @@ deletes one.`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), s.ID)
 			if s.Busy || len(s.Unsettled) > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %s\n", s.Note)
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %s\n", termsafe.Text(s.Note))
 			}
 			return nil
 		},
@@ -91,7 +92,7 @@ func newSnapshotLsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tSANDBOX\tKIND\tFILES\tBYTES\tCREATED\tLABEL")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, dash(s.Name), s.Sandbox, s.Kind, s.Files, s.Bytes, s.Created.Local().Format(time.DateTime), s.Label)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", termsafe.Name(s.ID), dash(termsafe.Name(s.Name)), termsafe.Name(s.Sandbox), termsafe.Name(s.Kind), s.Files, s.Bytes, s.Created.Local().Format(time.DateTime), termsafe.Name(s.Label))
 			}
 			return tw.Flush()
 		},
@@ -204,7 +205,8 @@ text files (capped); binary files are marked.`,
 			if err != nil {
 				return err
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), txt)
+			// The daemon renders the text safe; an older one did not.
+			_, err = io.WriteString(cmd.OutOrStdout(), termsafe.Text(txt))
 			return err
 		},
 	}

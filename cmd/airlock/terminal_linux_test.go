@@ -363,6 +363,18 @@ func terminalSessions(t *testing.T, url, key string, env []string, id string) {
 		if o.code != 3 || o.stdout != "one\n" || o.stderr != "two\n" {
 			t.Errorf("attach to a process on pipes: %d %q %q", o.code, o.stdout, o.stderr)
 		}
+		// Followed from a terminal, a process on pipes has its escapes
+		// shown, not obeyed (security review 2, N4); joined to its own
+		// terminal (above) a program draws as it likes.
+		q, err = c.StartProcess(ctx, id, client.StartProcessRequest{ExecRequest: client.ExecRequest{Argv: []string{"sh", "-c", `printf 'x\033]0;pwned\007\033[2Ky\n'; sleep 0.3`}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = onTerminal(t, invocation{args: []string{"sandbox", "attach", id, q.ID}, env: env}, 24, 80)
+		h.expect("x⟨U+001B⟩]0;pwned⟨U+0007⟩⟨U+001B⟩[2Ky")
+		if code := h.exit(); code != 0 {
+			t.Errorf("attach to a printf: airlock exited %d; the terminal showed %q", code, h.text())
+		}
 	})
 
 	t.Run("hostile escapes", func(t *testing.T) {

@@ -148,16 +148,93 @@ func (c *Client) Head(ctx context.Context, bucket, key string) (size int64, last
 	return aws.ToInt64(out.ContentLength), aws.ToTime(out.LastModified), true, nil
 }
 
+// Stat returns what a HEAD of an object says: its size, ETag and
+// metadata (keys in lower case, without x-amz-meta-); ok is false when
+// there is none.
+func (c *Client) Stat(ctx context.Context, bucket, key string) (info ObjectInfo, ok bool, err error) {
+	out, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		if IsNotFound(err) {
+			return ObjectInfo{}, false, nil
+		}
+		return ObjectInfo{}, false, c.Wrap("look up s3://"+bucket+"/"+key, err)
+	}
+	meta := make(map[string]string, len(out.Metadata))
+	for k, v := range out.Metadata {
+		meta[strings.ToLower(k)] = v
+	}
+	return ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag), Metadata: meta}, true, nil
+}
+
+// ObjectInfo is what Stat returns.
+type ObjectInfo struct {
+	Size     int64
+	ETag     string
+	Metadata map[string]string
+}
+
+// ErrChanged is what Put returns when the store refused its condition
+// (Upload.IfAbsent, Upload.IfMatch): 412, the object is not what was
+// expected.
+var ErrChanged = errors.New("the object changed")
+
 // PutBytes stores b as an object.
 func (c *Client) PutBytes(ctx context.Context, bucket, key string, b []byte, contentType string, meta map[string]string) error {
-	in := &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))), Metadata: meta}
-	if contentType != "" {
-		in.ContentType = &contentType
+	return c.putBytes(ctx, Upload{Bucket: bucket, Key: key, ContentType: contentType, Metadata: meta}, b)
+}
+
+func (c *Client) putBytes(ctx context.Context, u Upload, b []byte) error {
+	in := &s3.PutObjectInput{Bucket: &u.Bucket, Key: &u.Key, Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))), Metadata: u.Metadata}
+	if u.ContentType != "" {
+		in.ContentType = &u.ContentType
 	}
-	if _, err := c.s3.PutObject(ctx, in); err != nil {
-		return c.Wrap("store s3://"+bucket+"/"+key, err)
+	in.IfNoneMatch, in.IfMatch = u.conditions()
+	_, err := c.s3.PutObject(ctx, in)
+	if err != nil && notImplemented(err) && (in.IfNoneMatch != nil || in.IfMatch != nil) {
+		// A store without conditional writes: the caller's own check
+		// (a HEAD before) is what holds.
+		in.IfNoneMatch, in.IfMatch = nil, nil
+		in.Body = bytes.NewReader(b)
+		_, err = c.s3.PutObject(ctx, in)
+	}
+	if err != nil {
+		return c.wrapPut("store s3://"+u.Bucket+"/"+u.Key, err)
 	}
 	return nil
+}
+
+// conditions returns the If-None-Match and If-Match of u.
+func (u Upload) conditions() (ifNoneMatch, ifMatch *string) {
+	if u.IfAbsent {
+		ifNoneMatch = aws.String("*")
+	}
+	if u.IfMatch != "" {
+		ifMatch = aws.String(u.IfMatch)
+	}
+	return ifNoneMatch, ifMatch
+}
+
+// notImplemented says the store does not know a header of the request.
+func notImplemented(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "NotImplemented"
+}
+
+// wrapPut is Wrap, with a refused condition (412, or 409 for a
+// concurrent conditional write) as ErrChanged.
+func (c *Client) wrapPut(what string, err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "PreconditionFailed", "ConditionalRequestConflict":
+			return fmt.Errorf("%s: %w", what, ErrChanged)
+		}
+	}
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed {
+		return fmt.Errorf("%s: %w", what, ErrChanged)
+	}
+	return c.Wrap(what, err)
 }
 
 // GetBytes reads a whole object of at most limit bytes.
@@ -258,6 +335,13 @@ type Upload struct {
 	// Max bounds the content: a stream longer than Max is not stored and
 	// Put returns an error wrapping ErrTooLarge. Zero: no bound but S3's.
 	Max int64
+	// IfAbsent stores the object only where there is none
+	// (If-None-Match: *); IfMatch only over the object with this ETag.
+	// When the store finds the condition false, Put returns an error
+	// wrapping ErrChanged and nothing is stored. A store without
+	// conditional writes (501) stores it unconditionally.
+	IfAbsent bool
+	IfMatch  string
 }
 
 // ErrTooLarge is what Put returns for content over Upload.Max.
@@ -288,7 +372,7 @@ func (c *Client) Put(ctx context.Context, u Upload, r io.Reader, head func([]byt
 		}
 	}
 	if last {
-		return int64(n), c.PutBytes(ctx, u.Bucket, u.Key, buf[:n], u.ContentType, u.Metadata)
+		return int64(n), c.putBytes(ctx, u, buf[:n])
 	}
 	in := &s3.CreateMultipartUploadInput{Bucket: &u.Bucket, Key: &u.Key, Metadata: u.Metadata}
 	if u.ContentType != "" {
@@ -337,11 +421,18 @@ func (c *Client) Put(ctx context.Context, u Upload, r io.Reader, head func([]byt
 			break
 		}
 	}
-	if _, err := c.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+	complete := &s3.CompleteMultipartUploadInput{
 		Bucket: &u.Bucket, Key: &u.Key, UploadId: mu.UploadId,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
-	}); err != nil {
-		return 0, c.Wrap("store "+where, err)
+	}
+	complete.IfNoneMatch, complete.IfMatch = u.conditions()
+	_, err = c.s3.CompleteMultipartUpload(ctx, complete)
+	if err != nil && notImplemented(err) && (complete.IfNoneMatch != nil || complete.IfMatch != nil) {
+		complete.IfNoneMatch, complete.IfMatch = nil, nil
+		_, err = c.s3.CompleteMultipartUpload(ctx, complete)
+	}
+	if err != nil {
+		return 0, c.wrapPut("store "+where, err)
 	}
 	done = true
 	return total, nil

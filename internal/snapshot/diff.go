@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // Kinds of changes.
@@ -227,19 +228,24 @@ func IsText(b []byte) bool {
 }
 
 // Text renders d for people: one line per change, then the unified diffs.
-// Everything from the sandbox (paths, content) is shown as it is, inside
-// the diff's own framing.
+// Everything from the sandbox is rendered as termsafe does (paths as
+// names, content as text: a control, bidi or zero-width character shows
+// as ⟨U+XXXX⟩, never reaching a terminal as itself), and a file whose
+// diff holds any is marked, on its line and after its diff.
 func (d *Diff) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "diff %s → %s: %d added, %d deleted, %d modified, %d other\n", d.From, d.To, d.Added, d.Deleted, d.Modified, d.Other)
+	fmt.Fprintf(&b, "diff %s → %s: %d added, %d deleted, %d modified, %d other\n", termsafe.Name(d.From), termsafe.Name(d.To), d.Added, d.Deleted, d.Modified, d.Other)
 	for _, c := range d.Changes {
 		fmt.Fprintf(&b, "%-8s %s%s\n", c.Kind, quotePath(c.Path), detail(c))
 	}
 	for _, c := range d.Changes {
 		if c.Unified != "" {
-			b.WriteString(c.Unified)
+			b.WriteString(termsafe.Text(c.Unified))
 			if c.Truncated {
 				b.WriteString("\\ diff cut here (too long)\n")
+			}
+			if n := termsafe.Count(c.Unified); n > 0 {
+				fmt.Fprintf(&b, "\\ %s: %d control or invisible characters (escape sequences?), shown as ⟨U+…⟩\n", quotePath(c.Path), n)
 			}
 		}
 	}
@@ -249,15 +255,9 @@ func (d *Diff) Text() string {
 	return b.String()
 }
 
-// quotePath shows a path with control characters escaped.
-func quotePath(p string) string {
-	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Sprintf("%q", p)
-		}
-	}
-	return p
-}
+// quotePath shows a path (or a symlink's target) with every character a
+// terminal would not show as itself marked.
+func quotePath(p string) string { return termsafe.Name(p) }
 
 func detail(c Change) string {
 	switch c.Kind {
@@ -281,6 +281,9 @@ func detail(c Change) string {
 	}
 	if c.Binary {
 		s += ", binary"
+	}
+	if termsafe.Count(c.Unified) > 0 {
+		s += ", control characters"
 	}
 	return s + ")"
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 func digest(b string) string {
@@ -234,6 +235,39 @@ func TestUnifiedApplies(t *testing.T) {
 		got, _ := os.ReadFile(filepath.Join(dirp, "f"))
 		if !bytes.Equal(got, []byte(c.b)) {
 			t.Fatalf("case %d: applied diff gives %q, want %q\n%s", i, got, c.b, u)
+		}
+	}
+}
+
+// TestTextShowsControls: the review's N4. A changed file's content (and
+// its name, and a symlink's target) cannot write terminal escapes through
+// the text of a diff: each control, bidi or zero-width character shows as
+// ⟨U+XXXX⟩, and the file is marked.
+func TestTextShowsControls(t *testing.T) {
+	esc := "line1\n\x1b]0;PWNED-TITLE\x07\x1b[1A\x1b[2Kharmless line\n"
+	a := []sandbox.TreeEntry{dir("/w")}
+	b := []sandbox.TreeEntry{dir("/w"), file("/w/colors\x1b[2K.txt", esc, 0o644), {Path: "/w/l\u202e", Type: sandbox.EntrySymlink, Target: "x\u200b\ny"}}
+	d := Compare("sn-a", "now", a, b)
+	open := func(_ context.Context, e *sandbox.TreeEntry, _ bool) (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader(esc)), nil
+	}
+	if err := d.AddText(context.Background(), open, DiffLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	txt := d.Text()
+	for _, r := range txt {
+		if r != '\n' && r != '\t' && termsafe.Hidden(r) {
+			t.Fatalf("the text holds %U:\n%s", r, txt)
+		}
+	}
+	for _, want := range []string{
+		"+⟨U+001B⟩]0;PWNED-TITLE⟨U+0007⟩⟨U+001B⟩[1A⟨U+001B⟩[2Kharmless line\n",
+		"added    /w/colors⟨U+001B⟩[2K.txt (file, 44 bytes, control characters)\n",
+		"\\ /w/colors⟨U+001B⟩[2K.txt: 4 control or invisible characters",
+		"/w/l⟨U+202E⟩ (symlink → x⟨U+200B⟩⟨U+000A⟩y)",
+	} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("the text lacks %q:\n%s", want, txt)
 		}
 	}
 }

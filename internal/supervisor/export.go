@@ -9,7 +9,6 @@ import (
 	"io"
 	"path"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -77,15 +76,29 @@ func parseS3(u string) (bucket, key string, err error) {
 	if err := objstore.CheckBucket(bucket); err != nil {
 		return "", "", err
 	}
-	if len(key) > 900 || strings.Contains(key, "//") || strings.Contains(key, "\x00") {
-		return "", "", fmt.Errorf("%w: destination key %q: at most 900 bytes, no empty path elements", sandbox.ErrInvalid, key)
-	}
-	for _, el := range strings.Split(key, "/") {
-		if el == "." || el == ".." {
-			return "", "", fmt.Errorf("%w: destination key %q: no . or .. elements", sandbox.ErrInvalid, key)
-		}
+	if err := checkKey(key); err != nil {
+		return "", "", err
 	}
 	return bucket, key, nil
+}
+
+// checkKey checks an object key (or a prefix, ending in "/"): at most 900
+// bytes, no NUL, no empty element (a leading "/", a "//"; a final "/" is
+// a prefix), no . or .. element.
+func checkKey(key string) error {
+	if len(key) > 900 || strings.Contains(key, "\x00") {
+		return fmt.Errorf("%w: destination key %q: at most 900 bytes, no NUL", sandbox.ErrInvalid, key)
+	}
+	els := strings.Split(key, "/")
+	for i, el := range els {
+		switch {
+		case el == "" && i < len(els)-1:
+			return fmt.Errorf("%w: destination key %q: no empty path elements (a leading / or a //)", sandbox.ErrInvalid, key)
+		case el == "." || el == "..":
+			return fmt.Errorf("%w: destination key %q: no . or .. elements", sandbox.ErrInvalid, key)
+		}
+	}
+	return nil
 }
 
 // exportFile is one file to store.
@@ -110,8 +123,8 @@ func (s *Supervisor) Export(ctx context.Context, c Caller, r ExportRequest) (Exp
 	if err != nil {
 		return res, err
 	}
-	if !slices.Contains(s.cfg.Export.Buckets, bucket) {
-		return res, fmt.Errorf("bucket %s is not one exports may use (%s): %w", bucket, strings.Join(s.cfg.Export.Buckets, ", "), ErrForbidden)
+	if err := s.exportPlaceOf(bucket, key); err != nil {
+		return res, err
 	}
 	if r.Exec != "" && !execIDPattern.MatchString(r.Exec) {
 		return res, fmt.Errorf("%w: exec %q: give an exec's id", sandbox.ErrInvalid, r.Exec)
@@ -137,6 +150,11 @@ func (s *Supervisor) Export(ctx context.Context, c Caller, r ExportRequest) (Exp
 		return res, err
 	}
 	res.Skipped = skipped
+	for _, f := range todo {
+		if err := s.exportPlaceOf(bucket, f.key); err != nil {
+			return res, err
+		}
+	}
 	// Every file is checked before any is stored.
 	types := make([]string, len(todo))
 	for i, f := range todo {
@@ -174,11 +192,61 @@ func (s *Supervisor) Export(ctx context.Context, c Caller, r ExportRequest) (Exp
 	return res, nil
 }
 
+// exportPlaceOf checks that exports may store s3://bucket/key: under a
+// place of [export] buckets, never under the snapshot store's bucket and
+// prefix.
+func (s *Supervisor) exportPlaceOf(bucket, key string) error {
+	at := exportPlace{bucket: bucket, prefix: key}
+	if snaps, ok := s.cfg.snapshotPlace(); ok && snaps.bucket == bucket && strings.HasPrefix(key, snaps.prefix) {
+		return fmt.Errorf("%s is in the snapshot store (%s): exports never go there: %w", at, snaps, ErrForbidden)
+	}
+	places := s.cfg.Export.places()
+	for _, p := range places {
+		if p.bucket == bucket && strings.HasPrefix(key, p.prefix) {
+			return nil
+		}
+	}
+	names := make([]string, len(places))
+	for i, p := range places {
+		names[i] = p.String()
+	}
+	return fmt.Errorf("%s is not where exports may go (%s): %w", at, strings.Join(names, ", "), ErrForbidden)
+}
+
+// exportCondition says on what condition an export may store its object at
+// key: where there is none, only if there is still none; over an object
+// this key exported (its airlock-key metadata), only over that very
+// object. Any other object there — another key's export, or an object
+// exports did not make — is refused: one key never replaces what another
+// stored, and a download URL handed out for it keeps serving it (security
+// review 2, N5).
+func (s *Supervisor) exportCondition(ctx context.Context, c Caller, bucket, key string) (objstore.Upload, error) {
+	info, ok, err := s.opts.Objects.Stat(ctx, bucket, key)
+	switch {
+	case err != nil:
+		return objstore.Upload{}, err
+	case !ok:
+		return objstore.Upload{IfAbsent: true}, nil
+	case info.Metadata["airlock-sandbox"] == "" || info.Metadata["airlock-key"] != c.KeyID:
+		return objstore.Upload{}, fmt.Errorf("s3://%s/%s exists and this key did not export it: choose another destination: %w", bucket, key, ErrExportTaken)
+	}
+	return objstore.Upload{IfMatch: info.ETag}, nil
+}
+
+// ErrExportTaken is what an export onto an object it may not replace
+// wraps (another key's, or not an export); it wraps ErrForbidden.
+var ErrExportTaken = fmt.Errorf("the destination holds an object of another: %w", ErrForbidden)
+
 // exportOne streams one file into its object: the content is read from the
 // sandbox as the upload goes (one part in memory), its type checked again
 // on its first bytes (the file may have changed since the plan), hashed,
 // and bounded by the template's export_max.
 func (s *Supervisor) exportOne(ctx context.Context, files sandbox.Files, c Caller, sb, tmpl, exec string, t Template, bucket string, f exportFile, ctype string) (ExportedObject, error) {
+	where := "s3://" + bucket + "/" + f.key
+	up, err := s.exportCondition(ctx, c, bucket, f.key)
+	if err != nil {
+		return ExportedObject{}, s.exportRefused(ctx, c, sb, tmpl, exec, f.path, ctype, fmt.Errorf("export %s to %s: %w", f.path, where, err))
+	}
 	pr, pw := io.Pipe()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -193,8 +261,8 @@ func (s *Supervisor) exportOne(ctx context.Context, files sandbox.Files, c Calle
 	if c.KeyID != "" {
 		meta["airlock-key"] = c.KeyID
 	}
-	where := "s3://" + bucket + "/" + f.key
-	n, err := s.opts.Objects.Put(ctx, objstore.Upload{Bucket: bucket, Key: f.key, ContentType: ctype, Metadata: meta, Max: int64(t.ExportMax)},
+	up.Bucket, up.Key, up.ContentType, up.Metadata, up.Max = bucket, f.key, ctype, meta, int64(t.ExportMax)
+	n, err := s.opts.Objects.Put(ctx, up,
 		io.TeeReader(pr, h), func(head []byte) error {
 			if now := objstore.DetectType(head); now != ctype {
 				return typeRefused(f.path, now+" (it changed while exported)", tmpl, t.ExportTypes)
@@ -203,6 +271,9 @@ func (s *Supervisor) exportOne(ctx context.Context, files sandbox.Files, c Calle
 		})
 	pr.CloseWithError(errors.New("export ended"))
 	if err != nil {
+		if errors.Is(err, objstore.ErrChanged) {
+			err = fmt.Errorf("%w (%w: another export stored it meanwhile)", ErrExportTaken, err)
+		}
 		if errors.Is(err, objstore.ErrTooLarge) {
 			err = fmt.Errorf("%s grew over the export limit of %d bytes (template %q, export_max) while exported: %w", f.path, int64(t.ExportMax), tmpl, err)
 		}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/objstore"
@@ -28,11 +29,64 @@ const (
 // ExportConfig says where a sandbox's files may be exported:
 //
 //	[export]
-//	buckets = ["agent-outputs"]   # the buckets of [object_store] exports may write to; none: no export
+//	buckets = ["agent-outputs", "shared/exports/"]   # the buckets of [object_store] exports may write to, each whole or only under a prefix (BUCKET/PREFIX/); none: no export
 //	presign = "15m"               # each exported object's download URL lasts this long; 0: none
+//
+// No place of exports may overlap the snapshot store's bucket and prefix
+// (an export there could forge a snapshot or plant a blob).
 type ExportConfig struct {
 	Buckets []string `toml:"buckets"`
 	Presign Duration `toml:"presign"`
+}
+
+// exportPlace is one entry of [export] buckets: a bucket, and the prefix
+// every key there must start with ("" for the whole bucket).
+type exportPlace struct{ bucket, prefix string }
+
+func (p exportPlace) String() string { return "s3://" + p.bucket + "/" + p.prefix }
+
+// parsePlace reads "BUCKET" or "BUCKET/PREFIX/" (a prefix without the
+// final "/" gets one: "b/p" is the keys under "p/").
+func parsePlace(s string) (exportPlace, error) {
+	bucket, prefix, _ := strings.Cut(s, "/")
+	if err := objstore.CheckBucket(bucket); err != nil {
+		return exportPlace{}, err
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	if prefix != "" {
+		if err := checkKey(prefix); err != nil {
+			return exportPlace{}, err
+		}
+	}
+	return exportPlace{bucket: bucket, prefix: prefix}, nil
+}
+
+// places returns the places of [export] buckets (checked by
+// checkObjects).
+func (c ExportConfig) places() []exportPlace {
+	out := make([]exportPlace, 0, len(c.Buckets))
+	for _, b := range c.Buckets {
+		if p, err := parsePlace(b); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// snapshotPlace is where the snapshot store keeps its objects; ok is
+// false when it is not in the object store.
+func (c Config) snapshotPlace() (exportPlace, bool) {
+	if c.Snapshots.Store != SnapshotsS3 {
+		return exportPlace{}, false
+	}
+	return exportPlace{bucket: c.Snapshots.Bucket, prefix: c.Snapshots.Prefix}, true
+}
+
+// overlaps says whether some key could be under both places.
+func (p exportPlace) overlaps(q exportPlace) bool {
+	return p.bucket == q.bucket && (strings.HasPrefix(p.prefix, q.prefix) || strings.HasPrefix(q.prefix, p.prefix))
 }
 
 // DefaultExportMax is the largest file an export stores unless the
@@ -61,9 +115,14 @@ func (c Config) checkObjects() error {
 	default:
 		return keyErr("snapshots.store", fmt.Errorf("%q: use %q (the state directory) or %q (the [object_store] bucket)", c.Snapshots.Store, SnapshotsLocal, SnapshotsS3))
 	}
+	snaps, hasSnaps := c.snapshotPlace()
 	for i, b := range c.Export.Buckets {
-		if err := objstore.CheckBucket(b); err != nil {
+		p, err := parsePlace(b)
+		if err != nil {
 			return keyErr(fmt.Sprintf("export.buckets[%d]", i), err)
+		}
+		if hasSnaps && p.overlaps(snaps) {
+			return keyErr(fmt.Sprintf("export.buckets[%d]", i), fmt.Errorf("%s overlaps the snapshot store (%s, [snapshots] bucket and prefix): an export there could forge a snapshot or plant a blob; give exports a bucket of their own, or a prefix apart from the snapshots' (buckets = [\"%s/exports/\"] with [snapshots] prefix = \"snapshots/\")", p, snaps, p.bucket))
 		}
 	}
 	if c.Export.Presign < 0 || time.Duration(c.Export.Presign) > maxPresign {

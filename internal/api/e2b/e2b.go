@@ -102,6 +102,11 @@ type Handler struct {
 
 	kernels kernels
 	watches watchers
+	// streams counts each sandbox's open WatchDir streams.
+	streams watchStreams
+	// strangers bounds the requests for a sandbox that show no right to
+	// it (envd.go).
+	strangers strangers
 
 	// bg tracks work that outlives its request (a kernel started for a new
 	// sandbox); Close waits for it.
@@ -138,6 +143,8 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.kernels.by = map[string]*sandboxKernels{}
 	h.watches.by = map[string]*watcher{}
+	h.streams.by = map[string]int{}
+	h.strangers.init()
 	h.routeControl()
 	h.routeEnvd()
 	h.routeInterpreter()

@@ -332,7 +332,7 @@ func TestEnvdAuth(t *testing.T) {
 			continue // no header: not a sandbox request
 		}
 		st, b := health(hdr)
-		e2bError(t, "health of sandbox "+id, 502, b, st)
+		e2bError(t, "health of sandbox "+id, 401, b, st)
 	}
 	hdr := e.envd(sb, sb.EnvdAccessToken)
 	hdr["E2b-Sandbox-Port"] = "8080"
@@ -347,7 +347,7 @@ func TestEnvdAuth(t *testing.T) {
 	if st, b = e.do("GET", "/contexts", hdr, nil); st != 200 {
 		t.Fatalf("the interpreter with the traffic token: %d %s", st, b)
 	}
-	// A pooled sandbox belongs to nobody yet: gone, to envd.
+	// A pooled sandbox belongs to nobody yet, and has no token.
 	var pooled string
 	for deadline := time.Now().Add(5 * time.Second); pooled == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for _, id := range e.sup.LiveIDs() {
@@ -362,7 +362,7 @@ func TestEnvdAuth(t *testing.T) {
 	hdr = e.envd(sb, "")
 	hdr["E2b-Sandbox-Id"] = pooled
 	st, b = health(hdr)
-	e2bError(t, "envd of a pooled sandbox", 502, b, st)
+	e2bError(t, "envd of a pooled sandbox", 401, b, st)
 	// A sandbox made through airlock's own API has no token until an E2B
 	// connect gives it one.
 	c := api.KeyCaller(mustKey(t, e.st, e.key))

@@ -6,11 +6,14 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
 
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -20,9 +23,11 @@ import (
 
 // This file routes the requests for one sandbox (E2b-Sandbox-Id) and
 // checks them against the sandbox's token: envd's routes (port 49983) and
-// the code interpreter's (49999). A sandbox that does not exist or has
-// ended answers 502 for every route, which the SDKs read as "the sandbox
-// is gone" (isRunning is false).
+// the code interpreter's (49999). A request without the sandbox's token is
+// answered 401 whether the id is live, ended, pooled, another key's or
+// unknown (and such requests are rate limited, 429); with the token, a
+// sandbox that has ended answers 502 for every route, which the SDKs read
+// as "the sandbox is gone" (isRunning is false).
 
 // maxMessage bounds one Connect message each way.
 const maxMessage = 8 << 20
@@ -61,7 +66,7 @@ func (h *Handler) routeEnvd() {
 		"/filesystem.Filesystem/MakeDir":          connect.NewUnaryHandler("/filesystem.Filesystem/MakeDir", h.makeDir, opts...),
 		"/filesystem.Filesystem/Move":             connect.NewUnaryHandler("/filesystem.Filesystem/Move", h.move, opts...),
 		"/filesystem.Filesystem/Remove":           connect.NewUnaryHandler("/filesystem.Filesystem/Remove", h.remove, opts...),
-		"/filesystem.Filesystem/WatchDir":         connect.NewServerStreamHandler("/filesystem.Filesystem/WatchDir", h.watchDir, opts...),
+		"/filesystem.Filesystem/WatchDir":         h.capWatches(connect.NewServerStreamHandler("/filesystem.Filesystem/WatchDir", h.watchDir, opts...)),
 		"/filesystem.Filesystem/CreateWatcher":    connect.NewUnaryHandler("/filesystem.Filesystem/CreateWatcher", h.createWatcher, opts...),
 		"/filesystem.Filesystem/GetWatcherEvents": connect.NewUnaryHandler("/filesystem.Filesystem/GetWatcherEvents", h.watcherEvents, opts...),
 		"/filesystem.Filesystem/RemoveWatcher":    connect.NewUnaryHandler("/filesystem.Filesystem/RemoveWatcher", h.removeWatcher, opts...),
@@ -95,27 +100,31 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		h.writeError(w, r, errorf(http.StatusBadGateway, "port %s of a sandbox is not reachable: airlock serves envd (49983) and the code interpreter (49999), and exposes no other port", truncate(r.Header.Get("E2b-Sandbox-Port"), 10)))
 		return
 	}
-	gone := func(why string) {
-		h.writeError(w, r, errorf(http.StatusBadGateway, "sandbox %q is not running: %s", truncate(id, 80), why))
+	// The token is checked first: an id that is unknown, ended, pooled or
+	// another's, without its sandbox's token, gets the one answer a live
+	// sandbox with a wrong token gets, so that a request without the token
+	// learns nothing of which ids exist and what became of them; and such
+	// requests are rate limited, by address and in all (security review 2,
+	// N8). Only a caller holding the token learns that its sandbox ended.
+	var info supervisor.Info
+	err := sandbox.ErrNotFound
+	if sandbox.ValidID(id) {
+		info, err = h.sup.Sandbox(r.Context(), id)
 	}
-	if !sandbox.ValidID(id) {
-		gone("no sandbox has that id")
-		return
-	}
-	info, err := h.sup.Sandbox(r.Context(), id)
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		gone("no sandbox has that id")
-		return
-	case err != nil:
+	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 		h.writeError(w, r, err)
 		return
-	case info.State != store.StateRunning:
-		gone(string(info.State) + " (" + info.EndReason + ")")
+	case err != nil || !h.authorized(r, info, mux == h.interp):
+		if !h.strangers.allow(r.RemoteAddr) {
+			w.Header().Set("Retry-After", "1")
+			h.writeError(w, r, errorf(http.StatusTooManyRequests, "too many requests without a sandbox's access token; retry later"))
+			return
+		}
+		h.writeError(w, r, errorf(http.StatusUnauthorized, "no running sandbox has this id and this access token: send the envdAccessToken that its create or connect answered (the SDKs do)"))
 		return
-	}
-	if !h.authorized(r, info, mux == h.interp) {
-		h.writeError(w, r, errorf(http.StatusUnauthorized, "wrong or missing access token for sandbox %s: send the envdAccessToken that its create or connect answered (the SDKs do)", id))
+	case info.State != store.StateRunning:
+		h.writeError(w, r, errorf(http.StatusBadGateway, "sandbox %q is not running: %s (%s)", id, info.State, info.EndReason))
 		return
 	}
 	c, err := h.ownerCaller(info)
@@ -217,4 +226,46 @@ func (h *Handler) rpcError(err error) error {
 		return connect.NewError(connect.CodeInternal, errors.New("internal error; the daemon's log has the details"))
 	}
 	return connect.NewError(code, errors.New(e.Message))
+}
+
+// Bounds of the requests that show no right to a sandbox: per address (a
+// client's IP) and in all. Requests with the token are never counted.
+const (
+	strangerRate     = 10 // per second, per address
+	strangerBurst    = 50
+	strangerAllRate  = 100 // per second, in all
+	strangerAllBurst = 500
+	// maxStrangerAddrs bounds the addresses remembered; past it they are
+	// forgotten at once (the limit in all still holds).
+	maxStrangerAddrs = 4096
+)
+
+// strangers rate-limits requests for a sandbox without its token.
+type strangers struct {
+	mu  sync.Mutex
+	all *rate.Limiter
+	by  map[string]*rate.Limiter
+}
+
+func (s *strangers) init() {
+	s.all = rate.NewLimiter(strangerAllRate, strangerAllBurst)
+	s.by = map[string]*rate.Limiter{}
+}
+
+// allow takes one request from addr's allowance and the one in all.
+func (s *strangers) allow(addr string) bool {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.by[addr]
+	if !ok {
+		if len(s.by) >= maxStrangerAddrs {
+			clear(s.by)
+		}
+		l = rate.NewLimiter(strangerRate, strangerBurst)
+		s.by[addr] = l
+	}
+	return l.Allow() && s.all.Allow()
 }

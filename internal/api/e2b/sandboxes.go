@@ -94,9 +94,12 @@ type newSandbox struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             *networkBody      `json:"network"`
-	AutoPause           *bool             `json:"autoPause"`
-	AutoResume          *struct {
+	// AllowInternetAccessCamel is the SDKs' option name, which a body
+	// written by hand may use (the SDKs send allow_internet_access).
+	AllowInternetAccessCamel *bool        `json:"allowInternetAccess"`
+	Network                  *networkBody `json:"network"`
+	AutoPause                *bool        `json:"autoPause"`
+	AutoResume               *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
 	MCP          json.RawMessage   `json:"mcp"`
@@ -196,6 +199,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *caller) erro
 	if err := body.unsupported(); err != nil {
 		return err
 	}
+	if err := body.internetAccess(); err != nil {
+		return err
+	}
 	if req.Network, err = h.network(tmpl, body); err != nil {
 		return err
 	}
@@ -239,6 +245,21 @@ func (b newSandbox) unsupported() error {
 		case len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null", len(n.Rules) > 0 && string(n.Rules) != "null", len(n.MaskRequestHost) > 0 && string(n.MaskRequestHost) != "null":
 			return errorf(http.StatusBadRequest, "of network, airlock takes allowOut (host names like example.com or *.example.com, and IP:PORT addresses) and denyOut")
 		}
+	}
+	return nil
+}
+
+// internetAccess takes allowInternetAccess as allow_internet_access: left
+// unread, a sandbox asked to have the internet was made without a word
+// (security review 2).
+func (b *newSandbox) internetAccess() error {
+	c := b.AllowInternetAccessCamel
+	switch {
+	case c == nil:
+	case b.AllowInternetAccess == nil:
+		b.AllowInternetAccess = c
+	case *b.AllowInternetAccess != *c:
+		return errorf(http.StatusBadRequest, "allow_internet_access and allowInternetAccess disagree: give one")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"path"
 	"slices"
 	"sync"
@@ -27,9 +28,14 @@ import (
 // maxWatched bounds the entries one watch compares.
 const maxWatched = 10000
 
-// Bounds of the polling watchers.
+// Bounds of the polling watchers and of the WatchDir streams.
 const (
 	maxWatchersPerSandbox = 16
+	// maxWatchStreams bounds one sandbox's open WatchDir streams: each
+	// holds one of its key's in-flight calls while it lasts, and the key
+	// keeps the others for its other calls. One past it is answered 429
+	// at once, not left waiting (security review 2).
+	maxWatchStreams = 8
 	// watcherIdle drops a watcher nobody polled for this long.
 	watcherIdle = 10 * time.Minute
 )
@@ -300,4 +306,38 @@ func (h *Handler) removeWatcher(ctx context.Context, req *connect.Request[watche
 	delete(h.watches.by, req.Msg.WatcherID)
 	h.watches.mu.Unlock()
 	return connect.NewResponse(&empty{}), nil
+}
+
+// watchStreams counts each sandbox's open WatchDir streams.
+type watchStreams struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+// capWatches admits a WatchDir stream while its sandbox has fewer than
+// maxWatchStreams open, and answers 429 (with Retry-After) otherwise,
+// before the stream starts.
+func (h *Handler) capWatches(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := targetOf(r.Context()).info.ID
+		ws := &h.streams
+		ws.mu.Lock()
+		n := ws.by[id]
+		if n >= maxWatchStreams {
+			ws.mu.Unlock()
+			w.Header().Set("Retry-After", "1")
+			h.writeError(w, r, errorf(http.StatusTooManyRequests, "sandbox %s has %d directory watches open, the most it may have at once: end one (or use a polling watcher, CreateWatcher)", id, n))
+			return
+		}
+		ws.by[id] = n + 1
+		ws.mu.Unlock()
+		defer func() {
+			ws.mu.Lock()
+			if ws.by[id]--; ws.by[id] <= 0 {
+				delete(ws.by, id)
+			}
+			ws.mu.Unlock()
+		}()
+		next.ServeHTTP(w, r)
+	})
 }
