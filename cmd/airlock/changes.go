@@ -29,7 +29,8 @@ the host until it is applied.
 Without --apply or --discard, list the pending changes: one line per path
 (added, deleted, modified, mode, symlink, type), what an apply would refuse
 and why, paths the host changed since the sandbox started (conflicts),
-then the unified diffs of text files (capped).
+what a reviewer should look at (warnings: a world-writable entry), then
+the unified diffs of text files (capped).
 
 --apply writes the changes at PATHs (relative to the mount or absolute in
 the sandbox; a directory stands for all below it; none: every change) to
@@ -60,7 +61,7 @@ listed when --apply starts. A change made since is a conflict.
 				res, err := c.ApplyChanges(cmd.Context(), id, req)
 				var ae *client.Error
 				if errors.As(err, &ae) && ae.Code == "conflict" {
-					fmt.Fprintln(cmd.ErrOrStderr(), "nothing was applied: the host changed since the sandbox started under:")
+					fmt.Fprintln(cmd.ErrOrStderr(), "nothing was applied: these changed since they were reviewed (in the sandbox) or since the sandbox started (on the host):")
 					for _, f := range ae.Conflicts {
 						fmt.Fprintf(cmd.ErrOrStderr(), "  %s: %s\n", showPath(f.Path), termsafe.Text(f.Reason))
 					}
@@ -178,6 +179,9 @@ func changesText(m client.CowMount) string {
 		}
 		if c.Conflict != "" {
 			fmt.Fprintf(&b, "conflict %s: %s\n", showPath(c.Path), termsafe.Text(c.Conflict))
+		}
+		if c.Warning != "" {
+			fmt.Fprintf(&b, "warning  %s: %s\n", showPath(c.Path), termsafe.Text(c.Warning))
 		}
 	}
 	return b.String()

@@ -260,6 +260,12 @@ func (d *Diff) Text() string {
 func quotePath(p string) string { return termsafe.Name(p) }
 
 func detail(c Change) string {
+	if c.Before == nil && c.After == nil {
+		return "" // a listing from elsewhere that names neither side
+	}
+	if c.Before == nil || c.After == nil {
+		c.Kind = "" // only one side to show, whatever the kind says
+	}
 	switch c.Kind {
 	case ChangeMode:
 		return fmt.Sprintf(" (%04o → %04o)", c.Before.Mode, c.After.Mode)
