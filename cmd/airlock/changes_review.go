@@ -28,7 +28,7 @@ func reviewedExpect(ctx context.Context, c *client.Client, id string, req *clien
 			Mounts []client.CowMount `json:"mounts"`
 		}
 		if err := json.Unmarshal(b, &l); err != nil || l.Mounts == nil {
-			return nil, fmt.Errorf("%s is not a listing of `airlock sandbox changes ID --json`: %v", file, err)
+			return nil, fmt.Errorf("%s is not a listing of `airlock sandbox changes ID --json`: %w", file, err)
 		}
 		mounts = l.Mounts
 	} else {
