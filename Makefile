@@ -107,7 +107,7 @@ kube-rig:
 	$(GO) run ./internal/testrig/cmd/testrig kube-build
 
 # s3-rig builds the S3-compatible server the object store's tests run
-# (versitygw, pinned in internal/testrig/s3server) into $AIRLOCK_CACHE/s3
+# (versitygw, pinned in internal/s3server) into $AIRLOCK_CACHE/s3
 # unless it is cached. About 3 to 5 minutes the first time (2 CPU-minutes,
 # 340 MB of modules); a second after.
 s3-rig:

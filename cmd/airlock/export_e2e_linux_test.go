@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // TestExportAndS3SnapshotsCLI runs two daemons (native driver) whose
@@ -21,7 +21,7 @@ import (
 func TestExportAndS3SnapshotsCLI(t *testing.T) {
 	requireE2E(t)
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	for _, b := range []string{"agent-outputs", "snaps"} {
 		if err := srv.MakeBucket(b); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package hostcap
+package testcap
 
 import (
 	"context"

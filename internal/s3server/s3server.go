@@ -1,12 +1,14 @@
-// Package s3server builds, finds and runs the S3-compatible server the
-// tests of the object store use: versitygw (github.com/versity/versitygw)
-// with its POSIX backend, built from its Go module at a pinned version
-// into $AIRLOCK_CACHE/s3 (testrig.CacheDir) once:
+// Package s3server finds and runs the S3-compatible server of the object
+// store's tests and of `airlock bench`'s export rows: versitygw
+// (github.com/versity/versitygw) with its POSIX backend, built from its Go
+// module at a pinned version into $AIRLOCK_CACHE/s3 (Cache) once by the
+// test rig (testrig.BuildS3):
 //
 //	go run ./internal/testrig/cmd/testrig s3-build   # what `make s3-rig` runs
 //
-// Find, which the tests and the hostcap probe use, never builds. A test
-// that needs the server calls testcap.Require(t, "s3") and then Start.
+// Find, which the bench and the testcap probe use, never builds. A test
+// that needs the server calls testcap.Require(t, "s3") and then
+// testrig.StartS3.
 package s3server
 
 import (
@@ -24,17 +26,23 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // Version is the pinned version of github.com/versity/versitygw.
 const Version = "v1.8.0"
 
-// module is the package go install builds.
-const module = "github.com/versity/versitygw/cmd/versitygw"
+// Module is the package go install builds.
+const Module = "github.com/versity/versitygw/cmd/versitygw"
+
+// Cache is the directory of heavy builds the server is cached in:
+// $AIRLOCK_CACHE, else /var/cache/airlock (as testrig.CacheDir).
+func Cache() string {
+	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/airlock"
+}
 
 // Path is where the server of this version is cached under cache.
 func Path(cache string) string {
@@ -51,45 +59,6 @@ func Find(cache string) (string, error) {
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 		return "", fmt.Errorf("versitygw %s is not built (%s is missing)", Version, p)
 	}
-	return p, nil
-}
-
-// Build builds the server into the cache unless it is there already, and
-// returns its path. It takes the cache's lock, so that two builds never
-// run at once.
-func Build(ctx context.Context, cache string, log io.Writer) (string, error) {
-	if p, err := Find(cache); err == nil {
-		return p, nil
-	}
-	lock, err := testrig.Acquire(ctx, filepath.Join(cache, "s3", ".lock"), "the S3 test server's build")
-	if err != nil {
-		return "", err
-	}
-	defer lock.Unlock()
-	if p, err := Find(cache); err == nil {
-		return p, nil
-	}
-	p := Path(cache)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", fmt.Errorf("build versitygw: %w", err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(p), "build-")
-	if err != nil {
-		return "", fmt.Errorf("build versitygw: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintf(log, "building versitygw %s into %s (a few minutes the first time)\n", Version, p)
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-ldflags=-s -w", module+"@"+Version)
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0", "GOFLAGS=")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build versitygw %s (go install %s@%s): %w", Version, module, Version, err)
-	}
-	if err := os.Rename(filepath.Join(tmp, "versitygw"), p); err != nil {
-		return "", fmt.Errorf("build versitygw: %w", err)
-	}
-	fmt.Fprintf(log, "versitygw %s built in %.0fs\n", Version, time.Since(start).Seconds())
 	return p, nil
 }
 
@@ -158,7 +127,7 @@ func (s *Server) start(ctx context.Context) error {
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("versitygw ended at its start: %s", testrig.Tail(s.log, 10))
+			return fmt.Errorf("versitygw ended at its start: %s", tail(s.log, 10))
 		case <-ctx.Done():
 			s.Stop()
 			return fmt.Errorf("start versitygw: %w", ctx.Err())
@@ -166,7 +135,7 @@ func (s *Server) start(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return fmt.Errorf("versitygw did not answer within 30s: %s", testrig.Tail(s.log, 10))
+			return fmt.Errorf("versitygw did not answer within 30s: %s", tail(s.log, 10))
 		}
 	}
 }
@@ -190,7 +159,7 @@ func (s *Server) Restart(ctx context.Context) error {
 }
 
 // Log returns the last lines of the server's log.
-func (s *Server) Log(n int) string { return testrig.Tail(s.log, n) }
+func (s *Server) Log(n int) string { return tail(s.log, n) }
 
 // MakeBucket creates a bucket: with the POSIX backend a bucket is a
 // directory of Dir, which the server lists as one.
@@ -199,29 +168,6 @@ func (s *Server) MakeBucket(name string) error {
 		return errors.New("make bucket " + name + ": not a bucket name")
 	}
 	return os.Mkdir(filepath.Join(s.Dir, name), 0o755)
-}
-
-// Start runs a server for test t, in t's temporary directory, and stops it
-// when t ends. The caller has called testcap.Require(t, "s3").
-func Start(t testing.TB) *Server {
-	t.Helper()
-	bin, err := Find(testrig.CacheDir())
-	if err != nil {
-		t.Fatalf("%v: %s", err, Fix)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := Run(ctx, bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("versitygw's log:\n%s", s.Log(20))
-		}
-		s.Stop()
-	})
-	return s
 }
 
 func randHex(n int) string {
@@ -237,4 +183,36 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tailBytes bounds how much of the log tail reads.
+const tailBytes = 64 << 10
+
+// tail returns the last n non-empty lines of the log at path, for an error
+// message; a note when it cannot be read.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	off := max(st.Size()-tailBytes, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	var kept []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if strings.TrimSpace(l) != "" {
+			kept = append(kept, l)
+		}
+	}
+	if len(kept) == 0 {
+		return "(the log is empty)"
+	}
+	return strings.Join(kept[max(len(kept)-n, 0):], "\n")
 }

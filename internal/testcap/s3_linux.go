@@ -1,4 +1,4 @@
-package hostcap
+package testcap
 
 import (
 	"bytes"
@@ -6,12 +6,12 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // probeS3 checks that the S3-compatible server of the object store's
-// tests (internal/testrig/s3server, built by make s3-rig) is in the cache
+// tests (internal/s3server, built by make s3-rig) is in the cache
 // and works: it starts on a loopback port, and an object stored through
 // it with its credentials reads back the same.
 func probeS3(ctx context.Context) Result {

@@ -1,4 +1,4 @@
-package hostcap
+package testcap
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
@@ -64,32 +66,26 @@ func probeKubernetes(ctx context.Context) Result {
 		return fail("cannot make a bridge and a veth pair (the Pods' network): "+err.Error(),
 			"use a kernel with CONFIG_BRIDGE and CONFIG_VETH; install iproute2 and util-linux")
 	}
-	m, err := readCgroupMounts()
+	have, mode, err := hostcap.CgroupControllers()
 	if err != nil {
 		return fail("read the cgroup mounts: "+err.Error(), "mount the cgroup file systems")
 	}
-	var lacking []string
-	if m.Mode() == "v2" {
-		b, err := os.ReadFile(filepath.Join(m.V2, "cgroup.controllers"))
-		if err != nil {
-			return fail("read the cgroup v2 controllers: "+err.Error(), "mount cgroup2 at /sys/fs/cgroup")
-		}
-		have := parseControllers(string(b))
+	if mode == "v2" {
 		// cgroup v2 has no cpuacct: cpu accounts.
-		lacking = missing(kubeControllers, append(have, "cpuacct"))
-	} else {
-		for _, c := range kubeControllers {
-			if _, ok := m.V1[c]; !ok {
-				lacking = append(lacking, c)
-			}
+		have = append(have, "cpuacct")
+	}
+	var lacking []string
+	for _, c := range kubeControllers {
+		if !slices.Contains(have, c) {
+			lacking = append(lacking, c)
 		}
 	}
 	if len(lacking) > 0 {
 		return fail(fmt.Sprintf("the kubelet needs the cgroup controllers %s, not mounted here (cgroup mode %s)",
-			strings.Join(lacking, ", "), m.Mode()), "mount the cgroup controllers (a systemd host mounts them all)")
+			strings.Join(lacking, ", "), mode), "mount the cgroup controllers (a systemd host mounts them all)")
 	}
 	return ok(fmt.Sprintf("%s; image %s from Debian %s (%d packages); cgroup %s",
-		strings.Join(bins.Versions, ", "), img.Manifest.Suite, img.Manifest.ReleaseDate, len(img.Manifest.Packages), m.Mode()))
+		strings.Join(bins.Versions, ", "), img.Manifest.Suite, img.Manifest.ReleaseDate, len(img.Manifest.Packages), mode))
 }
 
 // tryOverlay mounts and unmounts an overlay file system in a scratch

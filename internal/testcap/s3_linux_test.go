@@ -1,12 +1,12 @@
-package hostcap
+package testcap
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // TestProbeS3NotBuilt: with an empty cache the probe fails and says to run
