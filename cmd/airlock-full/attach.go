@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -11,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -44,8 +43,8 @@ restored at the end. Ctrl-\\ detaches: the process runs on.`,
 // attach follows process pid of sandbox id; on a terminal it is an
 // interactive session whose Ctrl-\ detaches.
 func attach(ctx context.Context, c *client.Client, id, pid string, from client.Offsets, stdin io.Reader, stdout, stderr io.Writer) error {
-	s, ctx := newSession(ctx, stdin, stdout)
-	defer s.end()
+	s, ctx := cli.NewSession(ctx, stdin, stdout)
+	defer s.End()
 	var res *client.Result
 	var serr error
 	for ev, err := range c.FollowProcess(ctx, id, pid, from) {
@@ -62,14 +61,14 @@ func attach(ctx context.Context, c *client.Client, id, pid string, from client.O
 			resize := func(sz tty.Size) error {
 				return c.Resize(ctx, id, pid, client.TermSize{Rows: sz.Rows, Cols: sz.Cols})
 			}
-			if err := s.begin(ctx, send, resize); err != nil {
+			if err := s.Begin(ctx, send, resize); err != nil {
 				serr = err
-				s.cancel()
+				s.Cancel()
 				continue
 			}
 			// The program learns the caller's size (and a full-screen
 			// one redraws).
-			_ = resize(s.size())
+			_ = resize(s.Size())
 		case "stderr":
 			_, _ = stderr.Write(ev.Data)
 		case "stdout", "pty":
@@ -81,9 +80,9 @@ func attach(ctx context.Context, c *client.Client, id, pid string, from client.O
 			fmt.Fprintf(stderr, "airlock: %d bytes of %s before this were no longer kept\n", ev.Missed, ev.Type)
 		}
 	}
-	s.end()
+	s.End()
 	switch {
-	case s.hasLeft():
+	case s.HasLeft():
 		fmt.Fprintf(stderr, "airlock: detached; process %s runs on (airlock sandbox attach %s %s)\n", pid, id, pid)
 		return nil
 	case errors.Is(serr, client.ErrStreamBroken):

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -20,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
@@ -30,7 +29,7 @@ const (
 	exitAuditUnsealed = 2
 )
 
-func init() { registerCommand(newAuditCmd) }
+func init() { cli.RegisterCommand(newAuditCmd) }
 
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -107,9 +106,9 @@ last checkpoint with an unsealed tail.`,
 			}
 			switch {
 			case !rep.OK():
-				return &exitError{code: exitAuditBroken}
+				return &cli.ExitError{Code: exitAuditBroken}
 			case rep.Unsealed > 0:
-				return &exitError{code: exitAuditUnsealed}
+				return &cli.ExitError{Code: exitAuditUnsealed}
 			}
 			return nil
 		},
@@ -233,7 +232,7 @@ func visibleJSON(line string) string {
 // openDaemonGuard loads the daemon's policy (policyFile; empty: the safe
 // defaults) and opens its audit log STATE-DIR/audit.log, sealed in
 // STATE-DIR/audit.head and signed with the key at keyPath (empty:
-// defaultAuditKey(); mode 0600, made when missing, its public key next to
+// cli.DefaultAuditKey(); mode 0600, made when missing, its public key next to
 // it as .pub). For `airlock serve`:
 //
 //	pol, alog, err := openDaemonGuard(f.stateDir, f.auditKey, f.policy, log)
@@ -259,10 +258,10 @@ func openDaemonAudit(stateDir, keyPath string, log *slog.Logger) (*audit.Log, er
 	if old := filepath.Join(stateDir, "audit.key"); keyPath == "" {
 		if _, err := os.Stat(old); err == nil {
 			return nil, fmt.Errorf("%s is the audit key of an earlier airlock, kept next to the log it signs; move it out of the state directory (mv %s %s; mv %s.pub %s.pub) or name it with --audit-key",
-				old, old, defaultAuditKey(), old, defaultAuditKey())
+				old, old, cli.DefaultAuditKey(), old, cli.DefaultAuditKey())
 		}
 	}
-	key, _, err := loadAuditKey(keyPath)
+	key, _, err := cli.LoadAuditKey(keyPath)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
 func TestAuditVerifyCommand(t *testing.T) {
@@ -33,7 +34,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 	l.Close()
 	verify := func() (int, string) {
 		var out bytes.Buffer
-		code := run(context.Background(), []string{"audit", "verify", "--key", keyPath + ".pub", "--head", filepath.Join(dir, "audit.head"), logPath}, nil, &out, &out)
+		code := cli.Run(context.Background(), []string{"audit", "verify", "--key", keyPath + ".pub", "--head", filepath.Join(dir, "audit.head"), logPath}, nil, &out, &out)
 		return code, out.String()
 	}
 	if code, out := verify(); code != 0 || !strings.Contains(out, "OK: 5 lines") {
@@ -45,7 +46,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 		t.Fatalf("edited log: exit %d: %s", code, out)
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "tail", "-n", "2", logPath}, nil, &out, &out); code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(out.String(), `"checkpoint"`) {
+	if code := cli.Run(context.Background(), []string{"audit", "tail", "-n", "2", logPath}, nil, &out, &out); code != 0 || strings.Count(out.String(), "\n") != 2 || !strings.Contains(out.String(), `"checkpoint"`) {
 		t.Fatalf("tail: exit %d: %s", code, out.String())
 	}
 }
@@ -81,21 +82,21 @@ reason = "listing needs a person"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(context.Background(), tt.args, nil, &out, &errb)
-			if code != exitDenied || !strings.Contains(errb.String(), "denied by policy ("+tt.rule+")") || !strings.Contains(errb.String(), tt.message) {
+			code := cli.Run(context.Background(), tt.args, nil, &out, &errb)
+			if code != cli.ExitDenied || !strings.Contains(errb.String(), "denied by policy ("+tt.rule+")") || !strings.Contains(errb.String(), tt.message) {
 				t.Fatalf("exit %d, stderr %q", code, errb.String())
 			}
 			out.Reset()
 			args := append([]string{"run", "--json"}, tt.args[1:]...)
-			code = run(context.Background(), args, nil, &out, &errb)
+			code = cli.Run(context.Background(), args, nil, &out, &errb)
 			var o map[string]any
-			if err := json.Unmarshal(out.Bytes(), &o); err != nil || code != exitDenied || o["reason"] != "denied" || !strings.Contains(o["message"].(string), "("+tt.rule+")") {
+			if err := json.Unmarshal(out.Bytes(), &o); err != nil || code != cli.ExitDenied || o["reason"] != "denied" || !strings.Contains(o["message"].(string), "("+tt.rule+")") {
 				t.Fatalf("--json: exit %d: %s", code, out.String())
 			}
 		})
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "verify", "--key", logPath + ".key.pub", "--head", logPath + ".head", logPath}, nil, &out, &out); code != 0 {
+	if code := cli.Run(context.Background(), []string{"audit", "verify", "--key", logPath + ".key.pub", "--head", logPath + ".head", logPath}, nil, &out, &out); code != 0 {
 		t.Fatalf("verify: %s", out.String())
 	}
 	b, _ := os.ReadFile(logPath)
@@ -122,7 +123,7 @@ func TestOpenDaemonGuard(t *testing.T) {
 		t.Fatalf("key file: %v %v", st, err)
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "verify", "--key", filepath.Join(dir, "keys", "audit.key.pub"), "--head", filepath.Join(dir, "audit.head"), filepath.Join(dir, "audit.log")}, nil, &out, &out); code != 0 {
+	if code := cli.Run(context.Background(), []string{"audit", "verify", "--key", filepath.Join(dir, "keys", "audit.key.pub"), "--head", filepath.Join(dir, "audit.head"), filepath.Join(dir, "audit.log")}, nil, &out, &out); code != 0 {
 		t.Fatalf("verify: %s", out.String())
 	}
 }
@@ -157,7 +158,7 @@ func TestAuditTailFollow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan int)
-	go func() { done <- run(ctx, []string{"audit", "tail", "-f", logPath}, nil, out, out) }()
+	go func() { done <- cli.Run(ctx, []string{"audit", "tail", "-f", logPath}, nil, out, out) }()
 	time.Sleep(300 * time.Millisecond)
 	if err := l.Append(context.Background(), audit.Event{Kind: audit.KindFileWrite, Key: "k", Path: "/workspace/followed"}); err != nil {
 		t.Fatal(err)

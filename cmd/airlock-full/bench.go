@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -12,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/bench"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/fullbin"
 )
 
@@ -25,7 +24,7 @@ type benchFlags struct {
 	only            []string
 }
 
-func init() { registerCommand(newBenchCmd) }
+func init() { cli.RegisterCommand(newBenchCmd) }
 
 func newBenchCmd() *cobra.Command {
 	var f benchFlags

@@ -18,6 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
 // upstream serves "upstream" on a loopback port and returns its address.
@@ -121,7 +122,7 @@ allow_addresses = [%q, %q]
 
 	// airlock run --policy: the same.
 	o := airlockRun(t, runArgs("--policy", pol, "--allow-address", other, "--", "true"))
-	if o.code != exitDenied || !strings.Contains(o.stderr, "network") {
+	if o.code != cli.ExitDenied || !strings.Contains(o.stderr, "network") {
 		t.Fatalf("run with a network wider than the policy's: %d %q", o.code, o.stderr)
 	}
 	o = airlockRun(t, runArgs("--policy", pol, "--allow-address", allowed, "--env", "NO_PROXY=", "--env", "no_proxy=", "--", "curl", "-sS", "http://"+allowed+"/"))

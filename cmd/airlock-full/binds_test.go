@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
 // TestAuditTailShowsControls: `airlock audit tail` prints each event with
@@ -34,7 +35,7 @@ func TestAuditTailShowsControls(t *testing.T) {
 	}
 	l.Close()
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "tail", "-n", "5", logPath}, nil, &out, &out); code != 0 {
+	if code := cli.Run(context.Background(), []string{"audit", "tail", "-n", "5", logPath}, nil, &out, &out); code != 0 {
 		t.Fatalf("tail: %d %s", code, out.String())
 	}
 	for _, raw := range []string{"\u202e", "\u200b", "\a", "\U000e0041"} {
@@ -97,7 +98,7 @@ func TestVerifyReportsUnsealedTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	code := run(context.Background(), []string{"audit", "verify", "--key", keyPath + ".pub", "--head", filepath.Join(dir, "audit.head"), copyPath}, nil, &out, &out)
+	code := cli.Run(context.Background(), []string{"audit", "verify", "--key", keyPath + ".pub", "--head", filepath.Join(dir, "audit.head"), copyPath}, nil, &out, &out)
 	if code != exitAuditUnsealed || !strings.Contains(out.String(), "NOT SEALED") || !strings.Contains(out.String(), "3 line(s)") {
 		t.Fatalf("verify of a log with a rewritten unsealed tail: exit %d: %s", code, out.String())
 	}
@@ -121,7 +122,7 @@ func TestAuditKeyOutsideLogDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "audit.key")); err == nil {
 		t.Fatal("the daemon made its audit key in its state directory, next to the log")
 	}
-	k := defaultAuditKey()
+	k := cli.DefaultAuditKey()
 	if rel, err := filepath.Rel(state, k); err == nil && !strings.HasPrefix(rel, "..") {
 		t.Fatalf("default audit key %s is inside the state directory %s", k, state)
 	}
@@ -129,7 +130,7 @@ func TestAuditKeyOutsideLogDir(t *testing.T) {
 		t.Fatalf("the key at its default place: %v %v", st, err)
 	}
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"audit", "verify", "--key", k + ".pub", "--head", filepath.Join(state, "audit.head"), filepath.Join(state, "audit.log")}, nil, &out, &out); code != 0 {
+	if code := cli.Run(context.Background(), []string{"audit", "verify", "--key", k + ".pub", "--head", filepath.Join(state, "audit.head"), filepath.Join(state, "audit.log")}, nil, &out, &out); code != 0 {
 		t.Fatalf("verify with the default key: %s", out.String())
 	}
 	// An old key in the state directory: refused, with the fix.

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -12,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 )
 
@@ -57,7 +56,7 @@ listed (exit code 3). --discard drops them from the sandbox's layer.
 						fmt.Fprintf(cmd.ErrOrStderr(), "  %s: %s\n", showPath(f.Path), f.Reason)
 					}
 					fmt.Fprintln(cmd.ErrOrStderr(), "discard those paths (airlock sandbox changes --discard ID PATH...), or apply the others by naming them")
-					return &exitError{code: 3}
+					return &cli.ExitError{Code: 3}
 				}
 				if err != nil {
 					return err

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -7,10 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 )
 
-func init() { registerCommand(newDoctorCmd) }
+func init() { cli.RegisterCommand(newDoctorCmd) }
 
 func newDoctorCmd() *cobra.Command {
 	var asJSON bool
@@ -35,9 +34,9 @@ func newDoctorCmd() *cobra.Command {
 // doctorDrivers makes every driver of the table for doctor to ask.
 func doctorDrivers() []doctor.Driver {
 	var out []doctor.Driver
-	for _, e := range driverTable {
-		d, err := e.new(driverOptions{})
-		out = append(out, doctor.Driver{Name: e.name, Driver: d, Err: err})
+	for _, e := range cli.DriverTable {
+		d, err := e.New(cli.DriverOptions{})
+		out = append(out, doctor.Driver{Name: e.Name, Driver: d, Err: err})
 	}
 	return out
 }

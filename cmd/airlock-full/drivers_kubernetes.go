@@ -1,4 +1,4 @@
-//go:build !no_kubernetes && !front
+//go:build !no_kubernetes
 
 package main
 
@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/driver/kubernetes"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -23,11 +24,11 @@ const (
 )
 
 func init() {
-	registerDriver("kubernetes", func(o driverOptions) (sandbox.Driver, error) {
+	cli.RegisterDriver("kubernetes", func(o cli.DriverOptions) (sandbox.Driver, error) {
 		// A daemon's sandboxes outlive it; a one-shot run's die with it.
 		d, err := kubernetes.New(kubernetes.Options{
-			Kubeconfig: o.kubeconfig, Logger: o.logger, Egress: o.egress,
-			Instance: o.instance, Persistent: o.instance != "",
+			Kubeconfig: o.Kubeconfig, Logger: o.Logger, Egress: o.Egress,
+			Instance: o.Instance, Persistent: o.Instance != "",
 			Namespace:    os.Getenv(envKubeNamespace),
 			AgentImage:   os.Getenv(envKubeAgentImage),
 			RuntimeClass: os.Getenv(envKubeRuntime),
@@ -37,7 +38,7 @@ func init() {
 		}
 		return d, nil
 	})
-	registerCommand(newKubernetesCmd)
+	cli.RegisterCommand(newKubernetesCmd)
 }
 
 func newKubernetesCmd() *cobra.Command {

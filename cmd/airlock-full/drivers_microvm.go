@@ -1,4 +1,4 @@
-//go:build !no_microvm && !front
+//go:build !no_microvm
 
 package main
 
@@ -8,19 +8,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/driver/microvm"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 func init() {
-	registerDriver("microvm", func(o driverOptions) (sandbox.Driver, error) {
-		d, err := microvm.New(microvm.Options{Logger: o.logger, Egress: o.egress})
+	cli.RegisterDriver("microvm", func(o cli.DriverOptions) (sandbox.Driver, error) {
+		d, err := microvm.New(microvm.Options{Logger: o.Logger, Egress: o.Egress})
 		if err != nil {
 			return nil, err // not a typed nil in an interface
 		}
 		return d, nil
 	})
-	registerCommand(newMicroVMCmd)
+	cli.RegisterCommand(newMicroVMCmd)
 }
 
 func newMicroVMCmd() *cobra.Command {
@@ -45,7 +46,7 @@ update) and QEMU (apt-get install qemu-system-x86).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var limits []sandbox.Limits
 			for _, m := range memory {
-				b, err := parseSize("--memory", m)
+				b, err := cli.ParseSize("--memory", m)
 				if err != nil {
 					return err
 				}

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (

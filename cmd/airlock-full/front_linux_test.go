@@ -8,10 +8,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/fullbin"
 )
 
-// The front (front.go, docs/decisions.md) is built here as `make` builds
+// The front (cmd/airlock, docs/decisions.md) is built here as `make` builds
 // it, but with the complete airlock that TestMain built named by
 // AIRLOCK_FULL instead of embedded.
 
@@ -33,7 +34,7 @@ func buildFront(t *testing.T) string {
 		if frontErr = os.MkdirAll(frontDir, 0o755); frontErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", "front", "-o", filepath.Join(frontDir, "airlock"), "github.com/airlock-sandbox/airlock/cmd/airlock")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(frontDir, "airlock"), "github.com/airlock-sandbox/airlock/cmd/airlock")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			frontErr = &buildError{err, out}
@@ -53,7 +54,7 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string {
-	return "go build -tags front: " + e.err.Error() + "\n" + string(e.out)
+	return "go build ./cmd/airlock: " + e.err.Error() + "\n" + string(e.out)
 }
 
 // frontRun runs the front with args, the complete airlock named by
@@ -113,7 +114,7 @@ func heavyIn(pkgs []string) []string {
 func TestFrontInitialisesNoHeavyPackage(t *testing.T) {
 	front := filepath.Join(buildFront(t), "airlock")
 	if heavy := heavyIn(initialised(t, front, "--version")); len(heavy) > 0 {
-		t.Errorf("the front's --version initialises %d heavy packages, e.g. %q: keep them out of the files the front builds (//go:build !front) and out of the packages run imports", len(heavy), heavy[:min(5, len(heavy))])
+		t.Errorf("the front's --version initialises %d heavy packages, e.g. %q: keep them out of internal/cli and the packages it imports", len(heavy), heavy[:min(5, len(heavy))])
 	}
 	// The check sees them where they are.
 	full := heavyIn(initialised(t, filepath.Join(binDir, "airlock"), "--version"))
@@ -135,7 +136,7 @@ func TestFrontHandsOff(t *testing.T) {
 	if o := frontRun(t, nil, "serve", "--help"); o.code != 0 || !strings.Contains(o.stdout, "--listen") {
 		t.Errorf("front serve --help: exit %d, stdout %q, stderr %q; want the daemon's help", o.code, o.stdout, o.stderr)
 	}
-	if o := frontRun(t, nil, "no-such-command"); o.code != exitAirlock || !strings.Contains(o.stderr, `unknown command "no-such-command"`) {
+	if o := frontRun(t, nil, "no-such-command"); o.code != cli.ExitAirlock || !strings.Contains(o.stderr, `unknown command "no-such-command"`) {
 		t.Errorf("front no-such-command: exit %d, stderr %q", o.code, o.stderr)
 	}
 	// A policy with a rule needs CEL, which only the complete airlock
@@ -144,8 +145,8 @@ func TestFrontHandsOff(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("[[rule]]\nname = \"no-echo\"\nwhen = 'action == \"exec\" && argv[0] == \"/bin/echo\"'\ndecision = \"deny\"\nreason = \"no echo here\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if o := frontRun(t, nil, "run", "--policy", pol, "--", "/bin/echo", "hi"); o.code != exitDenied || !strings.Contains(o.stderr, "no echo here") {
-		t.Errorf("front run --policy with a rule: exit %d, stderr %q; want %d and the rule's reason", o.code, o.stderr, exitDenied)
+	if o := frontRun(t, nil, "run", "--policy", pol, "--", "/bin/echo", "hi"); o.code != cli.ExitDenied || !strings.Contains(o.stderr, "no echo here") {
+		t.Errorf("front run --policy with a rule: exit %d, stderr %q; want %d and the rule's reason", o.code, o.stderr, cli.ExitDenied)
 	}
 }
 

@@ -52,7 +52,7 @@ var afterTests []func()
 func buildBinaries(dir string, flags ...string) error {
 	for _, b := range []struct{ out, pkg string }{
 		{"airlock-agent", "github.com/airlock-sandbox/airlock/cmd/airlock-agent"},
-		{"airlock", "github.com/airlock-sandbox/airlock/cmd/airlock"},
+		{"airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-full"},
 	} {
 		args := append(append([]string{"build", "-trimpath"}, flags...), "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd := exec.Command("go", args...)

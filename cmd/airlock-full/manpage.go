@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -9,11 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
-func init() { registerCommand(newManCmd) }
+func init() { cli.RegisterCommand(newManCmd) }
 
 // newManCmd writes a man page per command, made from the same text as
 // --help; `make deb` ships them. Hidden: it is for packaging.
@@ -65,7 +64,7 @@ func manCommands(c *cobra.Command) []*cobra.Command {
 func manPage(c *cobra.Command) []byte {
 	var b bytes.Buffer
 	name := strings.ReplaceAll(c.CommandPath(), " ", "-")
-	fmt.Fprintf(&b, ".TH %s 1 \"\" \"airlock %s\" \"airlock manual\"\n", strings.ToUpper(roff(name)), roff(version))
+	fmt.Fprintf(&b, ".TH %s 1 \"\" \"airlock %s\" \"airlock manual\"\n", strings.ToUpper(roff(name)), roff(cli.Version))
 	fmt.Fprintf(&b, ".SH NAME\n%s \\- %s\n", roff(name), roff(c.Short))
 	fmt.Fprintf(&b, ".SH SYNOPSIS\n.B %s\n", roff(c.UseLine()))
 	if c.HasAvailableSubCommands() {

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -16,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/policy"
@@ -27,7 +26,7 @@ type mcpFlags struct {
 	stateDir, config, policy string
 }
 
-func init() { registerCommand(newMCPCmd) }
+func init() { cli.RegisterCommand(newMCPCmd) }
 
 func newMCPCmd() *cobra.Command {
 	var f mcpFlags
@@ -177,7 +176,7 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}
-	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts)})
+	drivers, err := cli.AvailableDrivers(ctx, cli.DriverOptions{Logger: log, Egress: egress.New(popts)})
 	if err != nil {
 		done()
 		return nil, nil, err

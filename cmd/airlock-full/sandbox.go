@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -22,12 +20,13 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
-func init() { registerCommand(newSandboxCmd) }
+func init() { cli.RegisterCommand(newSandboxCmd) }
 
 func newSandboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -66,7 +65,7 @@ func newSandboxCreateCmd() *cobra.Command {
 				return err
 			}
 			for _, s := range mounts {
-				m, err := parseMount(s)
+				m, err := cli.ParseMount(s)
 				if err != nil {
 					return err
 				}
@@ -193,17 +192,17 @@ func exitWithResult(res *client.Result, errw io.Writer) error {
 	if l := rollbackLine(res.Rollback); l != "" {
 		fmt.Fprintf(errw, "airlock: %s\n", l)
 	}
-	return exitWith(code)
+	return cli.ExitWith(code)
 }
 
 // execTerminal runs req on a terminal in sandbox id, as an interactive
 // session on the caller's terminal.
 func execTerminal(ctx context.Context, c *client.Client, id string, req client.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) error {
-	s, ctx := newSession(ctx, stdin, stdout)
-	defer s.end()
-	sz := s.size()
+	s, ctx := cli.NewSession(ctx, stdin, stdout)
+	defer s.End()
+	sz := s.Size()
 	req.PTY = &client.TermSize{Rows: sz.Rows, Cols: sz.Cols}
-	req.Env = ttyEnv(req.Env)
+	req.Env = cli.TTYEnv(req.Env)
 	var res *client.Result
 	var serr error
 	started := false
@@ -221,9 +220,9 @@ func execTerminal(ctx context.Context, c *client.Client, id string, req client.E
 			resize := func(sz tty.Size) error {
 				return c.Resize(ctx, id, pid, client.TermSize{Rows: sz.Rows, Cols: sz.Cols})
 			}
-			if err := s.begin(ctx, send, resize); err != nil {
+			if err := s.Begin(ctx, send, resize); err != nil {
 				serr = err
-				s.cancel() // which kills the command
+				s.Cancel() // which kills the command
 			}
 		case "pty":
 			_, _ = stdout.Write(ev.Data)
@@ -231,15 +230,15 @@ func execTerminal(ctx context.Context, c *client.Client, id string, req client.E
 			res = ev.Result
 		}
 	}
-	s.end()
+	s.End()
 	switch {
-	case s.hasLeft() && started:
+	case s.HasLeft() && started:
 		// Stopping the stream killed the command.
-		fmt.Fprintln(stderr, leftMessage("the command was killed"))
-		return exitWith(128 + 9)
-	case s.hasLeft():
-		fmt.Fprintln(stderr, leftMessage("the command did not start"))
-		return exitWith(exitAirlock)
+		fmt.Fprintln(stderr, cli.LeftMessage("the command was killed"))
+		return cli.ExitWith(128 + 9)
+	case s.HasLeft():
+		fmt.Fprintln(stderr, cli.LeftMessage("the command did not start"))
+		return cli.ExitWith(cli.ExitAirlock)
 	case errors.Is(serr, client.ErrStreamBroken) && pid != "":
 		return fmt.Errorf("lost the connection to the daemon: %w; if the daemon still runs, join it again with airlock sandbox attach %s %s", serr, id, pid)
 	case serr != nil:

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -21,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/api/e2b"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -35,9 +34,9 @@ type serveFlags struct {
 }
 
 func init() {
-	registerCommand(newServeCmd)
-	registerCommand(newKeysCmd)
-	registerCommand(newReapCmd)
+	cli.RegisterCommand(newServeCmd)
+	cli.RegisterCommand(newKeysCmd)
+	cli.RegisterCommand(newReapCmd)
 }
 
 func newServeCmd() *cobra.Command {
@@ -114,7 +113,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}
-	drivers, err := availableDrivers(ctx, driverOptions{logger: log, egress: egress.New(popts), instance: daemonInstance(f.stateDir)})
+	drivers, err := cli.AvailableDrivers(ctx, cli.DriverOptions{Logger: log, Egress: egress.New(popts), Instance: cli.DaemonInstance(f.stateDir)})
 	if err != nil {
 		return err
 	}
@@ -376,7 +375,7 @@ daemon is running on the state directory.`,
 				return err
 			}
 			defer alog.Close()
-			drivers, err := availableDrivers(cmd.Context(), driverOptions{instance: daemonInstance(stateDir)})
+			drivers, err := cli.AvailableDrivers(cmd.Context(), cli.DriverOptions{Instance: cli.DaemonInstance(stateDir)})
 			if err != nil {
 				return err
 			}

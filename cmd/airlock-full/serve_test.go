@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -223,12 +224,12 @@ func TestSandboxCLI(t *testing.T) {
 		t.Fatalf("ls after rm: %q", o.stdout)
 	}
 	o = run("sandbox", "exec", id, "--", "true")
-	if o.code != exitAirlock || !strings.Contains(o.stderr, "not_running") {
+	if o.code != cli.ExitAirlock || !strings.Contains(o.stderr, "not_running") {
 		t.Fatalf("exec in a removed sandbox: %d %q", o.code, o.stderr)
 	}
 	// Without the environment, the CLI says what to set.
 	o = airlockRun(t, invocation{args: []string{"sandbox", "ls"}, env: []string{"AIRLOCK_URL="}})
-	if o.code != exitAirlock || !strings.Contains(o.stderr, "AIRLOCK_URL") {
+	if o.code != cli.ExitAirlock || !strings.Contains(o.stderr, "AIRLOCK_URL") {
 		t.Fatalf("ls without AIRLOCK_URL: %d %q", o.code, o.stderr)
 	}
 }

@@ -1,5 +1,3 @@
-//go:build !front
-
 package main
 
 import (
@@ -11,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -54,7 +53,7 @@ func serveConfig(f serveFlags, changed func(flag string) bool) (supervisor.Confi
 // and the policy file loads.
 func checkServeConfig(cfg supervisor.Config) error {
 	var errs []error
-	knownDrivers := driverNames()
+	knownDrivers := cli.DriverNames()
 	for i, d := range cfg.Drivers {
 		if !slices.Contains(knownDrivers, d) {
 			errs = append(errs, cfg.KeyError(fmt.Sprintf("drivers[%d]", i), fmt.Errorf("no driver %q: this airlock has %s", d, strings.Join(knownDrivers, ", "))))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,13 +36,13 @@ func TestCheckConfig(t *testing.T) {
 		{name: "good", body: "listen = \"127.0.0.1:7171\"\npolicy = \"" + goodPolicy + "\"\n[[template]]\nname = \"py\"\n", out: "ok (listen 127.0.0.1:7171, state dir /var/lib/airlock, templates py)"},
 		{name: "flags win", body: "listen = \"127.0.0.1:7171\"\n", args: []string{"--listen", "127.0.0.1:9"}, out: "listen 127.0.0.1:9"},
 		{name: "empty file", body: "", out: "templates default"},
-		{name: "typo", body: "\n[[template]]\nname = \"py\"\ncpu = 1\n", code: exitAirlock, out: ":4: template.cpu: unknown key \"cpu\"; did you mean \"cpus\"?"},
-		{name: "syntax", body: "listen = 127.0.0.1:7070\n", code: exitAirlock, out: ":1: not valid TOML"},
-		{name: "unknown driver", body: "drivers = [\"native\",\n \"gviser\"]\n", code: exitAirlock, out: ":1: drivers: no driver \"gviser\""},
-		{name: "template driver not offered", body: "drivers = [\"native\"]\n[[template]]\nname = \"g\"\ndriver = \"gvisor\"\n", code: exitAirlock, out: ":4: template.driver: template \"g\": driver \"gvisor\" is not offered"},
-		{name: "bad policy file", body: "\npolicy = \"" + badPolicy + "\"\n", code: exitAirlock, out: ":2: policy: "},
-		{name: "missing policy file", body: "policy = \"" + filepath.Join(dir, "none.toml") + "\"\n", code: exitAirlock, out: ":1: policy: "},
-		{name: "bad log format flag", body: "", args: []string{"--log-format", "xml"}, code: exitAirlock, out: "--log-format \"xml\": use text or json"},
+		{name: "typo", body: "\n[[template]]\nname = \"py\"\ncpu = 1\n", code: cli.ExitAirlock, out: ":4: template.cpu: unknown key \"cpu\"; did you mean \"cpus\"?"},
+		{name: "syntax", body: "listen = 127.0.0.1:7070\n", code: cli.ExitAirlock, out: ":1: not valid TOML"},
+		{name: "unknown driver", body: "drivers = [\"native\",\n \"gviser\"]\n", code: cli.ExitAirlock, out: ":1: drivers: no driver \"gviser\""},
+		{name: "template driver not offered", body: "drivers = [\"native\"]\n[[template]]\nname = \"g\"\ndriver = \"gvisor\"\n", code: cli.ExitAirlock, out: ":4: template.driver: template \"g\": driver \"gvisor\" is not offered"},
+		{name: "bad policy file", body: "\npolicy = \"" + badPolicy + "\"\n", code: cli.ExitAirlock, out: ":2: policy: "},
+		{name: "missing policy file", body: "policy = \"" + filepath.Join(dir, "none.toml") + "\"\n", code: cli.ExitAirlock, out: ":1: policy: "},
+		{name: "bad log format flag", body: "", args: []string{"--log-format", "xml"}, code: cli.ExitAirlock, out: "--log-format \"xml\": use text or json"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestCheckConfig(t *testing.T) {
 		})
 	}
 	o := airlockRun(t, invocation{args: []string{"serve", "--check-config"}})
-	if o.code != exitAirlock || !strings.Contains(o.stderr, "--config FILE") {
+	if o.code != cli.ExitAirlock || !strings.Contains(o.stderr, "--config FILE") {
 		t.Fatalf("--check-config without a file: exit %d, %q", o.code, o.stderr)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
@@ -238,7 +239,7 @@ func TestSandboxExecTerminal(t *testing.T) {
 		h := onTerminal(t, invocation{args: []string{"sandbox", "exec", "-t", id2, "--", "sh", "-c", "echo ready; sleep 100"}, env: env2}, 24, 80)
 		h.expect("ready")
 		_ = d2.cmd.Process.Kill()
-		if code := h.exit(); code != exitAirlock {
+		if code := h.exit(); code != cli.ExitAirlock {
 			t.Errorf("the daemon died: airlock exited %d; the terminal showed %q", code, h.text())
 		}
 		h.restored()
@@ -450,7 +451,7 @@ func runTerminalSession(t *testing.T, driver string) {
 	h = onTerminal(t, runArgs("--driver", driver, "-t", "--", "sleep", "100"), 24, 80)
 	h.started()
 	h.typeIn("\x1c")
-	if code := h.exit(); code != 137 && code != exitAirlock {
+	if code := h.exit(); code != 137 && code != cli.ExitAirlock {
 		t.Errorf("Ctrl-\\ at once: airlock exited %d; the terminal showed %q", code, h.text())
 	}
 	if s := h.text(); strings.Contains(s, "goroutine") {

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -120,6 +121,6 @@ func TestMCPTiers(t *testing.T) {
 // microvmRuns says whether the daemon offers the microvm driver here: it
 // offers every driver whose Probe passes.
 func microvmRuns() bool {
-	d, err := newDriver("microvm", driverOptions{})
+	d, err := cli.NewDriver("microvm", cli.DriverOptions{})
 	return err == nil && d.Probe(context.Background()) == nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
@@ -19,7 +20,7 @@ func TestRunWasm(t *testing.T) {
 		t.Errorf("python3 on wasm: %d %q %q", o.code, o.stdout, o.stderr)
 	}
 	o := airlockRun(t, invocation{args: []string{"run", "--driver", "wasm", "--network", "egress", "--allow-host", "example.com", "--", "python3", "-c", "1"}})
-	if o.code != exitAirlock || !strings.Contains(o.stderr, "no sockets") || !strings.Contains(o.stderr, "gvisor") {
+	if o.code != cli.ExitAirlock || !strings.Contains(o.stderr, "no sockets") || !strings.Contains(o.stderr, "gvisor") {
 		t.Errorf("--network egress on wasm: %d %q, want a refusal naming another driver", o.code, o.stderr)
 	}
 	if o := airlockRun(t, invocation{args: []string{"run", "--driver", "wasm", "--", "sh", "-c", "true"}}); o.code != 127 || !strings.Contains(o.stderr, "no shell") {

@@ -59,7 +59,7 @@ func wantRows(clients []int) []string {
 func buildAirlock(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "airlock")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock-full")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build airlock: %v\n%s", err, out)

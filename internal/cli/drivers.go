@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -22,27 +22,27 @@ import (
 // defaultDriver is the driver used when none is named.
 const defaultDriver = "native"
 
-// driverOptions are what every driver is made with.
-type driverOptions struct {
-	// logger receives the driver's logs; nil discards them.
-	logger *slog.Logger
-	// egress is the proxy sandboxes in network mode egress reach; nil
+// DriverOptions are what every driver is made with.
+type DriverOptions struct {
+	// Logger receives the driver's logs; nil discards them.
+	Logger *slog.Logger
+	// Egress is the proxy sandboxes in network mode egress reach; nil
 	// means the driver's own (the one-shot CLI).
-	egress *egress.Proxy
-	// instance names the airlock process that owns what a driver makes
+	Egress *egress.Proxy
+	// Instance names the airlock process that owns what a driver makes
 	// where it outlives the process (docker's label airlock.daemon); empty
 	// means the one-shot CLI's. A daemon's drivers make sandboxes that
 	// outlive it (Persistent), for it to reattach to after a restart;
 	// otherwise a sandbox dies with its process (run, mcp).
-	instance string
-	// kubeconfig is the kubernetes driver's kubeconfig file; empty means
+	Instance string
+	// Kubeconfig is the kubernetes driver's kubeconfig file; empty means
 	// $KUBECONFIG, the in-cluster config, or ~/.kube/config.
-	kubeconfig string
+	Kubeconfig string
 }
 
-// daemonInstance is the instance of the daemon whose registry is in
+// DaemonInstance is the instance of the daemon whose registry is in
 // stateDir on this host.
-func daemonInstance(stateDir string) string {
+func DaemonInstance(stateDir string) string {
 	host, _ := os.Hostname()
 	if abs, err := filepath.Abs(stateDir); err == nil {
 		stateDir = abs
@@ -52,17 +52,17 @@ func daemonInstance(stateDir string) string {
 
 // driverEntry is one driver of the table.
 type driverEntry struct {
-	name string
-	new  func(driverOptions) (sandbox.Driver, error)
+	Name string
+	New  func(DriverOptions) (sandbox.Driver, error)
 }
 
-// driverTable lists the drivers this build has, in the order doctor shows
+// DriverTable lists the drivers this build has, in the order doctor shows
 // them.
-var driverTable []driverEntry
+var DriverTable []driverEntry
 
-// registerDriver adds a driver to the table; drivers_*.go call it from init.
-func registerDriver(name string, new func(driverOptions) (sandbox.Driver, error)) {
-	driverTable = append(driverTable, driverEntry{name: name, new: new})
+// RegisterDriver adds a driver to the table; drivers_*.go call it from init.
+func RegisterDriver(name string, new func(DriverOptions) (sandbox.Driver, error)) {
+	DriverTable = append(DriverTable, driverEntry{Name: name, New: new})
 }
 
 // commandTable lists airlock's commands: each file of a command (run.go,
@@ -71,42 +71,42 @@ func registerDriver(name string, new func(driverOptions) (sandbox.Driver, error)
 // its command.
 var commandTable []func() *cobra.Command
 
-// registerCommand adds a command; the file that defines it calls it from
+// RegisterCommand adds a command; the file that defines it calls it from
 // init.
-func registerCommand(newCmd func() *cobra.Command) {
+func RegisterCommand(newCmd func() *cobra.Command) {
 	commandTable = append(commandTable, newCmd)
 }
 
-// driverNames lists the drivers this build has.
-func driverNames() []string {
+// DriverNames lists the drivers this build has.
+func DriverNames() []string {
 	var names []string
-	for _, e := range driverTable {
-		names = append(names, e.name)
+	for _, e := range DriverTable {
+		names = append(names, e.Name)
 	}
 	return names
 }
 
 // haveDriver says whether this build has the driver called name.
 func haveDriver(name string) bool {
-	for _, e := range driverTable {
-		if e.name == name {
+	for _, e := range DriverTable {
+		if e.Name == name {
 			return true
 		}
 	}
 	return false
 }
 
-// newDriver makes the driver called name.
-func newDriver(name string, o driverOptions) (sandbox.Driver, error) {
-	for _, e := range driverTable {
-		if e.name == name {
-			return e.new(o)
+// NewDriver makes the driver called name.
+func NewDriver(name string, o DriverOptions) (sandbox.Driver, error) {
+	for _, e := range DriverTable {
+		if e.Name == name {
+			return e.New(o)
 		}
 	}
-	return nil, fmt.Errorf("driver %q is not available in this build: %w; use one of: %s", name, sandbox.ErrUnsupported, strings.Join(driverNames(), ", "))
+	return nil, fmt.Errorf("driver %q is not available in this build: %w; use one of: %s", name, sandbox.ErrUnsupported, strings.Join(DriverNames(), ", "))
 }
 
-// availableDrivers makes the drivers a daemon offers to its templates:
+// AvailableDrivers makes the drivers a daemon offers to its templates:
 // every driver of the table that can run here. The default driver is
 // always offered, so that a create on a host that cannot run it says why;
 // the others are left out, with the reason logged (a template that names
@@ -114,25 +114,25 @@ func newDriver(name string, o driverOptions) (sandbox.Driver, error) {
 // Recover (or Reap) sweeps once the sandboxes of a previous daemon are
 // reattached, so that a sandbox whose lock only its daemon held (a Docker
 // container's) is not taken for a leftover.
-func availableDrivers(ctx context.Context, o driverOptions) (map[string]sandbox.Driver, error) {
-	log := o.logger
+func AvailableDrivers(ctx context.Context, o DriverOptions) (map[string]sandbox.Driver, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	drivers := map[string]sandbox.Driver{}
-	for _, e := range driverTable {
-		d, err := e.new(o)
-		if err == nil && e.name != defaultDriver {
+	for _, e := range DriverTable {
+		d, err := e.New(o)
+		if err == nil && e.Name != defaultDriver {
 			err = d.Probe(ctx)
 		}
 		if err != nil {
-			if e.name == defaultDriver {
+			if e.Name == defaultDriver {
 				return nil, err
 			}
-			log.Info("driver not available", "driver", e.name, "err", err)
+			log.Info("driver not available", "driver", e.Name, "err", err)
 			continue
 		}
-		drivers[e.name] = d
+		drivers[e.Name] = d
 	}
 	return drivers, nil
 }

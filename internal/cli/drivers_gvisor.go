@@ -1,6 +1,6 @@
 //go:build !no_gvisor
 
-package main
+package cli
 
 import (
 	"github.com/airlock-sandbox/airlock/internal/driver/gvisor"
@@ -8,8 +8,8 @@ import (
 )
 
 func init() {
-	registerDriver("gvisor", func(o driverOptions) (sandbox.Driver, error) {
-		d, err := gvisor.New(gvisor.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
+	RegisterDriver("gvisor", func(o DriverOptions) (sandbox.Driver, error) {
+		d, err := gvisor.New(gvisor.Options{Logger: o.Logger, Egress: o.Egress, Persistent: o.Instance != ""})
 		if err != nil {
 			return nil, err // not a typed nil in an interface
 		}

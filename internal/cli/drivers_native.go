@@ -1,6 +1,6 @@
 //go:build !no_native
 
-package main
+package cli
 
 import (
 	"github.com/airlock-sandbox/airlock/internal/driver/native"
@@ -8,8 +8,8 @@ import (
 )
 
 func init() {
-	registerDriver("native", func(o driverOptions) (sandbox.Driver, error) {
-		d, err := native.New(native.Options{Logger: o.logger, Egress: o.egress, Persistent: o.instance != ""})
+	RegisterDriver("native", func(o DriverOptions) (sandbox.Driver, error) {
+		d, err := native.New(native.Options{Logger: o.Logger, Egress: o.Egress, Persistent: o.Instance != ""})
 		if err != nil {
 			return nil, err // not a typed nil in an interface
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The policy and audit log of a one-shot `airlock run` (the daemon's are
 // in audit.go).
@@ -23,9 +23,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// exitDenied is what `airlock run` exits with when the policy (or the
+// ExitDenied is what `airlock run` exits with when the policy (or the
 // lack of a person to approve) refuses the run: EX_NOPERM of sysexits.h.
-const exitDenied = 77
+const ExitDenied = 77
 
 // runGuard is the policy and audit log of one `airlock run`.
 type runGuard struct {
@@ -38,7 +38,7 @@ type runGuard struct {
 
 // newRunGuard loads --policy (none: the safe defaults) and opens
 // --audit-log (none: no log). The log's signing key is keyFile (empty:
-// defaultAuditKey(); made with mode 0600 when missing, its public key next
+// DefaultAuditKey(); made with mode 0600 when missing, its public key next
 // to it as .pub) and its head FILE.head.
 func newRunGuard(policyFile, auditFile, keyFile string) (*runGuard, error) {
 	g := &runGuard{pol: policy.Default()}
@@ -50,7 +50,7 @@ func newRunGuard(policyFile, auditFile, keyFile string) (*runGuard, error) {
 		g.pol = p
 	}
 	if auditFile != "" {
-		key, _, err := loadAuditKey(keyFile)
+		key, _, err := LoadAuditKey(keyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -155,14 +155,14 @@ func (g *runGuard) close(ctx context.Context) error {
 func deniedExit(d *policy.Denied, asJSON bool, stdout, stderr io.Writer) error {
 	if asJSON {
 		_ = json.NewEncoder(stdout).Encode(outcome{
-			ExitCode: exitDenied, Reason: sandbox.Reason("denied"), LimitsHit: []sandbox.Limit{}, Layers: []sandbox.Layer{},
+			ExitCode: ExitDenied, Reason: sandbox.Reason("denied"), LimitsHit: []sandbox.Limit{}, Layers: []sandbox.Layer{},
 			Message:        fmt.Sprintf("denied by policy (%s): %s", d.Decision.Rule, d.Decision.Reason),
 			StdoutEncoding: "utf-8", StderrEncoding: "utf-8",
 		})
 	} else {
 		fmt.Fprintf(stderr, "airlock: denied by policy (%s): %s\n", d.Decision.Rule, d.Decision.Reason)
 	}
-	return &exitError{code: exitDenied}
+	return &ExitError{Code: ExitDenied}
 }
 
 type auditHash struct {
@@ -196,13 +196,13 @@ func guardFail(err error, asJSON bool, stdout, stderr io.Writer, fail func(error
 	return fail(err)
 }
 
-// defaultAuditKey is where the checkpoint signing key lives unless
+// DefaultAuditKey is where the checkpoint signing key lives unless
 // --audit-key says otherwise: $XDG_CONFIG_HOME/airlock/audit.key when
 // that is set, else /var/lib/airlock-keys/audit.key as root, else
 // ~/.config/airlock/audit.key. Never the directory of a log it signs:
 // whoever holds a copy of the log (a backup, a shipped log directory)
 // must not also hold what re-signs it.
-func defaultAuditKey() string {
+func DefaultAuditKey() string {
 	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
 		return filepath.Join(d, "airlock", "audit.key")
 	}
@@ -215,11 +215,11 @@ func defaultAuditKey() string {
 	return filepath.Join(os.TempDir(), "airlock-audit.key")
 }
 
-// loadAuditKey loads or makes the key at path (default: defaultAuditKey),
+// LoadAuditKey loads or makes the key at path (default: DefaultAuditKey),
 // making its directory (mode 0700) when missing.
-func loadAuditKey(path string) (ed25519.PrivateKey, string, error) {
+func LoadAuditKey(path string) (ed25519.PrivateKey, string, error) {
 	if path == "" {
-		path = defaultAuditKey()
+		path = DefaultAuditKey()
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, "", fmt.Errorf("make the audit key's directory: %w", err)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
@@ -43,7 +44,7 @@ type runFlags struct {
 	policyFile, auditLog, auditKey string
 }
 
-func init() { registerCommand(newRunCmd) }
+func init() { RegisterCommand(newRunCmd) }
 
 func newRunCmd() *cobra.Command {
 	var f runFlags
@@ -63,14 +64,16 @@ it is not found inside the sandbox.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.timeoutSet = cmd.Flags().Changed("timeout")
-			if handOff != nil && (f.module != "" || f.policyFile != "" || !haveDriver(f.driver)) {
-				// The front has neither the other drivers nor CEL.
+			if f.module != "" && !cmd.Flags().Changed("driver") {
+				f.driver = "wasm"
+			}
+			if handOff != nil && (!haveDriver(f.driver) || (f.policyFile != "" && !policy.EvaluatesRules())) {
+				// A driver this program does not link, or a policy's
+				// rules without CEL to evaluate them: the complete
+				// airlock's to run.
 				return handOff(os.Args)
 			}
 			if f.module != "" {
-				if !cmd.Flags().Changed("driver") {
-					f.driver = "wasm"
-				}
 				var err error
 				if args, err = f.moduleArgv(args); err != nil {
 					return err
@@ -137,25 +140,25 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 		if !f.json {
 			return err
 		}
-		out.ExitCode, out.Reason, out.Message = exitAirlock, sandbox.ReasonError, err.Error()
+		out.ExitCode, out.Reason, out.Message = ExitAirlock, sandbox.ReasonError, err.Error()
 		out.StdoutEncoding, out.StderrEncoding = "utf-8", "utf-8"
 		_ = json.NewEncoder(stdout).Encode(out)
-		return &exitError{exitAirlock}
+		return &ExitError{ExitAirlock}
 	}
-	var term *session
+	var term *Session
 	if f.tty {
 		if f.json {
 			return fail(errors.New("-t and --json do not go together: a terminal's output is for a person"))
 		}
-		term, ctx = newSession(ctx, stdin, stdout)
-		defer term.end()
+		term, ctx = NewSession(ctx, stdin, stdout)
+		defer term.End()
 		// Leaving before the command runs stops the making of the sandbox.
 		defer func() {
-			if term.hasLeft() && err != nil {
-				var ee *exitError
+			if term.HasLeft() && err != nil {
+				var ee *ExitError
 				if !errors.As(err, &ee) {
-					fmt.Fprintln(stderr, leftMessage("the command did not start"))
-					err = &exitError{exitAirlock}
+					fmt.Fprintln(stderr, LeftMessage("the command did not start"))
+					err = &ExitError{ExitAirlock}
 				}
 			}
 		}()
@@ -176,7 +179,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := newDriver(f.driver, driverOptions{egress: egress.New(egress.Options{Policy: guard.egress}), kubeconfig: f.kubeconfig})
+	drv, err := NewDriver(f.driver, DriverOptions{Egress: egress.New(egress.Options{Policy: guard.egress}), Kubeconfig: f.kubeconfig})
 	if err != nil {
 		return fail(err)
 	}
@@ -208,8 +211,8 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 		res, left, err = runTerminal(ctx, term, sb, req)
 		if left {
 			guard.ran(context.WithoutCancel(ctx), argv, res, err)
-			fmt.Fprintln(stderr, leftMessage("the command was killed"))
-			return exitWith(128 + 9)
+			fmt.Fprintln(stderr, LeftMessage("the command was killed"))
+			return ExitWith(128 + 9)
 		}
 	} else {
 		res, err = sandbox.Run(ctx, sb, req)
@@ -228,7 +231,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 			}
 			fmt.Fprintf(stderr, "airlock: %s\n", msg)
 		}
-		return exitWith(code)
+		return ExitWith(code)
 	}
 	out.ExitCode, out.Reason, out.LimitsHit, out.Message = code, res.Reason, res.LimitsHit, res.Message
 	if res.Signal != "" {
@@ -241,14 +244,14 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := json.NewEncoder(stdout).Encode(out); err != nil {
 		return err
 	}
-	return exitWith(code)
+	return ExitWith(code)
 }
 
-func exitWith(code int) error {
+func ExitWith(code int) error {
 	if code == 0 {
 		return nil
 	}
-	return &exitError{code}
+	return &ExitError{code}
 }
 
 // exitCode is the exit code airlock exits with for res: the command's own,
@@ -274,16 +277,16 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 	var s sandbox.Spec
 	var err error
 	l := &s.Limits
-	if l.MemoryBytes, err = parseSize("--memory", f.memory); err != nil {
+	if l.MemoryBytes, err = ParseSize("--memory", f.memory); err != nil {
 		return s, err
 	}
-	if l.DiskBytes, err = parseSize("--disk", f.disk); err != nil {
+	if l.DiskBytes, err = ParseSize("--disk", f.disk); err != nil {
 		return s, err
 	}
-	if l.TmpBytes, err = parseSize("--tmp", f.tmp); err != nil {
+	if l.TmpBytes, err = ParseSize("--tmp", f.tmp); err != nil {
 		return s, err
 	}
-	if l.OutputBytes, err = parseSize("--output-limit", f.outputLimit); err != nil {
+	if l.OutputBytes, err = ParseSize("--output-limit", f.outputLimit); err != nil {
 		return s, err
 	}
 	if !(f.cpus > 0) || math.IsInf(f.cpus, 0) || f.pids <= 0 || f.timeout <= 0 || f.cpuTime < 0 {
@@ -304,7 +307,7 @@ func (f runFlags) spec() (sandbox.Spec, error) {
 	}
 	s.Image, s.Runtime = f.image, f.runtime
 	for _, m := range f.mounts {
-		mt, err := parseMount(m)
+		mt, err := ParseMount(m)
 		if err != nil {
 			return s, err
 		}
@@ -350,8 +353,8 @@ func (f runFlags) environ() ([]string, error) {
 	return env, nil
 }
 
-// parseMount reads HOST:PATH[:ro|:rw|:cow].
-func parseMount(s string) (sandbox.Mount, error) {
+// ParseMount reads HOST:PATH[:ro|:rw|:cow].
+func ParseMount(s string) (sandbox.Mount, error) {
 	m, err := sandbox.ParseMount(s)
 	if err != nil {
 		return m, fmt.Errorf("--mount %q: write HOST:PATH, HOST:PATH:ro, HOST:PATH:rw or HOST:PATH:cow (copy-on-write: changes reach the host when applied)", s)
@@ -359,9 +362,9 @@ func parseMount(s string) (sandbox.Mount, error) {
 	return m, nil
 }
 
-// parseSize reads a positive size like 256M, 1G or 512k (see
+// ParseSize reads a positive size like 256M, 1G or 512k (see
 // sandbox.ParseSize).
-func parseSize(flag, s string) (int64, error) {
+func ParseSize(flag, s string) (int64, error) {
 	n, err := sandbox.ParseSize(s)
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("%s %q: give a positive size like 256M, 1G or 512k", flag, s)
@@ -401,8 +404,8 @@ func (f runFlags) networkSpec() (sandbox.Network, error) {
 // runTerminal runs req on a terminal in sb, as the interactive session s
 // on the caller's terminal (ctx is the session's). The command's output
 // goes to req.Stdout. left says the caller left.
-func runTerminal(ctx context.Context, s *session, sb sandbox.Instance, req sandbox.ExecRequest) (res sandbox.Result, left bool, err error) {
-	sz := s.size()
+func runTerminal(ctx context.Context, s *Session, sb sandbox.Instance, req sandbox.ExecRequest) (res sandbox.Result, left bool, err error) {
+	sz := s.Size()
 	req.PTY = &sandbox.TermSize{Rows: sz.Rows, Cols: sz.Cols}
 	if t := os.Getenv("TERM"); t != "" && !slices.ContainsFunc(req.Env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
 		req.Env = append([]string{"TERM=" + t}, req.Env...)
@@ -416,7 +419,7 @@ func runTerminal(ctx context.Context, s *session, sb sandbox.Instance, req sandb
 		if errors.As(err, &ce) {
 			return ce.Result(), false, nil
 		}
-		return sandbox.Result{}, s.hasLeft(), err
+		return sandbox.Result{}, s.HasLeft(), err
 	}
 	send := func(b []byte) error { _, err := pw.Write(b); return err }
 	resize := func(sz tty.Size) error {
@@ -425,7 +428,7 @@ func runTerminal(ctx context.Context, s *session, sb sandbox.Instance, req sandb
 		}
 		return nil
 	}
-	if err := s.begin(ctx, send, resize); err != nil {
+	if err := s.Begin(ctx, send, resize); err != nil {
 		s.cancel()
 	}
 	res, err = p.Wait(ctx)
@@ -440,6 +443,6 @@ func runTerminal(ctx context.Context, s *session, sb sandbox.Instance, req sandb
 		}
 		err = nil
 	}
-	s.end()
-	return res, s.hasLeft(), err
+	s.End()
+	return res, s.HasLeft(), err
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -63,10 +63,10 @@ func TestParseSize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseSize("--memory", tt.in)
+			got, err := ParseSize("--memory", tt.in)
 			if tt.want == 0 {
 				if err == nil {
-					t.Fatalf("parseSize(%q) = %d, want an error", tt.in, got)
+					t.Fatalf("ParseSize(%q) = %d, want an error", tt.in, got)
 				}
 				if !strings.Contains(err.Error(), "--memory") || !strings.Contains(err.Error(), strconv.Quote(tt.in)) {
 					t.Errorf("error %q does not name the flag and the value", err)
@@ -74,7 +74,7 @@ func TestParseSize(t *testing.T) {
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Errorf("parseSize(%q) = %d, %v, want %d", tt.in, got, err, tt.want)
+				t.Errorf("ParseSize(%q) = %d, %v, want %d", tt.in, got, err, tt.want)
 			}
 		})
 	}
@@ -102,10 +102,10 @@ func TestParseMount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseMount(tt.in)
+			got, err := ParseMount(tt.in)
 			if tt.wantErr {
 				if err == nil {
-					t.Fatalf("parseMount(%q) = %+v, want an error", tt.in, got)
+					t.Fatalf("ParseMount(%q) = %+v, want an error", tt.in, got)
 				}
 				if !strings.Contains(err.Error(), "HOST:PATH") || !strings.Contains(err.Error(), strconv.Quote(tt.in)) {
 					t.Errorf("error %q does not show the form", err)
@@ -113,15 +113,15 @@ func TestParseMount(t *testing.T) {
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Errorf("parseMount(%q) = %+v, %v, want %+v", tt.in, got, err, tt.want)
+				t.Errorf("ParseMount(%q) = %+v, %v, want %+v", tt.in, got, err, tt.want)
 			}
 		})
 	}
 	// Empty halves parse, and the Spec refuses them.
 	for _, in := range []string{":/mnt/x", "/data:", "relative:/mnt/x", "/data:mnt"} {
-		m, err := parseMount(in)
+		m, err := ParseMount(in)
 		if err != nil {
-			t.Errorf("parseMount(%q): %v", in, err)
+			t.Errorf("ParseMount(%q): %v", in, err)
 			continue
 		}
 		if err := (sandbox.Spec{Mounts: []sandbox.Mount{m}}).Validate(); !errors.Is(err, sandbox.ErrInvalid) {

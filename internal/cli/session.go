@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -24,11 +24,11 @@ const eot = 0x04
 // output is not a terminal).
 var defaultSize = tty.Size{Rows: 24, Cols: 80}
 
-// session is the caller's side of a command on a terminal: the caller's
+// Session is the caller's side of a command on a terminal: the caller's
 // terminal in raw mode (when stdin is one), what is typed sent to the
 // command, resizes passed on, and Ctrl-\, SIGQUIT, SIGTERM, SIGHUP and
 // SIGINT to leave. Whatever ends it, the caller's terminal is restored.
-type session struct {
+type Session struct {
 	stdin  io.Reader
 	stdout io.Writer
 	inFd   int  // -1 when stdin is not a file
@@ -45,13 +45,13 @@ type session struct {
 	left    chan struct{} // closed when the caller left
 }
 
-// newSession makes the session of a command that will run on a terminal,
+// NewSession makes the session of a command that will run on a terminal,
 // before anything else happens: a signal that means "leave" (Ctrl-\ is
 // SIGQUIT until raw mode starts) cancels the returned context from then
-// on. Call end when done.
-func newSession(ctx context.Context, stdin io.Reader, stdout io.Writer) (*session, context.Context) {
+// on. Call End when done.
+func NewSession(ctx context.Context, stdin io.Reader, stdout io.Writer) (*Session, context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &session{stdin: stdin, stdout: stdout, inFd: -1, outFd: -1, left: make(chan struct{}), cancel: cancel}
+	s := &Session{stdin: stdin, stdout: stdout, inFd: -1, outFd: -1, left: make(chan struct{}), cancel: cancel}
 	if f, ok := stdin.(*os.File); ok {
 		s.inFd = int(f.Fd())
 		s.raw = tty.IsTerminal(s.inFd)
@@ -80,7 +80,7 @@ func newSession(ctx context.Context, stdin io.Reader, stdout io.Writer) (*sessio
 				resize := s.resize
 				s.mu.Unlock()
 				if resize != nil {
-					_ = resize(s.size())
+					_ = resize(s.Size())
 				}
 			}
 		}
@@ -93,9 +93,9 @@ func newSession(ctx context.Context, stdin io.Reader, stdout io.Writer) (*sessio
 	return s, ctx
 }
 
-// size is the caller's terminal size: its output's, else its input's,
+// Size is the caller's terminal size: its output's, else its input's,
 // else 24x80.
-func (s *session) size() tty.Size {
+func (s *Session) Size() tty.Size {
 	for _, fd := range []int{s.outFd, s.inFd} {
 		if fd < 0 {
 			continue
@@ -107,9 +107,9 @@ func (s *session) size() tty.Size {
 	return defaultSize
 }
 
-// begin puts the caller's terminal into raw mode and starts passing what
+// Begin puts the caller's terminal into raw mode and starts passing what
 // is typed to send and the terminal's new sizes to resize.
-func (s *session) begin(ctx context.Context, send func([]byte) error, resize func(tty.Size) error) error {
+func (s *Session) Begin(ctx context.Context, send func([]byte) error, resize func(tty.Size) error) error {
 	if s.raw {
 		st, err := tty.MakeRaw(s.inFd)
 		if err != nil {
@@ -128,15 +128,18 @@ func (s *session) begin(ctx context.Context, send func([]byte) error, resize fun
 }
 
 // leave ends the session from the caller's side, once.
-func (s *session) leave() {
+func (s *Session) leave() {
 	s.once.Do(func() {
 		close(s.left)
 		s.cancel()
 	})
 }
 
-// hasLeft says whether the caller left.
-func (s *session) hasLeft() bool {
+// Cancel ends the session's context: the command is killed.
+func (s *Session) Cancel() { s.cancel() }
+
+// HasLeft says whether the caller left.
+func (s *Session) HasLeft() bool {
 	select {
 	case <-s.left:
 		return true
@@ -148,7 +151,7 @@ func (s *session) hasLeft() bool {
 // pump sends what is typed, until stdin ends (a piped input's end is
 // sent as Ctrl-D), sending fails, or Ctrl-\.
 // It may outlive the session, blocked in a read: airlock exits then.
-func (s *session) pump(ctx context.Context, send func([]byte) error) {
+func (s *Session) pump(ctx context.Context, send func([]byte) error) {
 	buf := make([]byte, 32<<10)
 	for ctx.Err() == nil {
 		n, err := s.stdin.Read(buf)
@@ -177,10 +180,10 @@ func (s *session) pump(ctx context.Context, send func([]byte) error) {
 	}
 }
 
-// end restores the caller's terminal: its modes, and what the program may
+// End restores the caller's terminal: its modes, and what the program may
 // have switched on in it (when the session began). It may be called more
 // than once.
-func (s *session) end() {
+func (s *Session) End() {
 	s.stopSig()
 	s.stopSig = func() {}
 	s.cancel()
@@ -194,8 +197,8 @@ func (s *session) end() {
 	s.screen = false
 }
 
-// ttyEnv adds the caller's TERM to env, unless env sets one.
-func ttyEnv(env map[string]string) map[string]string {
+// TTYEnv adds the caller's TERM to env, unless env sets one.
+func TTYEnv(env map[string]string) map[string]string {
 	if _, ok := env["TERM"]; ok {
 		return env
 	}
@@ -210,7 +213,7 @@ func ttyEnv(env map[string]string) map[string]string {
 	return env
 }
 
-// leftMessage is what airlock says when the caller left.
-func leftMessage(what string) string {
+// LeftMessage is what airlock says when the caller left.
+func LeftMessage(what string) string {
 	return fmt.Sprintf("airlock: the session was ended from this side (Ctrl-\\, or a signal to airlock); %s", what)
 }

@@ -47,11 +47,11 @@ func TestPythonSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
-	// The airlock the suite runs, with its agent beside it (as cmd/airlock's
+	// The airlock the suite runs, with its agent beside it (as cmd/airlock-full's
 	// end-to-end tests build them).
 	for _, b := range []struct{ out, pkg string }{
 		{"airlock-agent", "./cmd/airlock-agent"},
-		{"airlock", "./cmd/airlock"},
+		{"airlock", "./cmd/airlock-full"},
 	} {
 		run(ctx, t, repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", filepath.Join(tmp, b.out), b.pkg)
 	}

@@ -1,27 +1,31 @@
-//go:build !front
-
-package policy
+// Package celrules evaluates a policy's `when` expressions with CEL. A
+// program that imports it (the complete airlock) can run policies with
+// rules and tiers; the airlock front does not, and hands such a run to the
+// complete airlock: CEL's package initialisation alone cost every start
+// of airlock about a millisecond (docs/decisions.md, 37 and 47).
+//
+//	import _ "github.com/airlock-sandbox/airlock/internal/policy/celrules"
+package celrules
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/google/cel-go/cel"
+
+	"github.com/airlock-sandbox/airlock/internal/policy"
 )
 
-// The policy's `when` expressions are CEL. The airlock front (the small
-// program that runs one-shot sandboxes, docs/decisions.md) is built
-// without this file: CEL's package initialisation alone cost every start
-// of airlock about a millisecond.
+func init() { policy.UseCompiler(newCompiler) }
 
 // newCompiler makes the CEL environment of rules and tiers and returns
 // what compiles one expression.
-func newCompiler() (func(what, expr string) (condition, error), error) {
+func newCompiler() (func(what, expr string) (policy.Condition, error), error) {
 	env, err := celEnv()
 	if err != nil {
 		return nil, fmt.Errorf("make CEL environment: %w", err)
 	}
-	return func(what, expr string) (condition, error) {
+	return func(what, expr string) (policy.Condition, error) {
 		ast, iss := env.Compile(expr)
 		if iss.Err() != nil {
 			return nil, fmt.Errorf("%s: %w", what, iss.Err())
@@ -29,7 +33,7 @@ func newCompiler() (func(what, expr string) (condition, error), error) {
 		if ast.OutputType() != cel.BoolType {
 			return nil, fmt.Errorf("%s: when is %s, not a bool", what, ast.OutputType())
 		}
-		prg, err := env.Program(ast, cel.CostLimit(maxRuleCost))
+		prg, err := env.Program(ast, cel.CostLimit(policy.MaxRuleCost))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -40,7 +44,7 @@ func newCompiler() (func(what, expr string) (condition, error), error) {
 // celCondition is a compiled CEL expression.
 type celCondition struct{ prg cel.Program }
 
-func (c celCondition) holds(ctx context.Context, vars map[string]any) (bool, error) {
+func (c celCondition) Holds(ctx context.Context, vars map[string]any) (bool, error) {
 	out, _, err := c.prg.ContextEval(ctx, vars)
 	if err != nil {
 		return false, err
