@@ -72,9 +72,11 @@ build: agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(CLI_VERSION)' -o bin/airlock ./cmd/airlock
 
 # front builds the front alone, without the complete airlock: what `make
-# hello` needs, and no more.
+# hello` needs, and no more. An older bin/airlock-full goes, so that the
+# new front never hands a command to another version beside it.
 front: agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(CLI_VERSION)' -o bin/airlock ./cmd/airlock
+	rm -f bin/airlock-full
 
 # deb packs bin/airlock and bin/airlock-full with the unit, reference config
 # and man pages (packaging/build-deb.sh; dpkg-deb comes with every Debian).
