@@ -51,7 +51,7 @@ WASM_PYTHON := /opt/airlock/wasm/python-3.12.0/python.wasm
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI         := $(or $(AIRLOCK_CACHE),/var/cache/airlock)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
-.PHONY: all build agent deps hello test check lint clean runsc deb kube-rig s3-rig fuzz wasm-python microvm-assets
+.PHONY: all build front agent deps hello test check lint clean runsc deb kube-rig s3-rig fuzz wasm-python microvm-assets
 
 all: build
 
@@ -61,18 +61,27 @@ agent:
 	sha256sum $(AGENT) | cut -d' ' -f1 > $(AGENT).sha256
 
 # bin/airlock is the front (docs/decisions.md): `run` on the native and
-# gVisor drivers and --version, with the complete airlock (bin/airlock-full)
-# embedded, compressed, for everything else.
+# gVisor drivers and --version; bin/airlock-full the complete airlock, which
+# the front runs for everything else. The front also embeds it, compressed,
+# for when it is copied alone.
+CLI_VERSION := -X github.com/airlock-sandbox/airlock/internal/cli.Version=$(VERSION)
 build: agent
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -X main.version=$(VERSION)' -o bin/airlock-full ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(CLI_VERSION)' -o bin/airlock-full ./cmd/airlock-full
 	gzip -n -c bin/airlock-full > $(FULL).gz
 	sha256sum bin/airlock-full | cut -d' ' -f1 > $(FULL).sha256
-	CGO_ENABLED=0 $(GO) build -trimpath -tags front -ldflags='-X main.version=$(VERSION)' -o bin/airlock ./cmd/airlock
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(CLI_VERSION)' -o bin/airlock ./cmd/airlock
 
-# deb packs bin/airlock with its unit, reference config and man pages
-# (packaging/build-deb.sh; dpkg-deb comes with every Debian).
+# front builds the front alone, without the complete airlock: what `make
+# hello` needs, and no more. An older bin/airlock-full goes, so that the
+# new front never hands a command to another version beside it.
+front: agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w $(CLI_VERSION)' -o bin/airlock ./cmd/airlock
+	rm -f bin/airlock-full
+
+# deb packs bin/airlock and bin/airlock-full with the unit, reference config
+# and man pages (packaging/build-deb.sh; dpkg-deb comes with every Debian).
 deb: build
-	@packaging/build-deb.sh bin/airlock '$(VERSION)' bin
+	@packaging/build-deb.sh bin '$(VERSION)' bin
 
 # deps installs the Debian packages above that are missing (needs root).
 deps:
@@ -107,7 +116,7 @@ kube-rig:
 	$(GO) run ./internal/testrig/cmd/testrig kube-build
 
 # s3-rig builds the S3-compatible server the object store's tests run
-# (versitygw, pinned in internal/testrig/s3server) into $AIRLOCK_CACHE/s3
+# (versitygw, pinned in internal/s3server) into $AIRLOCK_CACHE/s3
 # unless it is cached. About 3 to 5 minutes the first time (2 CPU-minutes,
 # 340 MB of modules); a second after.
 s3-rig:
@@ -126,9 +135,10 @@ wasm-python:
 microvm-assets: build
 	./bin/airlock microvm prepare
 
-# hello needs only what the command it runs needs.
+# hello needs only what the command it runs needs: the front, `airlock
+# run` on the native driver.
 hello: DEBS := python3
-hello: deps build
+hello: deps front
 	./bin/airlock run -- python3 -c 'print("hello from the sandbox")'
 
 # Packages run one at a time (-p 1): the resource-limit tests measure

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the Debian package of airlock with dpkg-deb (docs/decisions.md):
 #
-#   packaging/build-deb.sh BINARY VERSION OUTDIR
+#   packaging/build-deb.sh BINDIR VERSION OUTDIR
 #
-# BINARY is a built airlock (make build); the .deb is written to OUTDIR and
-# its path printed. Where each file goes is in the README ("Run as a
+# BINDIR holds a built airlock and airlock-full (make build): the front and
+# the complete program, which the package installs side by side, so that
+# the daemon that runs is a file dpkg knows. The .deb is written to OUTDIR
+# and its path printed. Where each file goes is in the README ("Run as a
 # service").
 set -euo pipefail
-bin=$1 version=$2 out=$3
+bindir=$1 version=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 case $(go env GOARCH) in
@@ -21,7 +23,8 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$top" log -1 --format=%c
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 umask 022
-install -D -m 0755 "$bin" "$root/usr/lib/airlock/airlock"
+install -D -m 0755 "$bindir/airlock" "$root/usr/lib/airlock/airlock"
+install -D -m 0755 "$bindir/airlock-full" "$root/usr/lib/airlock/airlock-full"
 mkdir -p "$root/usr/bin"
 ln -s ../lib/airlock/airlock "$root/usr/bin/airlock"
 install -D -m 0644 "$here/airlock.service" "$root/usr/lib/systemd/system/airlock.service"
@@ -45,7 +48,7 @@ airlock ($version) unstable; urgency=medium
 CHANGES
 gzip -9n "$doc/README.md" "$doc/daemon.md" "$doc/changelog"
 
-"$bin" manpages "$root/usr/share/man/man1"
+"$bindir/airlock-full" manpages "$root/usr/share/man/man1"
 gzip -9n "$root"/usr/share/man/man1/*.1
 
 mkdir -p "$root/DEBIAN"

@@ -37,6 +37,7 @@ var installed = []struct {
 	target string
 }{
 	{path: "/usr/lib/airlock/airlock", mode: 0o755},
+	{path: "/usr/lib/airlock/airlock-full", mode: 0o755},
 	{path: "/usr/bin/airlock", target: "../lib/airlock/airlock"},
 	{path: "/usr/lib/systemd/system/airlock.service", mode: 0o644},
 	{path: "/etc/airlock", mode: os.ModeDir | 0o755},
@@ -270,14 +271,17 @@ func makeDeb() (string, error) {
 	if debDir, err = os.MkdirTemp("", "airlock-deb-"); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(debDir, "airlock")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-X main.version="+testVersion, "-o", bin, "./cmd/airlock")
-	build.Dir = top
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	// The front and the complete airlock, side by side as make build
+	// leaves them.
+	for _, b := range []struct{ out, pkg string }{{"airlock", "./cmd/airlock"}, {"airlock-full", "./cmd/airlock-full"}} {
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-X github.com/airlock-sandbox/airlock/internal/cli.Version="+testVersion, "-o", filepath.Join(debDir, b.out), b.pkg)
+		build.Dir = top
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+		}
 	}
-	out, err := exec.Command(filepath.Join(top, "packaging/build-deb.sh"), bin, testVersion, debDir).CombinedOutput()
+	out, err := exec.Command(filepath.Join(top, "packaging/build-deb.sh"), debDir, testVersion, debDir).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("build-deb.sh: %w\n%s", err, out)
 	}

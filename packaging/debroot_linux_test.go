@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
 // The Debian root the package is installed into: Debian 12 minbase with
@@ -68,7 +68,7 @@ func cachedDebRoot(t *testing.T) string {
 	defer cancel()
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include="+debInclude,
-		debSuite, tmp, hostcap.DebianMirror).CombinedOutput()
+		debSuite, tmp, testcap.DebianMirror).CombinedOutput()
 	if err != nil {
 		t.Fatalf("debootstrap %s into %s: %v\n%s", debSuite, tmp, err, tail(string(out), 20))
 	}

@@ -354,27 +354,22 @@ func innerCgroupsV1(pids int) (agent.CgroupConfig, []int, error) {
 // /proc/self/cgroup. Every one must show the agent at its root: the
 // container has a cgroup namespace of its own.
 func ownV1Hierarchies() ([][]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	ms, err := cgroup.Of(0)
 	if err != nil {
 		return nil, fmt.Errorf("read the agent's cgroups: %w", err)
 	}
 	var out [][]string
 	for _, want := range cgroup.V1Controllers {
 		found := false
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			f := strings.SplitN(line, ":", 3)
-			if len(f) != 3 || f[1] == "" {
+		for _, m := range ms {
+			if m.V2 || !m.Has(want) {
 				continue
 			}
-			ctrls := strings.Split(f[1], ",")
-			if !slices.Contains(ctrls, want) {
-				continue
+			if m.Path != "/" {
+				return nil, fmt.Errorf("the %s cgroup is %s, not the root of a cgroup namespace of the container's own", want, m.Path)
 			}
-			if f[2] != "/" {
-				return nil, fmt.Errorf("the %s cgroup is %s, not the root of a cgroup namespace of the container's own", want, f[2])
-			}
-			if !slices.ContainsFunc(out, func(c []string) bool { return slices.Equal(c, ctrls) }) {
-				out = append(out, ctrls)
+			if !slices.ContainsFunc(out, func(c []string) bool { return slices.Equal(c, m.Controllers) }) {
+				out = append(out, m.Controllers)
 			}
 			found = true
 		}

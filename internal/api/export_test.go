@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // TestExportRoute: POST /v1/sandboxes/{id}/export through the Go SDK, to a
@@ -20,7 +20,7 @@ import (
 // without an object store, 502 store_denied and store_unavailable.
 func TestExportRoute(t *testing.T) {
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	if err := srv.MakeBucket("agent-outputs"); err != nil {
 		t.Fatal(err)
 	}

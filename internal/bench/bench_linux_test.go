@@ -16,10 +16,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/api/e2b/sdktest"
 	"github.com/airlock-sandbox/airlock/internal/driver/microvm"
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // wantRows are the ids of a complete report with steps 1, 2, 4 and one
@@ -60,7 +59,7 @@ func wantRows(clients []int) []string {
 func buildAirlock(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "airlock")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock-full")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build airlock: %v\n%s", err, out)
@@ -83,7 +82,7 @@ func TestQuickBenchIsComplete(t *testing.T) {
 	// The e2b rows need Node.js, the SDKs and a Jupyter kernel: where the
 	// host has them they must be measured, elsewhere they say what is
 	// missing.
-	e2bReady := hostcap.Probe(context.Background(), "node").OK && hostcap.Probe(context.Background(), "jupyter").OK
+	e2bReady := testcap.Probe(context.Background(), "node").OK && testcap.Probe(context.Background(), "jupyter").OK
 	if e2bReady {
 		dir, err := sdktest.Install(context.Background())
 		if err != nil {

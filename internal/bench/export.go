@@ -8,11 +8,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
-	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 // exportRows: a file streamed from a native sandbox into an S3 server on
@@ -34,7 +33,7 @@ func exportRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error
 	if drvErr != nil {
 		return set(StatusFailed, fmt.Sprintf("the native driver cannot run here: %v", drvErr))
 	}
-	bin, err := s3server.Find(testrig.CacheDir())
+	bin, err := s3server.Find(s3server.Cache())
 	if err != nil {
 		return set(StatusMissing, err.Error()+": "+s3server.Fix)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 )
@@ -166,7 +166,7 @@ func ApplyWith(ctx context.Context, dir string, o ApplyOptions) (*ApplyResult, e
 		return res, nil
 	}
 	j := journal{Sandbox: s.m.Sandbox, Source: s.m.Source, Target: s.m.Target, Started: time.Now().UTC(), Pid: os.Getpid()}
-	j.PidStart, _ = agentdriver.StartTime(j.Pid)
+	j.PidStart, _ = procid.StartTime(j.Pid)
 	for _, c := range todo {
 		j.Plan = append(j.Plan, journalStep{Path: c.Path, Kind: c.Kind, Before: c.Before, After: c.After})
 	}

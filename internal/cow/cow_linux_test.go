@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
@@ -615,7 +615,7 @@ func TestConflictInRemovedDir(t *testing.T) {
 // directory) is not taken for an interrupted one.
 func TestRecoverLeavesLiveApply(t *testing.T) {
 	f := newFixture(t, 16<<20, map[string]string{"a": "a\n"})
-	st, err := agentdriver.StartTime(os.Getpid())
+	st, err := procid.StartTime(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

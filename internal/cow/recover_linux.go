@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -49,7 +49,7 @@ func Recover(dir string) (*Recovery, error) {
 		return nil, fmt.Errorf("read the apply journal %s: %w", journalPath(dir), err)
 	}
 	if j.Pid > 0 {
-		if st, err := agentdriver.StartTime(j.Pid); err == nil && st == j.PidStart {
+		if st, err := procid.StartTime(j.Pid); err == nil && st == j.PidStart {
 			return nil, nil // the process that applies lives: in progress
 		}
 	}

@@ -228,15 +228,14 @@ func TestWriteTextFixedReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := buf.String()
-	// The columns are as wide as the longest capability name
-	// ("kubernetes").
+	// The columns are as wide as the longest name ("cgroupv1").
 	for _, want := range []string{
 		"  machine  amd64, 2 cores, 3.0 GiB memory\n",
 		"  cgroups  v2\n",
-		"  root        ok       root works\n",
-		"  cgroupv1    missing\n              why: cgroupv1 is broken\n              fix: fix cgroupv1\n",
-		"  native      ok       namespaces; can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n",
-		"  gvisor      missing  can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n              why: no runsc\n              fix: make runsc\n",
+		"  root      ok       root works\n",
+		"  cgroupv1  missing\n            why: cgroupv1 is broken\n            fix: fix cgroupv1\n",
+		"  native    ok       namespaces; can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n",
+		"  gvisor    missing  can: shell, code in sh/bash/python3, files, background processes, terminals, snapshots\n            why: no runsc\n            fix: make runsc\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
@@ -289,6 +288,17 @@ func TestFormatBytes(t *testing.T) {
 	for _, tt := range tests {
 		if got := formatBytes(tt.n); got != tt.want {
 			t.Errorf("formatBytes(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
+
+// TestLayersNameNoTestTool: doctor reports the kernel's layers and the
+// programs the drivers run, not what only airlock's tests need (those are
+// testcap's), and not Docker, whose driver's own Probe speaks for it.
+func TestLayersNameNoTestTool(t *testing.T) {
+	for _, n := range []string{"chromium", "node", "debroot", "jupyter", "kubernetes", "s3", "wasm", "docker"} {
+		if slices.Contains(hostcap.Names, n) {
+			t.Errorf("doctor's layers include %q", n)
 		}
 	}
 }

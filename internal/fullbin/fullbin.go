@@ -1,13 +1,15 @@
 // Package fullbin holds the complete airlock program inside the airlock
 // that `make` builds, and runs it.
 //
-// That airlock is a front (docs/decisions.md): a small program with what a
+// That airlock is a front (docs/decisions.md, 37 and 47): a small program with what a
 // one-shot `airlock run` on the native and gVisor drivers needs, and
 // `--version`. Every other command, and a run the front cannot do, it
 // hands to the complete program by exec: the daemon, the client, the
 // other drivers and CEL link packages whose initialisation alone cost
-// every start of airlock 7 ms. The complete program is embedded
-// compressed and installed on first use, named by its checksum.
+// every start of airlock 7 ms. The complete program (cmd/airlock-full)
+// is installed beside the front (make build, the Debian package); a
+// front downloaded alone embeds it compressed and installs it on first
+// use, named by its checksum.
 package fullbin
 
 import (
@@ -49,7 +51,7 @@ func DefaultDir() (string, error) {
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("no directory to install airlock's complete program in: %w (set %s to an airlock built with `go build ./cmd/airlock`)", err, Env)
+		return "", fmt.Errorf("no directory to install airlock's complete program in: %w (set %s to an airlock built with `go build ./cmd/airlock-full`)", err, Env)
 	}
 	return filepath.Join(d, "airlock", "bin"), nil
 }
@@ -72,15 +74,21 @@ func Exec(argv []string) error {
 	return nil
 }
 
-// Path returns the path of the complete airlock, installing it first when
-// it is not installed yet.
+// Path returns the path of the complete airlock: the one installed beside
+// the front (Beside), else the embedded one, installed first when it is
+// not installed yet (the single-file download).
 func Path() (string, error) {
 	if p := os.Getenv(Env); p != "" {
 		return p, nil
 	}
+	if self, err := os.Executable(); err == nil {
+		if p, ok := Beside(self); ok {
+			return p, nil
+		}
+	}
 	sum, err := embedded.ReadFile("bin/airlock.sha256")
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", errors.New("this airlock front was built without the complete airlock: build it with `make`, or set " + Env + " to an airlock built with `go build ./cmd/airlock`")
+		return "", errors.New("this airlock front was built without the complete airlock and finds no " + Name + " beside it: build both with `make build`, or set " + Env + " to an airlock built with `go build ./cmd/airlock-full`")
 	}
 	if err != nil {
 		return "", err
@@ -98,6 +106,31 @@ func Path() (string, error) {
 		return inMemory(embedded)
 	}
 	return p, err
+}
+
+// Name is the complete airlock's file name where it is installed beside
+// the front.
+const Name = "airlock-full"
+
+// Beside returns the complete airlock installed with the front at self:
+// in the same directory (bin/airlock-full beside bin/airlock, as make
+// builds them) or in ../lib/airlock (/usr/lib/airlock/airlock-full beside
+// /usr/bin/airlock, as the Debian package installs them). A file that
+// belongs to neither root nor this user, or that others may write, is not
+// run.
+func Beside(self string) (string, bool) {
+	dir := filepath.Dir(self)
+	for _, p := range []string{filepath.Join(dir, Name), filepath.Join(dir, "..", "lib", "airlock", Name)} {
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 || fi.Mode().Perm()&0o022 != 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (st.Uid != 0 && int(st.Uid) != os.Geteuid()) {
+			continue
+		}
+		return filepath.Clean(p), true
+	}
+	return "", false
 }
 
 // unpack writes the complete airlock fsys holds to w.

@@ -131,3 +131,48 @@ func TestInMemory(t *testing.T) {
 		t.Fatalf("run the program from memory: %q, %v", out, err)
 	}
 }
+
+// TestBeside: the front runs the complete airlock installed with it (make
+// build's bin/, the Debian package's /usr/lib/airlock) before any embedded
+// copy, and never one that others may write.
+func TestBeside(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]os.FileMode // below the root: the front is usr/bin/airlock
+		want  string                 // "" when none is run
+	}{
+		{name: "make build", files: map[string]os.FileMode{"usr/bin/airlock-full": 0o755}, want: "usr/bin/airlock-full"},
+		{name: "debian package", files: map[string]os.FileMode{"usr/lib/airlock/airlock-full": 0o755}, want: "usr/lib/airlock/airlock-full"},
+		{name: "beside first", files: map[string]os.FileMode{"usr/bin/airlock-full": 0o755, "usr/lib/airlock/airlock-full": 0o755}, want: "usr/bin/airlock-full"},
+		{name: "none", files: map[string]os.FileMode{}},
+		{name: "not executable", files: map[string]os.FileMode{"usr/bin/airlock-full": 0o644}},
+		{name: "others may write it", files: map[string]os.FileMode{"usr/bin/airlock-full": 0o757}},
+		{name: "its group may write it", files: map[string]os.FileMode{"usr/lib/airlock/airlock-full": 0o775}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, d := range []string{"usr/bin", "usr/lib/airlock"} {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, mode := range tt.files {
+				p = filepath.Join(root, p)
+				if err := os.WriteFile(p, []byte(program), mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(p, mode); err != nil { // past the umask
+					t.Fatal(err)
+				}
+			}
+			got, ok := Beside(filepath.Join(root, "usr/bin/airlock"))
+			switch {
+			case tt.want == "" && ok:
+				t.Errorf("Beside = %q, want none", got)
+			case tt.want != "" && got != filepath.Join(root, tt.want):
+				t.Errorf("Beside = %q, %v; want %q", got, ok, filepath.Join(root, tt.want))
+			}
+		})
+	}
+}

@@ -43,6 +43,29 @@ func readCgroupMounts() (cgroupMounts, error) {
 	return findCgroupMounts(mounts), nil
 }
 
+// CgroupControllers lists the cgroup controllers this host mounts and
+// says how (CgroupMode): on v2, those the root's cgroup.controllers
+// offers; otherwise those mounted on v1 hierarchies.
+func CgroupControllers() (controllers []string, mode string, err error) {
+	m, err := readCgroupMounts()
+	if err != nil {
+		return nil, "", err
+	}
+	mode = m.Mode()
+	if mode == "v2" {
+		b, err := os.ReadFile(filepath.Join(m.V2, "cgroup.controllers"))
+		if err != nil {
+			return nil, mode, fmt.Errorf("read the cgroup v2 controllers: %w", err)
+		}
+		return parseControllers(string(b)), mode, nil
+	}
+	for c := range m.V1 {
+		controllers = append(controllers, c)
+	}
+	slices.Sort(controllers)
+	return controllers, mode, nil
+}
+
 // CgroupMode says how this host mounts cgroups: "v1", "v2", "hybrid", or ""
 // when no cgroup filesystem is mounted or the mount table is unreadable.
 func CgroupMode() string {

@@ -35,8 +35,10 @@ type Result struct {
 	Fix string `json:"fix,omitempty"`
 }
 
-// Names lists every capability a probe exists for, in a stable order. These
-// strings are also the names AIRLOCK_TEST_REQUIRE accepts.
+// Names lists every capability a probe exists for, in a stable order: the
+// kernel's isolation layers and the programs the drivers run. `airlock
+// doctor` reports them; AIRLOCK_TEST_REQUIRE accepts them and the test
+// rigs' names (testcap.Names).
 var Names = []string{
 	"root",
 	"userns",
@@ -47,16 +49,8 @@ var Names = []string{
 	"runsc",
 	"kvm",
 	"qemu",
-	"docker",
 	"bwrap",
-	"node",       // Node.js and npm, for the tests that drive airlock from npm clients
-	"chromium",   // a headless browser, for the test of the approval page
-	"debroot",    // debootstrap, a Debian mirror, dpkg-deb and systemd-analyze, for the Debian package's install test
-	"kubernetes", // the one-node cluster of the tests (internal/testrig/kube), built by make kube-rig
-	"wasm",       // the wasm driver with python.wasm (make wasm-python)
-	"jupyter",    // a Jupyter kernel (python3-ipykernel, jupyter_client) that evaluates 1+1, for the E2B code interpreter
-	"s3",         // an S3-compatible server for the object store's tests (internal/testrig/s3server), built by make s3-rig
-	"overlay",    // overlayfs mounts made by root, for copy-on-write mounts (internal/cow)
+	"overlay", // overlayfs mounts made by root, for copy-on-write mounts (internal/cow)
 }
 
 // probe checks one capability. It returns a Result without Name; Probe

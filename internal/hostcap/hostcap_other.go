@@ -2,7 +2,10 @@
 
 package hostcap
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // probes maps each of Names to a probe that says Linux is needed.
 var probes = func() map[string]probe {
@@ -17,3 +20,6 @@ var probes = func() map[string]probe {
 
 // CgroupMode says how this host mounts cgroups; "" off Linux.
 func CgroupMode() string { return "" }
+
+// CgroupControllers says Linux is needed.
+func CgroupControllers() ([]string, string, error) { return nil, "", errors.New("cgroups need Linux") }

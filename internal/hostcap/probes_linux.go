@@ -26,17 +26,8 @@ var probes = map[string]probe{
 	"runsc":    {run: probeRunsc, timeout: 50 * time.Second},
 	"kvm":      {run: probeKVM},
 	"qemu":     {run: probeQEMU, timeout: 20 * time.Second},
-	"docker":   {run: probeDocker, timeout: 30 * time.Second},
 	"bwrap":    {run: probeBwrap, timeout: 15 * time.Second},
-	"node":     {run: probeNode, timeout: 15 * time.Second},
-	"chromium": {run: probeChromium, timeout: 30 * time.Second},
-	"debroot":  {run: probeDebroot, timeout: 20 * time.Second},
-	"jupyter":  {run: probeJupyter, timeout: 50 * time.Second},
-	// Four 100 MB programs start once, cold.
-	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
-	"wasm":       {run: probeWasm, timeout: 60 * time.Second},
-	"s3":         {run: probeS3, timeout: 40 * time.Second},
-	"overlay":    {run: probeOverlay},
+	"overlay":  {run: probeOverlay},
 }
 
 // ok is a working capability.

@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 func (f *fakeBackend) Export(context.Context, string, client.ExportRequest) (*client.ExportResult, error) {
@@ -40,7 +40,7 @@ func (f *fakeBackend) DiscardChanges(_ context.Context, id string, _ client.Chan
 // on, and nothing is stored.
 func TestExportTool(t *testing.T) {
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	if err := srv.MakeBucket("agent-outputs"); err != nil {
 		t.Fatal(err)
 	}

@@ -248,10 +248,10 @@ type Cow struct {
 	SharedWrite []string `toml:"shared_write"`
 }
 
-// maxRuleCost bounds the work one rule may do on one request (CEL's cost
+// MaxRuleCost bounds the work one rule may do on one request (CEL's cost
 // units, about one per operation or byte scanned); a rule past it fails,
 // and so denies.
-const maxRuleCost = 1_000_000
+const MaxRuleCost = 1_000_000
 
 // Policy is a loaded, compiled policy. It is safe for concurrent use.
 type Policy struct {
@@ -266,19 +266,40 @@ type Policy struct {
 
 type compiled struct {
 	Rule
-	when condition
+	when Condition
 }
 
 type compiledTier struct {
 	Tier
-	when condition
+	when Condition
 }
 
-// condition is a compiled `when` expression (cel.go).
-type condition interface {
-	// holds evaluates it with vars; a result that is not true is false.
-	holds(ctx context.Context, vars map[string]any) (bool, error)
+// Condition is a compiled `when` expression (celrules).
+type Condition interface {
+	// Holds evaluates it with vars; a result that is not true is false.
+	Holds(ctx context.Context, vars map[string]any) (bool, error)
 }
+
+// Compiler makes what compiles one `when` expression (what names the rule
+// or tier, for errors).
+type Compiler func() (func(what, expr string) (Condition, error), error)
+
+// newCompiler is the compiler of rules and tiers: none until a package
+// that evaluates them (celrules) is linked.
+var newCompiler Compiler = func() (func(what, expr string) (Condition, error), error) {
+	return nil, errors.New("this airlock cannot evaluate policy rules or tiers (it links no CEL): run the complete airlock, airlock-full")
+}
+
+// evaluates says whether UseCompiler was called.
+var evaluates bool
+
+// UseCompiler makes c the compiler of rules and tiers. celrules calls it as
+// it initialises, so that a program that links it evaluates them.
+func UseCompiler(c Compiler) { newCompiler, evaluates = c, true }
+
+// EvaluatesRules says whether this program can evaluate rules and tiers:
+// whether it links celrules.
+func EvaluatesRules() bool { return evaluates }
 
 // Default returns the policy that applies with no policy file: every
 // built-in check denies; nothing else is restricted.
@@ -336,7 +357,7 @@ func New(f File) (*Policy, error) {
 	}
 	// The CEL environment is made only for a policy with expressions:
 	// making it costs a one-shot `airlock run` more than its sandbox.
-	var compile func(what, expr string) (condition, error)
+	var compile func(what, expr string) (Condition, error)
 	var err error
 	if len(f.Tiers)+len(f.Rules) > 0 {
 		if compile, err = newCompiler(); err != nil {
@@ -421,7 +442,7 @@ func (p *Policy) ChooseDriver(ctx context.Context, r Request) (TierChoice, error
 	}
 	vars := r.vars()
 	for _, t := range p.tiers {
-		ok, err := t.when.holds(ctx, vars)
+		ok, err := t.when.Holds(ctx, vars)
 		if err != nil {
 			return TierChoice{Rule: "tier:" + t.Name}, fmt.Errorf("evaluate tier %q: %w", t.Name, err)
 		}
@@ -491,7 +512,7 @@ func (p *Policy) Decide(ctx context.Context, r Request) (Decision, error) {
 	}
 	vars := r.vars()
 	for _, c := range p.rules {
-		ok, err := c.when.holds(ctx, vars)
+		ok, err := c.when.Holds(ctx, vars)
 		if err != nil {
 			return Decision{Verdict: Deny, Rule: "rule:" + c.Name, Reason: "the policy rule could not be evaluated"},
 				fmt.Errorf("evaluate rule %q: %w", c.Name, err)

@@ -24,12 +24,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/snapshot/s3store"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // Files whose bytes say what they are.
@@ -99,7 +100,7 @@ func newObjFixture(t *testing.T, srv *s3server.Server, objects *objstore.Client,
 func s3Fixture(t *testing.T) *objFixture {
 	t.Helper()
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	for _, b := range []string{"agent-outputs", "elsewhere"} {
 		if err := srv.MakeBucket(b); err != nil {
 			t.Fatal(err)
@@ -345,7 +346,7 @@ func TestExportOverCap(t *testing.T) {
 // and what to check; nothing is reported stored, and nothing is.
 func TestExportStoreDownOrRefusing(t *testing.T) {
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	if err := srv.MakeBucket("agent-outputs"); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestExportStoreDownOrRefusing(t *testing.T) {
 // on another daemon that names the same bucket and prefix.
 func TestForkFromObjectStore(t *testing.T) {
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	if err := srv.MakeBucket("snaps"); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@
 //
 //	AIRLOCK_TEST_REQUIRE=root,userns,cgroupv1,seccomp,landlock go test ./...
 //
-// The variable takes the names in hostcap.Names, separated by commas.
+// The variable takes the names in Names (hostcap's and the test rigs'),
+// separated by commas.
 // "all" is not accepted, and an unknown name fails every test that asks,
 // so a typo cannot turn a requirement off.
 //
@@ -62,7 +63,7 @@ func newChecker(probe func(ctx context.Context, name string) hostcap.Result) *ch
 }
 
 // std is the checker of this test binary.
-var std = newChecker(hostcap.Probe)
+var std = newChecker(Probe)
 
 // result probes name once and returns the remembered result afterwards.
 func (c *checker) result(name string) hostcap.Result {
@@ -83,7 +84,7 @@ func (c *checker) result(name string) hostcap.Result {
 
 // Require skips the test unless every named capability works here; it fails
 // the test instead when AIRLOCK_TEST_REQUIRE names a missing one. Names are
-// those of hostcap.Names; an unknown name fails the test.
+// those of Names; an unknown name fails the test.
 func Require(t testing.TB, names ...string) {
 	t.Helper()
 	std.require(t, names...)
@@ -97,8 +98,8 @@ func (c *checker) require(t testing.TB, names ...string) {
 		return
 	}
 	for _, n := range names {
-		if !hostcap.Known(n) {
-			t.Fatalf("testcap.Require: unknown capability %q (known: %s)", n, strings.Join(hostcap.Names, ", "))
+		if !Known(n) {
+			t.Fatalf("testcap.Require: unknown capability %q (known: %s)", n, strings.Join(Names, ", "))
 			return
 		}
 	}
@@ -139,8 +140,8 @@ func SkipOrFail(t testing.TB, name, format string, args ...any) {
 		t.Fatalf("%v", err)
 		return
 	}
-	if !hostcap.Known(name) {
-		t.Fatalf("testcap.SkipOrFail: unknown capability %q (known: %s)", name, strings.Join(hostcap.Names, ", "))
+	if !Known(name) {
+		t.Fatalf("testcap.SkipOrFail: unknown capability %q (known: %s)", name, strings.Join(Names, ", "))
 		return
 	}
 	msg := fmt.Sprintf(format, args...)
@@ -162,10 +163,10 @@ func parseRequired(v string) ([]string, error) {
 			continue
 		case n == "all":
 			return nil, fmt.Errorf("%s=%q: \"all\" is not accepted; name the capabilities this machine must have (known: %s)",
-				EnvRequire, v, strings.Join(hostcap.Names, ","))
-		case !hostcap.Known(n):
+				EnvRequire, v, strings.Join(Names, ","))
+		case !Known(n):
 			return nil, fmt.Errorf("%s=%q: unknown capability %q (known: %s)",
-				EnvRequire, v, n, strings.Join(hostcap.Names, ","))
+				EnvRequire, v, n, strings.Join(Names, ","))
 		}
 		names = append(names, n)
 	}

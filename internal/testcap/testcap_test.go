@@ -171,3 +171,24 @@ func TestRequireOnThisHost(t *testing.T) {
 		t.Fatalf("Require(root) skipped=%v failed=%v (%q) where root works=%v", tb.skipped, tb.failed, tb.msg, root)
 	}
 }
+
+// TestCINamesKnown: every capability CI requires (.ci/run) is a name
+// AIRLOCK_TEST_REQUIRE accepts, so none of them can turn into a skip.
+func TestCINamesKnown(t *testing.T) {
+	b, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v, found := strings.Cut(string(b), EnvRequire+"=")
+	if !found {
+		t.Fatalf(".ci/run sets no %s", EnvRequire)
+	}
+	v, _, _ = strings.Cut(v, " ")
+	names, err := parseRequired(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 16 {
+		t.Fatalf("read %d names from .ci/run (%q), want them all", len(names), v)
+	}
+}

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // unittest -v prints one line per test on stderr: "NAME (ID) ... STATUS".
@@ -48,11 +47,11 @@ func TestPythonSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
-	// The airlock the suite runs, with its agent beside it (as cmd/airlock's
+	// The airlock the suite runs, with its agent beside it (as cmd/airlock-full's
 	// end-to-end tests build them).
 	for _, b := range []struct{ out, pkg string }{
 		{"airlock-agent", "./cmd/airlock-agent"},
-		{"airlock", "./cmd/airlock"},
+		{"airlock", "./cmd/airlock-full"},
 	} {
 		run(ctx, t, repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", filepath.Join(tmp, b.out), b.pkg)
 	}
@@ -72,8 +71,8 @@ func TestPythonSDK(t *testing.T) {
 	// The export tests need an S3 server: versitygw where the s3
 	// capability works (CI requires it; elsewhere those tests skip).
 	var s3env []string
-	if r := hostcap.Probe(ctx, "s3"); r.OK {
-		srv := s3server.Start(t)
+	if r := testcap.Probe(ctx, "s3"); r.OK {
+		srv := testrig.StartS3(t)
 		if err := srv.MakeBucket("agent-outputs"); err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,7 @@ func buildAirlock(t *testing.T) (bin, agentPath string) {
 			return
 		}
 		repo, _ := filepath.Abs(filepath.Join("..", "..", ".."))
-		for _, b := range []struct{ out, pkg string }{{"airlock-agent", "./cmd/airlock-agent"}, {"airlock", "./cmd/airlock"}} {
+		for _, b := range []struct{ out, pkg string }{{"airlock-agent", "./cmd/airlock-agent"}, {"airlock", "./cmd/airlock-full"}} {
 			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(built.dir, b.out), b.pkg)
 			cmd.Dir = repo
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -1,13 +1,11 @@
 package docker
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,30 +229,16 @@ func (h *host) findCgroup(ctx context.Context) {
 // cgroupOf returns the cgroup of pid in the memory hierarchy (v1) or the
 // unified one (v2), as /proc says.
 func cgroupOf(pid int, v2 bool) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	ms, err := cgroup.Of(pid)
 	if err != nil {
 		return ""
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if (v2 && f[0] == "0" && f[1] == "") || (!v2 && containsWord(f[1], "memory")) {
-			return f[2]
+	for _, m := range ms {
+		if (v2 && m.V2) || (!v2 && m.Has("memory")) {
+			return m.Path
 		}
 	}
 	return ""
-}
-
-func containsWord(list, w string) bool {
-	for _, x := range strings.Split(list, ",") {
-		if x == w {
-			return true
-		}
-	}
-	return false
 }
 
 // watch starts waiting for the container to stop: the sandbox has ended.

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -62,7 +63,7 @@ type host struct {
 	runscStart uint64
 	// watch tells a sandbox this process reattached to (runsc is not its
 	// child) that runsc has exited, and kills it.
-	watch *agentdriver.PidWatch
+	watch *procid.PidWatch
 }
 
 var (
@@ -235,7 +236,7 @@ func (h *host) startPersistent(ctx context.Context, cfg *agent.Config) (*agent.C
 		return nil, nil, h.startError(err)
 	}
 	h.conn = c
-	peer, err := agentdriver.PeerOf(c)
+	peer, err := procid.PeerOf(c)
 	if err == nil {
 		peer.Pidfd.Close()
 		err = h.checkPeer(peer)
@@ -261,9 +262,9 @@ func (h *host) sockPath() string { return filepath.Join(h.session, sessionSock) 
 // checkPeer refuses a session socket whose listener is not this
 // sandbox's: gVisor's gofer makes the socket on the host, and it runs in
 // the sandbox's host cgroup (or, without cgroups, is runsc's child).
-func (h *host) checkPeer(peer agentdriver.Peer) error {
+func (h *host) checkPeer(peer procid.Peer) error {
 	if h.group != nil {
-		if !agentdriver.InCgroup(peer.Pid, h.d.opts.CgroupParent+"/"+h.spec.ID) {
+		if !procid.InCgroup(peer.Pid, h.d.opts.CgroupParent+"/"+h.spec.ID) {
 			return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's cgroup", h.spec.ID, peer.Pid)
 		}
 		return nil
@@ -304,7 +305,7 @@ func (h *host) DriverState() ([]byte, error) {
 		return nil, nil
 	}
 	if h.runscStart == 0 {
-		h.runscStart, _ = agentdriver.StartTime(h.runscPid)
+		h.runscStart, _ = procid.StartTime(h.runscPid)
 	}
 	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart})
 }

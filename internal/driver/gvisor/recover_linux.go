@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -68,11 +69,11 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 			h.teardown()
 		}
 	}()
-	pidfd, err := agentdriver.OpenPid(st.RunscPid, st.RunscStart)
+	pidfd, err := procid.OpenPid(st.RunscPid, st.RunscStart)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: its runsc is not the one that made it; it was ended: %w", id, err)
 	}
-	if h.watch, err = agentdriver.WatchPidfd(pidfd, func() { h.exited(nil) }); err != nil {
+	if h.watch, err = procid.WatchPidfd(pidfd, func() { h.exited(nil) }); err != nil {
 		return nil, fmt.Errorf("sandbox %s: watch its runsc: %w", id, err)
 	}
 	c, err := agentdriver.DialSession(ctx, h.sockPath(), h.done)
@@ -80,7 +81,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 		return nil, fmt.Errorf("sandbox %s: its agent did not answer; it was ended: %w", id, err)
 	}
 	h.conn = c
-	peer, err := agentdriver.PeerOf(c)
+	peer, err := procid.PeerOf(c)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -40,7 +41,7 @@ type host struct {
 	agentStart uint64
 	// watch tells a sandbox this process reattached to (its agent is not
 	// its child) that the agent has died, and kills it.
-	watch *agentdriver.PidWatch
+	watch *procid.PidWatch
 
 	lock, slot *hostlock.Lock
 	base       int
@@ -166,7 +167,7 @@ func (h *host) DriverState() ([]byte, error) {
 		return nil, nil
 	}
 	if h.agentStart == 0 {
-		h.agentStart, _ = agentdriver.StartTime(h.agentPid)
+		h.agentStart, _ = procid.StartTime(h.agentPid)
 	}
 	return json.Marshal(state{Spec: h.spec, UIDBase: h.base, AgentPid: h.agentPid, AgentStart: h.agentStart})
 }
@@ -237,7 +238,7 @@ func (h *host) stopAgent() {
 	case h.agentPid > 0 && h.agentStart > 0:
 		// Reattaching failed before the agent was watched: kill it by pid
 		// if it is still the same process.
-		if f, err := agentdriver.OpenPid(h.agentPid, h.agentStart); err == nil {
+		if f, err := procid.OpenPid(h.agentPid, h.agentStart); err == nil {
 			_ = unix.PidfdSendSignal(int(f.Fd()), unix.SIGKILL, nil, 0)
 			f.Close()
 		}

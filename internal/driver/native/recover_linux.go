@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -76,7 +77,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 		return nil, fmt.Errorf("sandbox %s: its agent did not answer; it was ended: %w", id, err)
 	}
 	h.conn = c
-	peer, err := agentdriver.PeerOf(c)
+	peer, err := procid.PeerOf(c)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -85,11 +86,11 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 		return nil, err
 	}
 	h.agentPid, h.base = peer.Pid, peer.UID
-	if h.agentStart, err = agentdriver.StartTime(peer.Pid); err != nil {
+	if h.agentStart, err = procid.StartTime(peer.Pid); err != nil {
 		peer.Pidfd.Close()
 		return nil, fmt.Errorf("sandbox %s: read its agent's start: %w", id, err)
 	}
-	if h.watch, err = agentdriver.WatchPidfd(peer.Pidfd, h.closeDone); err != nil {
+	if h.watch, err = procid.WatchPidfd(peer.Pidfd, h.closeDone); err != nil {
 		return nil, fmt.Errorf("sandbox %s: watch its agent: %w", id, err)
 	}
 	client, agentLayers, err := agent.Dial(ctx, h.conn)
@@ -119,7 +120,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.
 // checkPeer refuses a session socket whose listener is not sandbox id's
 // agent: a socket someone else put there, or a stale one whose path was
 // taken over.
-func (d *Driver) checkPeer(id string, st state, peer agentdriver.Peer) error {
+func (d *Driver) checkPeer(id string, st state, peer procid.Peer) error {
 	base := st.UIDBase
 	if base == 0 {
 		base = peer.UID
@@ -127,7 +128,7 @@ func (d *Driver) checkPeer(id string, st state, peer agentdriver.Peer) error {
 	if peer.UID != base || !hostlock.IsRangeBase(base) {
 		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) runs as uid %d, not as the sandbox's agent", id, peer.Pid, peer.UID)
 	}
-	if d.hier != nil && !agentdriver.InCgroup(peer.Pid, d.opts.CgroupParent+"/"+id+"/agent") {
+	if d.hier != nil && !procid.InCgroup(peer.Pid, d.opts.CgroupParent+"/"+id+"/agent") {
 		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's agent cgroup", id, peer.Pid)
 	}
 	return nil

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 func digest(b []byte) string {
@@ -27,7 +28,7 @@ func digest(b []byte) string {
 func server(t *testing.T) *s3server.Server {
 	t.Helper()
 	testcap.Require(t, "s3")
-	srv := s3server.Start(t)
+	srv := testrig.StartS3(t)
 	if err := srv.MakeBucket("snaps"); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
-// Capabilities are the host capabilities (hostcap.Names) a cluster needs.
+// Capabilities are the host capabilities (testcap.Names) a cluster needs.
 var Capabilities = []string{"root", "runsc", "kubernetes"}
 
 // Require skips the test unless this host can run the rig (or fails it,

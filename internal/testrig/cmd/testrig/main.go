@@ -25,7 +25,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
-	"github.com/airlock-sandbox/airlock/internal/testrig/s3server"
 )
 
 func main() {
@@ -55,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = kubeUp(ctx, stdout, stderr)
 	case "s3-build":
 		var p string
-		if p, err = s3server.Build(ctx, testrig.CacheDir(), stderr); err == nil {
+		if p, err = testrig.BuildS3(ctx, testrig.CacheDir(), stderr); err == nil {
 			fmt.Fprintln(stdout, p)
 		}
 	default:
