@@ -65,7 +65,7 @@ func (d *Driver) agentVolume(ctx context.Context, image string) (string, error) 
 
 // fillAgentVolume copies the agent at path into the volume name.
 func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image, name, path, sum string) (err error) {
-	d.opts.Logger.Info("filling the agent's volume", "volume", name)
+	d.rc.Logger.Info("filling the agent's volume", "volume", name)
 	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: map[string]string{LabelAgent: sum}}); err != nil {
 		return fmt.Errorf("make the agent's volume: %w", err)
 	}
@@ -86,7 +86,7 @@ func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image,
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, rerr := cli.ContainerRemove(rctx, c.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
-			d.opts.Logger.Warn("remove the container that filled the agent's volume", "container", c.ID, "err", rerr)
+			d.rc.Logger.Warn("remove the container that filled the agent's volume", "container", c.ID, "err", rerr)
 		}
 	}()
 	f, err := os.Open(path)

@@ -279,7 +279,7 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 			h.mu.Lock()
 			h.ended = dt
 			h.mu.Unlock()
-			h.d.opts.Logger.Warn("docker sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+			h.d.rc.Logger.Warn("docker sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 		}
 		h.doneOnce.Do(func() { close(h.done) })
 	}()
@@ -364,7 +364,7 @@ func (h *host) Teardown(ctx context.Context) error {
 			select {
 			case <-h.done:
 			case <-time.After(15 * time.Second):
-				h.d.opts.Logger.Error("the container did not stop after its removal", "sandbox_id", h.spec.ID)
+				h.d.rc.Logger.Error("the container did not stop after its removal", "sandbox_id", h.spec.ID)
 			}
 			h.waitStop()
 		}
@@ -399,7 +399,7 @@ func (h *host) gone(ctx context.Context) bool {
 // removes the container. It says whether that happened within 5 s;
 // otherwise the caller removes it by force.
 func (h *host) removedByEngine(ctx context.Context) bool {
-	if h.d.opts.Persistent || h.conn == nil {
+	if h.d.rc.Persistent || h.conn == nil {
 		return false
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -56,6 +56,7 @@ type host struct {
 	// the agent listens in the session directory, and runsc's output goes
 	// to the log file.
 	persistent       bool
+	created          time.Time // when the sandbox was made
 	session, logPath string
 	// runscPid and runscStart name `runsc run`, the sandbox's holder.
 	runscPid   int
@@ -75,7 +76,7 @@ var (
 
 // CowLayers lists the sandbox's copy-on-write mounts.
 func (h *host) CowLayers() []sandbox.CowLayer {
-	return sandbox.CowLayers(h.d.opts.StateDir, h.spec)
+	return sandbox.CowLayers(h.d.rc.StateDir, h.spec)
 }
 
 // Exec: the host sees the sandbox's cgroup only, which holds gVisor's
@@ -101,7 +102,7 @@ func (h *host) Usage(context.Context) (sandbox.SandboxUsage, error) {
 // joins a cgroup that exists and leaves it alone, so its counters (the OOM
 // kills above all) outlive runsc, until teardown removes it.
 func (h *host) makeCgroup(hl hostLimits) error {
-	g := h.d.hier.Open(h.d.opts.CgroupParent + "/" + h.spec.ID)
+	g := h.d.hier.Open(h.d.rc.CgroupParent + "/" + h.spec.ID)
 	if g.Exists() {
 		// A stale group of a sandbox of the same name: its limits are not
 		// ours to trust.
@@ -263,7 +264,7 @@ func (h *host) sockPath() string { return filepath.Join(h.session, sessionSock) 
 // the sandbox's host cgroup (or, without cgroups, is runsc's child).
 func (h *host) checkPeer(peer agentdriver.Peer) error {
 	if h.group != nil {
-		if !agentdriver.InCgroup(peer.Pid, h.d.opts.CgroupParent+"/"+h.spec.ID) {
+		if !agentdriver.InCgroup(peer.Pid, h.d.rc.CgroupParent+"/"+h.spec.ID) {
 			return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's cgroup", h.spec.ID, peer.Pid)
 		}
 		return nil
@@ -296,6 +297,8 @@ type state struct {
 	// RunscPid and RunscStart name `runsc run`.
 	RunscPid   int    `json:"runsc_pid"`
 	RunscStart uint64 `json:"runsc_start"`
+	// Created is when the sandbox was made.
+	Created time.Time `json:"created,omitzero"`
 }
 
 // DriverState is what a later process needs to reattach (Driver.Recover).
@@ -306,7 +309,7 @@ func (h *host) DriverState() ([]byte, error) {
 	if h.runscStart == 0 {
 		h.runscStart, _ = agentdriver.StartTime(h.runscPid)
 	}
-	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart})
+	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart, Created: h.created})
 }
 
 // Detach lets go of the sandbox: this process's copy of its lock closes
@@ -360,7 +363,7 @@ func (h *host) exited(err error) {
 		h.mu.Lock()
 		h.ended = dt
 		h.mu.Unlock()
-		h.d.opts.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		h.d.rc.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 	}
 	h.doneOnce.Do(func() { close(h.done) })
 }
@@ -423,7 +426,7 @@ func (h *host) Teardown(context.Context) error {
 func (h *host) teardown() {
 	h.teardownOnce.Do(func() {
 		h.closing.Store(true)
-		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
+		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
 		if h.conn != nil {
 			h.conn.Close()
 		}
@@ -472,7 +475,7 @@ func (h *host) teardown() {
 		}
 		// runsc makes the controllers airlock does not use (cpuset,
 		// devices…) itself and removes them when it exits cleanly.
-		for _, dir := range cgroupDirs(h.d.opts.CgroupParent, h.spec.ID) {
+		for _, dir := range cgroupDirs(h.d.rc.CgroupParent, h.spec.ID) {
 			if err := removeCgroupTree(dir); err != nil {
 				log.Warn("remove a cgroup runsc left", "dir", dir, "err", err)
 			}
@@ -482,7 +485,7 @@ func (h *host) teardown() {
 		}
 		// The layers go with the sandbox (after runsc's gofer let go of
 		// their overlays): its pending changes with them.
-		for _, l := range sandbox.CowLayers(h.d.opts.StateDir, h.spec) {
+		for _, l := range sandbox.CowLayers(h.d.rc.StateDir, h.spec) {
 			if err := cow.Remove(l.Dir); err != nil {
 				log.Warn("remove a cow layer", "dir", l.Dir, "err", err)
 			}
@@ -493,7 +496,7 @@ func (h *host) teardown() {
 		if h.lock == nil && h.persistent {
 			// runsc held it: take it to remove it.
 			var err error
-			if h.lock, err = hostlock.WaitSandbox(h.d.opts.StateDir, h.spec.ID, 2*time.Second); err != nil {
+			if h.lock, err = hostlock.WaitSandbox(h.d.rc.StateDir, h.spec.ID, 2*time.Second); err != nil {
 				log.Warn("the sandbox's lock is still held after runsc was killed", "err", err)
 			}
 		}
@@ -535,7 +538,7 @@ func (h *host) stateFiles() []string {
 func (h *host) leftovers() []string {
 	var left []string
 	left = append(left, h.stateFiles()...)
-	left = append(left, cgroupDirs(h.d.opts.CgroupParent, h.spec.ID)...)
+	left = append(left, cgroupDirs(h.d.rc.CgroupParent, h.spec.ID)...)
 	if h.bundle != "" {
 		left = append(left, mountsBelow(h.bundle)...)
 		if _, err := os.Stat(h.bundle); err == nil {

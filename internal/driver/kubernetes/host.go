@@ -98,7 +98,7 @@ type state struct {
 // after a restart (Driver.Recover); nil for a sandbox that dies with its
 // process.
 func (h *host) DriverState() ([]byte, error) {
-	if !h.d.opts.Persistent {
+	if !h.d.rc.Persistent {
 		return nil, nil
 	}
 	return json.Marshal(state{Pod: h.name, UID: h.uid, Namespace: h.d.opts.Namespace, Spec: h.spec, Instance: h.d.opts.Instance, Created: h.created})
@@ -147,7 +147,7 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 	t1 := time.Now()
 	go h.followStream(conn)
 	cl, layers, err := h.dial(ctx)
-	h.d.opts.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
+	h.d.rc.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
 	return cl, layers, err
 }
 
@@ -356,7 +356,7 @@ func (h *host) end(dt *agentdriver.Death) {
 		}
 		h.mu.Unlock()
 		if first {
-			h.d.opts.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+			h.d.rc.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 		}
 	}
 	h.doneOnce.Do(func() { close(h.done) })

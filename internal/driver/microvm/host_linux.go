@@ -83,7 +83,7 @@ func (h *host) Group() *cgroup.Group { return h.group }
 // the machine is up (limitCPU): its start is not the workload's.
 func (h *host) makeCgroup(s shape) error {
 	d := h.d
-	g := d.hier.Open(d.opts.CgroupParent + "/" + h.spec.ID)
+	g := d.hier.Open(d.rc.CgroupParent + "/" + h.spec.ID)
 	if g.Exists() {
 		// A stale group of a sandbox of the same name.
 		_ = g.Kill(5*time.Second, os.Getpid())
@@ -121,7 +121,7 @@ func (h *host) start(ctx context.Context, s shape) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		d.opts.Logger.Warn("cannot start the microVM from a snapshot: booting it", "sandbox_id", h.spec.ID, "err", err)
+		d.rc.Logger.Warn("cannot start the microVM from a snapshot: booting it", "sandbox_id", h.spec.ID, "err", err)
 	}
 	v, console, err := d.boot(ctx, m)
 	h.console = console
@@ -210,7 +210,7 @@ func (h *host) wait() {
 		h.mu.Lock()
 		h.ended = dt
 		h.mu.Unlock()
-		h.d.opts.Logger.Warn("microVM sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		h.d.rc.Logger.Warn("microVM sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 	}
 	h.doneOnce.Do(func() { close(h.done) })
 }
@@ -222,7 +222,7 @@ func (h *host) wait() {
 func (h *host) Teardown(context.Context) error {
 	h.closeOnce.Do(func() {
 		h.closing.Store(true)
-		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
+		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
 		var left []string
 		if h.group != nil {
 			// A frozen machine dies only once thawed.

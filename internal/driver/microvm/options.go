@@ -69,6 +69,9 @@ type Options struct {
 	// CgroupParent is the group below each hierarchy's root that holds the
 	// sandboxes. Empty means "airlock".
 	CgroupParent string
+	// Agent is the agent's binary. Empty means the one this airlock
+	// ships.
+	Agent string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil

@@ -19,6 +19,9 @@ type Options struct {
 	// StateDir holds the locks that tie sandboxes and uid ranges to the
 	// process that owns them. Empty means /run/airlock.
 	StateDir string
+	// Agent is the agent's binary. Empty means the one this airlock
+	// ships.
+	Agent string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
