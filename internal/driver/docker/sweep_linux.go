@@ -150,8 +150,10 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.In
 	h := newHost(d, spec, nil)
 	return d.rc.Reattach(ctx, id, agentdriver.Reattaching{
 		Spec: spec, Created: st.Created, Host: h,
-		Lock:      func(l *hostlock.Lock) { h.lock = l },
-		Handshake: func(ctx context.Context) (*agent.Client, []sandbox.Layer, error) { return d.reattach(ctx, h, st.Container) },
+		Lock: func(l *hostlock.Lock) { h.lock = l },
+		Handshake: func(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
+			return d.reattach(ctx, h, st.Container)
+		},
 	})
 }
 
