@@ -68,11 +68,17 @@ func CgroupDeath(g *cgroup.Group, l sandbox.Limits, what string, hostPids int64)
 	st, _ := g.Stats()
 	switch {
 	case st.OOMKills > 0:
-		return &Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(l.MemoryBytes), what)}
+		return OOMDeath(l, what)
 	case st.PidsMax > 0:
 		return &Death{Reason: sandbox.ReasonPids, Msg: fmt.Sprintf("%s ran into the host's process limit (%d for a sandbox of %d processes)", what, hostPids, l.Pids)}
 	}
 	return nil
+}
+
+// OOMDeath is the death of a sandbox whose memory limit killed what
+// holds it (what: "the agent", "gVisor's kernel").
+func OOMDeath(l sandbox.Limits, what string) *Death {
+	return &Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(l.MemoryBytes), what)}
 }
 
 // PerExecCgroup is the host's view of an exec that has a cgroup of its own

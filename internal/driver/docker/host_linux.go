@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -302,17 +303,14 @@ func (h *host) Detach() {
 // deathCause reads why the container stopped: the engine's word on an
 // out-of-memory kill, else the counters of its cgroup.
 func (h *host) deathCause(why string) *agentdriver.Death {
-	what := "the agent"
-	if strings.Contains(h.spec.Runtime, "runsc") {
-		what = "gVisor's kernel"
-	}
-	if dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, what, int64(h.spec.Limits.Pids+agentPids)); dt != nil {
+	vm := contained.IsVMRuntime(h.spec.Runtime)
+	if dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, contained.Holder(vm), contained.Pids(h.spec.Limits, vm)); dt != nil {
 		return dt
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if r, err := h.d.cli.ContainerInspect(ctx, h.cid, client.ContainerInspectOptions{}); err == nil && r.Container.State != nil && r.Container.State.OOMKilled {
-		return &agentdriver.Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(h.spec.Limits.MemoryBytes), what)}
+		return contained.OOMDeath(h.spec.Limits, vm)
 	}
 	return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: why + h.stderr()}
 }

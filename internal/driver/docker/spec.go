@@ -10,65 +10,24 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Where the agent lives in a container, and as what.
+// The agent's layout in the container (see package contained).
 const (
-	// agentDir is where the agent's volume is mounted, read-only: in the
-	// container's own /dev (a tmpfs the engine makes), so that its mount
-	// point is not made in the image's root; the agent moves it into its
-	// own directory once it runs. The binary is in agentBinDir below it, a
-	// directory only root may enter.
-	agentDir    = "/dev/.airlock"
-	agentBinDir = agentDir + "/agent"
-	// agentName is the binary's name, and the agent's argv[0].
-	agentName = "airlock-agent"
-	// agentHome is the agent's own directory, only root may enter (see
-	// agent.ContainedConfig.Home); the agent moves its volume there, so
-	// relays run agentRelayDir/airlock-agent.
-	agentHome     = "/tmp/.agent"
-	agentRelayDir = agentHome + "/bin/agent"
-	// sessionSocket is where the agent listens for later host sessions
-	// (agent.ContainedConfig.Listen), reached through a relay.
-	sessionSocket = agentHome + "/sock"
-	// chrootDir is the commands' chroot where the agent gives them cgroup
-	// v2 groups (see agent.ContainedConfig.ChrootDir).
-	chrootDir = agentHome + "/root"
-	// hostname is every sandbox's host name.
-	hostname = "sandbox"
-	// Workload uid and gid; the agent is uid 0 of the container.
-	workloadUID = 1000
-	workloadGID = 1000
-)
-
-// agentCaps are the container's capabilities, the agent's (docs/decisions.md,
-// 7): finish the sandbox (unmount /sys, cgroups inside, the commands'
-// chroot), start commands as the workload and signal them. Commands get
-// none: the agent starts each from a thread that dropped the bounding set,
-// as uid 1000, with no_new_privs and its own seccomp filter.
-var agentCaps = []string{
-	"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN",
-	"CAP_SYS_CHROOT", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
-}
-
-// Room for what the container holds besides the workload: the agent (a Go
-// program, a dozen threads, about 10 MiB), and for a user-space kernel or a
-// virtual machine, the kernel too.
-const (
-	agentMemory   = 32 << 20
-	kernelMemory  = 96 << 20
-	agentPids     = 128
+	agentDir      = contained.AgentDir
+	agentBinDir   = contained.AgentBinDir
+	agentName     = contained.AgentName
+	agentHome     = contained.AgentHome
+	agentRelayDir = contained.AgentRelayDir
+	sessionSocket = contained.SessionSocket
+	chrootDir     = contained.ChrootDir
+	hostname      = contained.Hostname
+	workloadUID   = contained.WorkloadUID
+	workloadGID   = contained.WorkloadGID
 	cpuNanosPerCo = 1e9
 )
-
-// vmRuntime says whether runtime gives the container a kernel of its own
-// (gVisor, Kata): then uids are not shared with other containers, and the
-// container's memory holds that kernel too.
-func vmRuntime(runtime string) bool {
-	r := strings.ToLower(runtime)
-	return strings.Contains(r, "runsc") || strings.Contains(r, "gvisor") || strings.Contains(r, "kata")
-}
 
 // containerSpec is what one sandbox's container is made from.
 type containerSpec struct {
@@ -83,7 +42,7 @@ type containerSpec struct {
 }
 
 // create returns the container's configuration: the agent as its only
-// process, root of the container with agentCaps and no_new_privs, under
+// process, root of the container with agent.ContainedCaps and no_new_privs, under
 // the engine's default seccomp profile; a read-only root from the image
 // (with a kernel of the runtime's own, gVisor or Kata, the agent makes it
 // read-only in that kernel once it has removed /sys: a read-only root
@@ -115,14 +74,8 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		WorkingDir: "/",
 		Labels:     labels,
 	}
-	memory := l.MemoryBytes + agentMemory
-	if vmRuntime(c.Runtime) {
-		memory = l.MemoryBytes + kernelMemory
-	}
-	pids := int64(l.Pids + agentPids)
-	if vmRuntime(c.Runtime) {
-		pids = int64(l.Pids)*3 + 256 // gVisor's own threads and stubs count too
-	}
+	memory := contained.Memory(l, contained.IsVMRuntime(c.Runtime))
+	pids := contained.Pids(l, contained.IsVMRuntime(c.Runtime))
 	swappiness := int64(0)
 	tmpfs := func(size int64, extra ...string) string {
 		o := append([]string{"rw", "nosuid", "nodev", "size=" + strconv.FormatInt(size, 10)}, extra...)
@@ -131,9 +84,9 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 	hc := &container.HostConfig{
 		Runtime:        c.Runtime,
 		NetworkMode:    "none",
-		ReadonlyRootfs: !vmRuntime(c.Runtime),
+		ReadonlyRootfs: !contained.IsVMRuntime(c.Runtime),
 		CapDrop:        []string{"ALL"},
-		CapAdd:         slices.Clone(agentCaps),
+		CapAdd:         slices.Clone(agent.ContainedCaps),
 		SecurityOpt:    []string{"no-new-privileges"},
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		IpcMode:        container.IPCModePrivate,
@@ -196,8 +149,8 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
-			AgentVolume: agentDir, Home: agentHome, MaskProc: !vmRuntime(runtime),
-			CgroupV1: true, SharedUIDs: !vmRuntime(runtime), ReadOnlyRoot: vmRuntime(runtime),
+			AgentVolume: agentDir, Home: agentHome, MaskProc: !contained.IsVMRuntime(runtime),
+			CgroupV1: true, SharedUIDs: !contained.IsVMRuntime(runtime), ReadOnlyRoot: contained.IsVMRuntime(runtime),
 		},
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -201,11 +202,11 @@ func (d *Driver) runtimeClass(ctx context.Context, name string) (runtimeClass, e
 	c, err := k.getRuntimeClass(ctx, name)
 	switch {
 	case err == nil:
-		rc = runtimeClass{handler: c.Handler, vm: vmRuntime(name, c.Handler)}
+		rc = runtimeClass{handler: c.Handler, vm: contained.IsVMRuntime(name, c.Handler)}
 	case isForbidden(err):
 		// RuntimeClasses are cluster-wide, which a namespaced Role does
 		// not cover: the name tells.
-		rc = runtimeClass{vm: vmRuntime(name)}
+		rc = runtimeClass{vm: contained.IsVMRuntime(name)}
 	case isNotFound(err):
 		have := []string{RuntimeClassNone}
 		if list, lerr := k.listRuntimeClasses(ctx); lerr == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -328,10 +329,6 @@ func fatalWaiting(reason string) bool {
 // deathOf says why a Pod that ended ended: the kubelet's eviction, an
 // out-of-memory kill, or the agent's exit.
 func (h *host) deathOf(p *corev1.Pod, t *corev1.ContainerStateTerminated) *agentdriver.Death {
-	what := "the agent"
-	if vmRuntime(h.spec.Runtime) {
-		what = "the runtime's kernel"
-	}
 	if p.Status.Reason == "Evicted" {
 		r := sandbox.ReasonKilled
 		if strings.Contains(strings.ToLower(p.Status.Message), "memory") {
@@ -340,7 +337,7 @@ func (h *host) deathOf(p *corev1.Pod, t *corev1.ContainerStateTerminated) *agent
 		return &agentdriver.Death{Reason: r, Msg: "the node evicted the sandbox's Pod: " + p.Status.Message}
 	}
 	if t != nil && t.Reason == "OOMKilled" {
-		return &agentdriver.Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(h.spec.Limits.MemoryBytes), what)}
+		return contained.OOMDeath(h.spec.Limits, contained.IsVMRuntime(h.spec.Runtime))
 	}
 	msg := "the sandbox's Pod ended: " + describePod(p)
 	return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: msg + h.stderr()}

@@ -13,48 +13,37 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Where the agent lives in a Pod, and as what (as in the Docker driver).
+// The agent's layout in the Pod (see package contained).
 const (
-	// agentDir is where the agent's image volume is mounted, read-only: in
-	// the container's own /dev (a tmpfs the runtime makes), so that no
-	// mount point is made in the image's root; the agent moves it into its
-	// own directory once it runs. The binary is in agentBinDir below it, a
-	// directory only root may enter.
-	agentDir    = "/dev/.airlock"
-	agentBinDir = agentDir + "/agent"
-	agentName   = "airlock-agent"
-	// agentHome is the agent's own directory (agent.ContainedConfig.Home);
-	// relays run agentRelayBin.
-	agentHome     = "/tmp/.agent"
-	agentRelayBin = agentHome + "/bin/agent/" + agentName
-	// sessionSocket is where a persistent agent listens for later host
-	// sessions (agent.ContainedConfig.Listen), reached through a relay.
-	sessionSocket = agentHome + "/sock"
-	chrootDir     = agentHome + "/root"
-	hostname      = "sandbox"
-	workloadUID   = 1000
-	workloadGID   = 1000
+	agentDir      = contained.AgentDir
+	agentBinDir   = contained.AgentBinDir
+	agentName     = contained.AgentName
+	agentHome     = contained.AgentHome
+	agentRelayBin = contained.AgentRelayBin
+	sessionSocket = contained.SessionSocket
+	chrootDir     = contained.ChrootDir
+	hostname      = contained.Hostname
+	workloadUID   = contained.WorkloadUID
+	workloadGID   = contained.WorkloadGID
 	// containerName is the name of the Pod's one container.
 	containerName = "sandbox"
 )
 
-// agentCaps are the container's capabilities, the agent's (docs/decisions.md,
-// 7), as Kubernetes spells them, and NET_ADMIN to bring up loopback in the
-// agent's own network namespace; the agent drops all but a few once the
-// sandbox is built, and commands get none.
-var agentCaps = []corev1.Capability{
-	"SETUID", "SETGID", "KILL", "SETPCAP", "SYS_ADMIN", "SYS_CHROOT", "CHOWN", "DAC_OVERRIDE", "FOWNER", "NET_ADMIN",
-}
-
-// Room for what the container holds besides the workload: the agent, and
-// for a user-space kernel or a virtual machine, that kernel too.
-const (
-	agentMemory  = 32 << 20
-	kernelMemory = 96 << 20
-)
+// agentCaps are the container's capabilities (agent.ContainedCaps) as
+// Kubernetes spells them, and NET_ADMIN to bring up loopback in the
+// agent's own network namespace; the agent drops that once the sandbox is
+// built, and commands get none.
+var agentCaps = func() []corev1.Capability {
+	var caps []corev1.Capability
+	for _, c := range agent.ContainedCaps {
+		caps = append(caps, corev1.Capability(strings.TrimPrefix(c, "CAP_")))
+	}
+	return append(caps, "NET_ADMIN")
+}()
 
 // podSpec is what one sandbox's Pod is made from.
 type podSpec struct {
@@ -82,10 +71,7 @@ func podName(id string) string { return "airlock-" + strings.ReplaceAll(id, "_",
 // host namespaces or paths; standard input open for the agent's stream.
 func (p podSpec) pod(namespace string) *corev1.Pod {
 	l := p.Spec.Limits
-	memory := l.MemoryBytes + agentMemory
-	if p.VM {
-		memory = l.MemoryBytes + kernelMemory
-	}
+	memory := contained.Memory(l, p.VM)
 	cpuMilli := int64(l.CPUs * 1000)
 	reqMilli := max(int64(float64(cpuMilli)*p.CPURequest), 1)
 	f := false
@@ -194,18 +180,6 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm,
 		},
 	}
-}
-
-// vmRuntime says whether a RuntimeClass (its name, or its handler) gives
-// the Pod a kernel of its own (gVisor, Kata).
-func vmRuntime(names ...string) bool {
-	for _, n := range names {
-		n = strings.ToLower(n)
-		if strings.Contains(n, "runsc") || strings.Contains(n, "gvisor") || strings.Contains(n, "kata") {
-			return true
-		}
-	}
-	return false
 }
 
 // AgentImageRef is the default name of the agent's image for the agent
