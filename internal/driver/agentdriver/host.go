@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
@@ -196,4 +198,52 @@ func CgroupUsage(g *cgroup.Group, l sandbox.Limits) (sandbox.SandboxUsage, error
 		return sandbox.SandboxUsage{}, fmt.Errorf("read the sandbox's CPU time: %w", err)
 	}
 	return sandbox.SandboxUsage{MemoryBytes: mem, MemoryLimitBytes: l.MemoryBytes, CPUMS: cpu / 1e6, CPUs: l.CPUs, At: time.Now()}, nil
+}
+
+// Lifecycle is the end of a host's environment, for a Host to embed: Done
+// closes once the environment has ended, Ended says why it ended by
+// itself, and Closing, once set (when Teardown begins), says it does not
+// end by itself from then on. The zero value is ready.
+type Lifecycle struct {
+	// Closing is set once Teardown begins.
+	Closing atomic.Bool
+
+	initOnce sync.Once
+	done     chan struct{}
+	doneOnce sync.Once
+	mu       sync.Mutex
+	ended    *Death
+}
+
+func (l *Lifecycle) init() { l.initOnce.Do(func() { l.done = make(chan struct{}) }) }
+
+// Done is closed once the environment has ended.
+func (l *Lifecycle) Done() <-chan struct{} {
+	l.init()
+	return l.done
+}
+
+// CloseDone closes Done, once.
+func (l *Lifecycle) CloseDone() {
+	l.init()
+	l.doneOnce.Do(func() { close(l.done) })
+}
+
+// Ended says why the environment ended by itself, once it has.
+func (l *Lifecycle) Ended() *Death {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// SetEnded records dt as why the environment ended, unless it is being
+// closed; it says whether it did.
+func (l *Lifecycle) SetEnded(dt *Death) bool {
+	if l.Closing.Load() {
+		return false
+	}
+	l.mu.Lock()
+	l.ended = dt
+	l.mu.Unlock()
+	return true
 }

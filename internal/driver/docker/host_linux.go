@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -44,15 +43,8 @@ type host struct {
 	// (runc); nil otherwise.
 	group, workload *cgroup.Group
 	log             agentdriver.LogBuffer // the agent's standard error
-	done            chan struct{}
-	doneOnce        sync.Once
-	waitStop        context.CancelFunc // stops watching the container; nil before
-
-	// closing is set once Teardown begins: from then on the sandbox does
-	// not end by itself.
-	closing atomic.Bool
-	mu      sync.Mutex
-	ended   *agentdriver.Death
+	agentdriver.Lifecycle
+	waitStop context.CancelFunc // stops watching the container; nil before
 
 	closeOnce   sync.Once
 	teardownErr error
@@ -65,7 +57,7 @@ var (
 )
 
 func newHost(d *Driver, spec sandbox.Spec, lock *hostlock.Lock) *host {
-	return &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
+	return &host{d: d, spec: spec, lock: lock}
 }
 
 // Exec: where the agent gives each exec a cgroup that this host sees (runc
@@ -78,15 +70,6 @@ func (h *host) Exec(string) agentdriver.ExecHost {
 		return agentdriver.PerExecCgroup(h.workload, h.pid)
 	}
 	return agentdriver.SandboxCgroupDelta(h.group)
-}
-
-func (h *host) Done() <-chan struct{} { return h.done }
-
-// Ended says why the sandbox died, once it has.
-func (h *host) Ended() *agentdriver.Death {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended
 }
 
 // Usage reads the container's cgroup, which holds the agent (and a
@@ -275,14 +258,12 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 		case err := <-res.Error:
 			why = "airlock lost the container: " + err.Error()
 		}
-		if !h.closing.Load() {
+		if !h.Closing.Load() {
 			dt := h.deathCause(why)
-			h.mu.Lock()
-			h.ended = dt
-			h.mu.Unlock()
+			h.SetEnded(dt)
 			h.d.rc.Logger.Warn("docker sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 		}
-		h.doneOnce.Do(func() { close(h.done) })
+		h.CloseDone()
 	}()
 	return nil
 }
@@ -291,7 +272,7 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 // watching it and drops its copy of the sandbox's lock, which a later
 // process takes again when it reattaches (Driver.Recover).
 func (h *host) Detach() {
-	h.closing.Store(true)
+	h.Closing.Store(true)
 	if h.waitStop != nil {
 		h.waitStop()
 	}
@@ -319,7 +300,7 @@ func (h *host) deathCause(why string) *agentdriver.Death {
 // the runtime's own words.
 func (h *host) startError(err error) error {
 	select {
-	case <-h.done:
+	case <-h.Done():
 	case <-time.After(time.Second):
 	}
 	return fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
@@ -340,7 +321,7 @@ func (h *host) stderr() string {
 // sandbox is in.
 func (h *host) Teardown(ctx context.Context) error {
 	h.closeOnce.Do(func() {
-		h.closing.Store(true)
+		h.Closing.Store(true)
 		if h.conn != nil {
 			h.conn.Close()
 		}
@@ -360,14 +341,14 @@ func (h *host) Teardown(ctx context.Context) error {
 		}
 		if h.waitStop != nil {
 			select {
-			case <-h.done:
+			case <-h.Done():
 			case <-time.After(15 * time.Second):
 				h.d.rc.Logger.Error("the container did not stop after its removal", "sandbox_id", h.spec.ID)
 			}
 			h.waitStop()
 		}
 		h.lock.Release()
-		h.doneOnce.Do(func() { close(h.done) })
+		h.CloseDone()
 		if h.teardownErr == nil && h.cid != "" && !h.gone(ctx) {
 			h.teardownErr = fmt.Errorf("sandbox %s: its container %s is still there after close", h.spec.ID, h.cid)
 		}

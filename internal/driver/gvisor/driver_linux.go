@@ -166,7 +166,7 @@ func (d *Driver) start(ctx context.Context, bd *agentdriver.Build) (*agent.Clien
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &host{d: d, spec: spec, lock: bd.Lock, done: make(chan struct{}), created: time.Now()}
+	h := &host{d: d, spec: spec, lock: bd.Lock, created: time.Now()}
 	bd.Host(h)
 	h.bundle = filepath.Join(d.bundlesDir(), spec.ID)
 	if err := os.MkdirAll(d.bundlesDir(), 0o700); err != nil {
@@ -303,7 +303,7 @@ func (d *Driver) Sweep(context.Context) error {
 		ids[i] = ent.Name()
 	}
 	return hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
-		h := &host{d: d, spec: sandbox.Spec{ID: id}, bundle: filepath.Join(d.bundlesDir(), id), done: make(chan struct{})}
+		h := &host{d: d, spec: sandbox.Spec{ID: id}, bundle: filepath.Join(d.bundlesDir(), id)}
 		if d.hier != nil {
 			h.group = d.hier.Open(d.rc.CgroupParent + "/" + id)
 		}

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,23 +29,15 @@ import (
 // whose container's only process is the agent, talking over the
 // container's stdin and stdout; its bundle, cgroup and lock.
 type host struct {
-	d        *Driver
-	spec     sandbox.Spec
-	lock     *hostlock.Lock
-	bundle   string
-	group    *cgroup.Group // the host cgroup; nil without cgroups
-	cmd      *exec.Cmd
-	conn     net.Conn
-	log      agentdriver.LogBuffer // runsc's and the agent's standard error
-	done     chan struct{}
-	doneOnce sync.Once
-
-	// closing is set once Teardown begins: from then on the sandbox does
-	// not end by itself.
-	closing atomic.Bool
-	mu      sync.Mutex
-	// ended says why the sandbox ended by itself (it died), once it has.
-	ended *agentdriver.Death
+	d      *Driver
+	spec   sandbox.Spec
+	lock   *hostlock.Lock
+	bundle string
+	group  *cgroup.Group // the host cgroup; nil without cgroups
+	cmd    *exec.Cmd
+	conn   net.Conn
+	log    agentdriver.LogBuffer // runsc's and the agent's standard error
+	agentdriver.Lifecycle
 
 	closeOnce    sync.Once
 	teardownErr  error
@@ -82,15 +73,6 @@ func (h *host) CowLayers() []sandbox.CowLayer {
 // Exec: the host sees the sandbox's cgroup only, which holds gVisor's
 // kernel too; kills go through the agent.
 func (h *host) Exec(string) agentdriver.ExecHost { return agentdriver.SandboxCgroupDelta(h.group) }
-
-func (h *host) Done() <-chan struct{} { return h.done }
-
-// Ended says why the sandbox died, once it has.
-func (h *host) Ended() *agentdriver.Death {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended
-}
 
 // Usage reads the sandbox's host cgroup, which holds gVisor's kernel and
 // its gofer too.
@@ -231,7 +213,7 @@ func (h *host) startPersistent(ctx context.Context, cfg *agent.Config) (*agent.C
 	stdinW.Close()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.done)
+	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.Done())
 	if err != nil {
 		return nil, nil, h.startError(err)
 	}
@@ -315,7 +297,7 @@ func (h *host) DriverState() ([]byte, error) {
 // Detach lets go of the sandbox: this process's copy of its lock closes
 // (runsc holds it still) and the host stops watching runsc.
 func (h *host) Detach() {
-	h.closing.Store(true)
+	h.Closing.Store(true)
 	if h.watch != nil {
 		h.watch.Stop()
 	}
@@ -341,7 +323,7 @@ func (h *host) startError(err error) error {
 	if h.group != nil {
 		// Give runsc a moment to fail all the way and count what it hit.
 		select {
-		case <-h.done:
+		case <-h.Done():
 		case <-time.After(time.Second):
 		}
 		if st, serr := h.group.Stats(); serr == nil && st.PidsMax > 0 {
@@ -358,14 +340,12 @@ func (h *host) wait() { h.exited(h.cmd.Wait()) }
 
 // exited records that runsc has exited, with err.
 func (h *host) exited(err error) {
-	if !h.closing.Load() {
+	if !h.Closing.Load() {
 		dt := h.deathCause(err)
-		h.mu.Lock()
-		h.ended = dt
-		h.mu.Unlock()
+		h.SetEnded(dt)
 		h.d.rc.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 	}
-	h.doneOnce.Do(func() { close(h.done) })
+	h.CloseDone()
 }
 
 // deathCause reads why the sandbox died from the host's counters.
@@ -398,7 +378,7 @@ func (h *host) stderr() string {
 // a broken connection is either a dead sandbox or a broken agent.
 func (h *host) waitDone(d time.Duration) bool {
 	select {
-	case <-h.done:
+	case <-h.Done():
 		return true
 	case <-time.After(d):
 		return false
@@ -425,7 +405,7 @@ func (h *host) Teardown(context.Context) error {
 // cgroups, the bundle and the lock are removed.
 func (h *host) teardown() {
 	h.teardownOnce.Do(func() {
-		h.closing.Store(true)
+		h.Closing.Store(true)
 		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
 		if h.conn != nil {
 			h.conn.Close()
@@ -502,7 +482,7 @@ func (h *host) teardown() {
 		}
 		h.lock.Release()
 		if h.cmd == nil {
-			h.doneOnce.Do(func() { close(h.done) })
+			h.CloseDone()
 		}
 	})
 }

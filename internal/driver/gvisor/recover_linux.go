@@ -31,7 +31,7 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.In
 	}
 	bundle := filepath.Join(d.bundlesDir(), id)
 	h := &host{
-		d: d, spec: spec, bundle: bundle, done: make(chan struct{}), persistent: true, created: st.Created,
+		d: d, spec: spec, bundle: bundle, persistent: true, created: st.Created,
 		session: filepath.Join(bundle, "session"), logPath: filepath.Join(bundle, "log"),
 		runscPid: st.RunscPid, runscStart: st.RunscStart,
 	}
@@ -57,7 +57,7 @@ func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client
 	if h.watch, err = agentdriver.WatchPidfd(pidfd, func() { h.exited(nil) }); err != nil {
 		return nil, nil, fmt.Errorf("watch its runsc: %w", err)
 	}
-	c, err := agentdriver.DialSession(ctx, h.sockPath(), h.done)
+	c, err := agentdriver.DialSession(ctx, h.sockPath(), h.Done())
 	if err != nil {
 		return nil, nil, err
 	}

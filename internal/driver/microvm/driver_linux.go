@@ -302,7 +302,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &host{d: d, spec: spec, lock: b.Lock, done: make(chan struct{})}
+	h := &host{d: d, spec: spec, lock: b.Lock}
 	b.Host(h)
 	if h.uidLock, h.uid, err = hostlock.UIDRange(d.rc.StateDir); err != nil {
 		return nil, nil, err
