@@ -582,7 +582,7 @@ func TestOneShot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Recover(context.Background(), id, h.states[id]); !errors.Is(err, sandbox.ErrInvalid) {
-		t.Errorf("Recover with a one-shot driver: %v, want ErrInvalid", err)
+	if _, err := d.Recover(context.Background(), id, h.states[id]); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("Recover with a one-shot driver: %v, want ErrUnsupported", err)
 	}
 }
