@@ -263,16 +263,13 @@ type Reattaching struct {
 }
 
 // Reattach reattaches to sandbox id, which an earlier airlock process
-// made (sandbox.Recoverer): a sandbox whose holder is gone is removed and
-// not found; one that answers as its own is returned running, its egress
-// attached again, its exec ids with a prefix of their own and what is left
-// of its lifetime; one whose agent speaks another protocol version is
+// made (sandbox.Recoverer), from its state (DecodeState): a sandbox whose
+// holder is gone is removed and not found; one that answers as its own
+// is returned running, its egress attached again, its exec ids with a
+// prefix of their own and what is left of its lifetime; one whose agent speaks another protocol version is
 // returned Mismatched, running on. On any other error nothing of it is
 // left.
 func (r *Recipe) Reattach(ctx context.Context, id string, p Reattaching) (_ sandbox.Instance, err error) {
-	if err := r.CanReattach(id); err != nil {
-		return nil, err
-	}
 	lock, lerr := hostlock.Sandbox(r.StateDir, id)
 	switch {
 	case lerr == nil && p.HolderLocks:
@@ -348,12 +345,16 @@ func (r *Recipe) SweepCgroups(hier *cgroup.Hierarchy, spare ...int) {
 	})
 }
 
-// DecodeState reads sandbox id's driver state raw (the JSON of a T whose
-// spec is at spec) and returns it with the spec, its limits' defaults
-// filled in. An empty state (a create that did not finish) is a spec with
-// only the id: enough to end the sandbox.
-func DecodeState[T any](id string, raw []byte, spec func(*T) *sandbox.Spec) (T, sandbox.Spec, error) {
+// DecodeState is the start of every reattach: it refuses what r cannot
+// reattach (CanReattach), reads sandbox id's driver state raw (the JSON of
+// a T whose spec is at spec) and returns it with the spec, its limits'
+// defaults filled in. An empty state (a create that did not finish) is a
+// spec with only the id: enough to end the sandbox.
+func DecodeState[T any](r *Recipe, id string, raw []byte, spec func(*T) *sandbox.Spec) (T, sandbox.Spec, error) {
 	var st T
+	if err := r.CanReattach(id); err != nil {
+		return st, sandbox.Spec{}, err
+	}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &st); err != nil || spec(&st).ID != id {
 			return st, sandbox.Spec{}, fmt.Errorf("sandbox %s: %w: its driver state does not name it (%w)", id, sandbox.ErrInvalid, err)

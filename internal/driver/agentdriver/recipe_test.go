@@ -437,7 +437,7 @@ func TestReattach(t *testing.T) {
 	t.Run("not persistent", func(t *testing.T) {
 		r := newRecipe(t)
 		r.Persistent = false
-		_, err := r.Reattach(context.Background(), "sb-x", Reattaching{})
+		_, _, err := DecodeState(r, "sb-x", nil, func(s *sandbox.Spec) *sandbox.Spec { return s })
 		if !errors.Is(err, sandbox.ErrUnsupported) {
 			t.Errorf("reattach on a driver that is not persistent: %v, want ErrUnsupported", err)
 		}

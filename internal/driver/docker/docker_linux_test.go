@@ -246,7 +246,7 @@ func holdSandboxes() int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		st, err := State(sb)
+		st, err := sb.(sandbox.StateHolder).DriverState()
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1

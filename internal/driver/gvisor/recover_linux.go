@@ -19,15 +19,12 @@ import (
 // (ErrNotFound); one that does not answer before ctx ends, or whose socket
 // is not its own, is killed and removed.
 func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
-	if err := d.rc.CanReattach(id); err != nil {
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
+	if err != nil {
 		return nil, err
 	}
 	if d.runsc == nil {
 		return nil, unsupported(d.runscErr.Error(), "build the pinned runsc with `make runsc`")
-	}
-	st, spec, err := agentdriver.DecodeState(id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
-	if err != nil {
-		return nil, err
 	}
 	bundle := filepath.Join(d.bundlesDir(), id)
 	h := &host{

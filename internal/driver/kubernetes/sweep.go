@@ -72,28 +72,14 @@ func (d *Driver) removeStale(ctx context.Context, name, id string) error {
 	return d.deletePod(ctx, name, p.UID)
 }
 
-// State returns what a daemon keeps of a Kubernetes sandbox to reattach
-// to it after a restart (Recover).
-func State(inst sandbox.Instance) ([]byte, error) {
-	if ai, ok := inst.(*agentdriver.Instance); ok {
-		if h, ok := ai.Host().(*host); ok {
-			return h.DriverState()
-		}
-	}
-	return nil, fmt.Errorf("not a kubernetes sandbox: %w", sandbox.ErrInvalid)
-}
-
 // Recover reattaches to sandbox id, a live Pod that another airlock
-// process made, from the state it kept (State). The agent, which outlives
+// process made, from the state it kept (DriverState). The agent, which outlives
 // its sessions, is reached through a relay run in the Pod with its exec
 // stream (agent.RelayArg); the new session closes the old one. Commands
 // that ran on meanwhile go on; the sandbox's files and background
 // processes are as they were.
 func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
-	if err := d.rc.CanReattach(id); err != nil {
-		return nil, err
-	}
-	st, spec, err := agentdriver.DecodeState(id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
 	if err != nil {
 		return nil, err
 	}

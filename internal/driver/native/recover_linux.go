@@ -21,10 +21,7 @@ import (
 // agent does not answer before ctx ends, or whose socket is not its
 // agent's, is killed and removed.
 func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
-	if err := d.rc.CanReattach(id); err != nil {
-		return nil, err
-	}
-	st, spec, err := agentdriver.DecodeState(id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
 	if err != nil {
 		return nil, err
 	}
