@@ -14,20 +14,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// The agent's layout in the container (see package contained).
-const (
-	agentDir      = contained.AgentDir
-	agentBinDir   = contained.AgentBinDir
-	agentName     = contained.AgentName
-	agentHome     = contained.AgentHome
-	agentRelayDir = contained.AgentRelayDir
-	sessionSocket = contained.SessionSocket
-	chrootDir     = contained.ChrootDir
-	hostname      = contained.Hostname
-	workloadUID   = contained.WorkloadUID
-	workloadGID   = contained.WorkloadGID
-	cpuNanosPerCo = 1e9
-)
+// cpuNanosPerCo is a core in the engine's NanoCPUs.
+const cpuNanosPerCo = 1e9
 
 // containerSpec is what one sandbox's container is made from.
 type containerSpec struct {
@@ -55,7 +43,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 	l := c.Spec.Limits
 	labels := map[string]string{LabelSandbox: c.Spec.ID, LabelDaemon: c.Instance}
 	cfg := &container.Config{
-		Hostname:     hostname,
+		Hostname:     contained.Hostname,
 		User:         "0:0",
 		AttachStdin:  true,
 		AttachStdout: true,
@@ -67,8 +55,8 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		StdinOnce: !c.Persistent,
 		// Only what finds the agent: commands get their environment from
 		// the agent, never from here.
-		Env:        []string{"PATH=" + agentBinDir},
-		Entrypoint: []string{agentName, agent.StdioArg},
+		Env:        []string{"PATH=" + contained.AgentBinDir},
+		Entrypoint: []string{contained.AgentName, agent.StdioArg},
 		Cmd:        []string{},
 		Image:      c.Image,
 		WorkingDir: "/",
@@ -94,7 +82,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		Privileged:     false,
 		ShmSize:        l.TmpBytes,
 		Tmpfs: map[string]string{
-			sandbox.Workspace: tmpfs(l.DiskBytes, "exec", "mode=0755", "uid="+strconv.Itoa(workloadUID), "gid="+strconv.Itoa(workloadGID)),
+			sandbox.Workspace: tmpfs(l.DiskBytes, "exec", "mode=0755", "uid="+strconv.Itoa(contained.WorkloadUID), "gid="+strconv.Itoa(contained.WorkloadGID)),
 			"/tmp":            tmpfs(l.TmpBytes, "exec", "mode=1777"),
 		},
 		LogConfig: container.LogConfig{Type: "none"},
@@ -108,7 +96,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 			PidsLimit:        &pids,
 		},
 		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: c.AgentVolume, Target: agentDir, ReadOnly: true,
+			Type: mount.TypeVolume, Source: c.AgentVolume, Target: contained.AgentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 	}
@@ -140,16 +128,16 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 	}
 	listen := ""
 	if persistent {
-		listen = sessionSocket
+		listen = contained.SessionSocket
 	}
 	return &agent.Config{
 		Mounts:   mounts,
-		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
-		UID: workloadUID, GID: workloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
+		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
-			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
-			AgentVolume: agentDir, Home: agentHome, MaskProc: !contained.IsVMRuntime(runtime),
+			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
+			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !contained.IsVMRuntime(runtime),
 			CgroupV1: true, SharedUIDs: !contained.IsVMRuntime(runtime), ReadOnlyRoot: contained.IsVMRuntime(runtime),
 		},
 	}
@@ -182,4 +170,4 @@ func containerName(id string) string { return "airlock-" + id }
 func agentVolumeName(sum string) string { return "airlock-agent-" + sum[:16] }
 
 // agentTarEntry is where the binary is inside the agent's volume.
-var agentTarEntry = path.Join(strings.TrimPrefix(agentBinDir, agentDir+"/"), agentName)
+var agentTarEntry = path.Join(strings.TrimPrefix(contained.AgentBinDir, contained.AgentDir+"/"), contained.AgentName)

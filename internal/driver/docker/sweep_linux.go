@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -172,7 +173,7 @@ func (d *Driver) reattach(ctx context.Context, h *host, cid string) (*agent.Clie
 	}
 	ec, err := d.cli.ExecCreate(ctx, cid, client.ExecCreateOptions{
 		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env: []string{"PATH=" + agentRelayDir}, Cmd: []string{agentName, agent.RelayArg, sessionSocket},
+		Env: []string{"PATH=" + contained.AgentRelayDir}, Cmd: []string{contained.AgentName, agent.RelayArg, contained.SessionSocket},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start a relay to its agent: %w", err)

@@ -17,21 +17,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// The agent's layout in the Pod (see package contained).
-const (
-	agentDir      = contained.AgentDir
-	agentBinDir   = contained.AgentBinDir
-	agentName     = contained.AgentName
-	agentHome     = contained.AgentHome
-	agentRelayBin = contained.AgentRelayBin
-	sessionSocket = contained.SessionSocket
-	chrootDir     = contained.ChrootDir
-	hostname      = contained.Hostname
-	workloadUID   = contained.WorkloadUID
-	workloadGID   = contained.WorkloadGID
-	// containerName is the name of the Pod's one container.
-	containerName = "sandbox"
-)
+// containerName is the name of the Pod's one container.
+const containerName = "sandbox"
 
 // agentCaps are the container's capabilities (agent.ContainedCaps) as
 // Kubernetes spells them, and NET_ADMIN to bring up loopback in the
@@ -96,7 +83,7 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  &f,
 			EnableServiceLinks:            &f,
-			Hostname:                      hostname,
+			Hostname:                      contained.Hostname,
 			TerminationGracePeriodSeconds: &grace,
 			// The workload's network is the agent's namespace with only
 			// loopback; nothing inside resolves names but through egress.
@@ -111,8 +98,8 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 				ImagePullPolicy: p.PullPolicy,
 				// Only what finds the agent: commands get their
 				// environment from the agent, never from here.
-				Env:        []corev1.EnvVar{{Name: "PATH", Value: agentBinDir}},
-				Command:    []string{agentName, agent.OwnNamespacesArg, agent.StdioArg},
+				Env:        []corev1.EnvVar{{Name: "PATH", Value: contained.AgentBinDir}},
+				Command:    []string{contained.AgentName, agent.OwnNamespacesArg, agent.StdioArg},
 				Args:       []string{},
 				WorkingDir: "/",
 				Stdin:      true,
@@ -134,7 +121,7 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 					},
 				},
 				VolumeMounts: []corev1.VolumeMount{
-					{Name: "agent", MountPath: agentDir, ReadOnly: true},
+					{Name: "agent", MountPath: contained.AgentDir, ReadOnly: true},
 					{Name: "workspace", MountPath: sandbox.Workspace},
 					{Name: "tmp", MountPath: "/tmp"},
 				},
@@ -167,15 +154,15 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 	l := spec.Limits
 	listen := ""
 	if persistent {
-		listen = sessionSocket
+		listen = contained.SessionSocket
 	}
 	return &agent.Config{
-		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
-		UID: workloadUID, GID: workloadGID, Env: spec.Env,
+		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: spec.Env,
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
-			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
-			AgentVolume: agentDir, Home: agentHome, MaskProc: !vm,
+			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
+			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !vm,
 			Unmount: []string{corev1.TerminationMessagePathDefault}, OwnWorkspace: true,
 			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm,
 		},
@@ -196,7 +183,7 @@ func AgentImageLayer(bin io.Reader, size int64) ([]byte, error) {
 	if err := tw.WriteHeader(&tar.Header{Name: "agent/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: epoch}); err != nil {
 		return nil, fmt.Errorf("make the agent's image: %w", err)
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: "agent/" + agentName, Typeflag: tar.TypeReg, Mode: 0o755, Size: size, ModTime: epoch}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: "agent/" + contained.AgentName, Typeflag: tar.TypeReg, Mode: 0o755, Size: size, ModTime: epoch}); err != nil {
 		return nil, fmt.Errorf("make the agent's image: %w", err)
 	}
 	if n, err := io.Copy(tw, bin); err != nil || n != size {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -128,7 +129,7 @@ func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client
 	case <-ctx.Done():
 		return nil, nil, fmt.Errorf("its Pod does not run: %w", ctx.Err())
 	}
-	conn, err := h.k.openStream(ctx, d.opts.Namespace, st.Pod, []string{agentRelayBin, agent.RelayArg, sessionSocket}, &h.log)
+	conn, err := h.k.openStream(ctx, d.opts.Namespace, st.Pod, []string{contained.AgentRelayBin, agent.RelayArg, contained.SessionSocket}, &h.log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start a relay to its agent: %w", err)
 	}
