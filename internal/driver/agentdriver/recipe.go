@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -366,4 +367,18 @@ func DecodeState[T any](r *Recipe, id string, raw []byte, spec func(*T) *sandbox
 	}
 	s.Limits = s.Limits.WithDefaults()
 	return st, s, nil
+}
+
+// Handshake performs the agent's handshake (agent.Dial) over c within d:
+// one that has not finished by then closes c, and its error says so.
+func Handshake(ctx context.Context, c net.Conn, d time.Duration) (*agent.Client, []sandbox.Layer, error) {
+	dctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stop := context.AfterFunc(dctx, func() { c.Close() })
+	client, layers, err := agent.Dial(dctx, c)
+	stop()
+	if err != nil && dctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w (the agent did not answer within %v)", err, d)
+	}
+	return client, layers, err
 }

@@ -169,16 +169,9 @@ func (h *host) dial(ctx context.Context) (*agent.Client, []sandbox.Layer, error)
 		defer close(found)
 		h.findCgroup(ctx)
 	}()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	cl, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	cl, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	<-found
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	if h.group != nil && h.pid > 0 {

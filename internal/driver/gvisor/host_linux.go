@@ -154,15 +154,8 @@ func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []s
 	if err := agent.WriteConfig(stdinW, cfg); err != nil {
 		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	client, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	client, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	return client, layers, nil

@@ -154,15 +154,8 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 
 // dial performs the handshake with the agent over h.conn.
 func (h *host) dial(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	cl, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	cl, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	return cl, layers, nil
