@@ -91,13 +91,14 @@ type Recipe struct {
 	sweepOnce sync.Once
 }
 
-// NewRecipe returns the recipe of driver name with s's defaults filled in.
-func NewRecipe(name string, s Shared, needAgent bool) (*Recipe, error) {
+// NewRecipe returns the recipe of driver name with s's defaults filled in
+// (the agent's binary looked up when needAgent), whose sweep is sweep.
+func NewRecipe(name string, s Shared, needAgent bool, sweep func(context.Context) error) (*Recipe, error) {
 	s, err := s.WithDefaults(needAgent)
 	if err != nil {
 		return nil, err
 	}
-	return &Recipe{Shared: s, Driver: name}, nil
+	return &Recipe{Shared: s, Driver: name, Sweep: sweep}, nil
 }
 
 // Steps are a driver's own parts of a create.

@@ -176,7 +176,7 @@ func (h *fakeHost) die(dt *Death) {
 
 func newRecipe(t *testing.T) *Recipe {
 	t.Helper()
-	r, err := NewRecipe("fake", Shared{StateDir: t.TempDir(), Persistent: true}, false)
+	r, err := NewRecipe("fake", Shared{StateDir: t.TempDir(), Persistent: true}, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,12 +50,6 @@ var (
 // New returns a Docker driver. It does no I/O: the engine is first asked
 // by Probe or Create.
 func New(opts Options) (*Driver, error) {
-	rc, err := agentdriver.NewRecipe("docker", agentdriver.Shared{
-		Logger: opts.Logger, StateDir: opts.StateDir, Egress: opts.Egress, Persistent: opts.Persistent,
-	}, false)
-	if err != nil {
-		return nil, err
-	}
 	if opts.Runtime == "" {
 		opts.Runtime = DefaultRuntime
 	}
@@ -63,8 +57,12 @@ func New(opts Options) (*Driver, error) {
 		name, _ := os.Hostname()
 		opts.Instance = RunInstance(name)
 	}
-	d := &Driver{opts: opts, rc: rc}
-	rc.Sweep, rc.SweepBeside = d.Sweep, true
+	d := &Driver{opts: opts}
+	var err error
+	if d.rc, err = agentdriver.NewRecipe("docker", opts.shared(), false, d.Sweep); err != nil {
+		return nil, err
+	}
+	d.rc.SweepBeside = true
 	return d, nil
 }
 

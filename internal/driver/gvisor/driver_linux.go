@@ -42,15 +42,11 @@ var (
 // be found; what the host lacks (runsc, root, cgroups) is reported by
 // Probe and Create. It asks runsc what it knows (about 10 ms).
 func New(opts Options) (*Driver, error) {
-	rc, err := agentdriver.NewRecipe("gvisor", agentdriver.Shared{
-		Logger: opts.Logger, StateDir: opts.StateDir, CgroupParent: opts.CgroupParent, Egress: opts.Egress,
-		Agent: opts.Agent, Persistent: opts.Persistent,
-	}, true)
-	if err != nil {
+	d := &Driver{opts: opts}
+	var err error
+	if d.rc, err = agentdriver.NewRecipe("gvisor", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err
 	}
-	d := &Driver{opts: opts, rc: rc}
-	rc.Sweep = d.Sweep
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if opts.Runsc != "" {
@@ -64,7 +60,7 @@ func New(opts Options) (*Driver, error) {
 			d.platform = d.runsc.DefaultPlatform()
 		}
 		if !d.runsc.Pinned {
-			rc.Logger.Warn("using a runsc that airlock did not build: run `make runsc` for the pinned one", "runsc", d.runsc.Describe())
+			d.rc.Logger.Warn("using a runsc that airlock did not build: run `make runsc` for the pinned one", "runsc", d.runsc.Describe())
 		}
 	}
 	d.hier, d.hierErr = cgroup.Detect()

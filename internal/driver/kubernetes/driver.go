@@ -53,12 +53,6 @@ var (
 // New returns a Kubernetes driver. It does no I/O: the cluster is first
 // asked by Probe or Create.
 func New(opts Options) (*Driver, error) {
-	rc, err := agentdriver.NewRecipe("kubernetes", agentdriver.Shared{
-		Logger: opts.Logger, StateDir: opts.StateDir, Egress: opts.Egress, Persistent: opts.Persistent,
-	}, false)
-	if err != nil {
-		return nil, err
-	}
 	if opts.RuntimeClass == "" {
 		opts.RuntimeClass = DefaultRuntimeClass
 	}
@@ -78,8 +72,12 @@ func New(opts Options) (*Driver, error) {
 	if opts.Instance == "" {
 		opts.Instance = RunInstance(hostnameOr("localhost"))
 	}
-	d := &Driver{opts: opts, rc: rc, classes: map[string]runtimeClass{}}
-	rc.Sweep, rc.SweepBeside = d.Sweep, true
+	d := &Driver{opts: opts, classes: map[string]runtimeClass{}}
+	rc, err := agentdriver.NewRecipe("kubernetes", opts.shared(), false, d.Sweep)
+	if err != nil {
+		return nil, err
+	}
+	rc.SweepBeside, d.rc = true, rc
 	return d, nil
 }
 

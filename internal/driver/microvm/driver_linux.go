@@ -76,20 +76,17 @@ var (
 // reported by Probe and Create. Without Options.Accel it probes /dev/kvm
 // (a few milliseconds).
 func New(opts Options) (*Driver, error) {
-	rc, err := agentdriver.NewRecipe("microvm", agentdriver.Shared{
-		Logger: opts.Logger, StateDir: opts.StateDir, CgroupParent: opts.CgroupParent, Egress: opts.Egress, Agent: opts.Agent,
-	}, true)
-	if err != nil {
-		return nil, err
-	}
 	if opts.Packages == nil {
 		opts.Packages = DefaultPackages
 	}
 	if opts.BootAttempts <= 0 {
 		opts.BootAttempts = 3
 	}
-	d := &Driver{opts: opts, rc: rc, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, built: map[string]any{}}
-	rc.Sweep = d.Sweep
+	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, built: map[string]any{}}
+	var err error
+	if d.rc, err = agentdriver.NewRecipe("microvm", opts.shared(), true, d.Sweep); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	q, err := findQEMU(ctx, opts.QEMU)

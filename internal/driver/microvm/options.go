@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -78,4 +79,9 @@ type Options struct {
 	// means one of the driver's own, with the default limits and no
 	// secrets.
 	Egress *egress.Proxy
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, CgroupParent: o.CgroupParent, Egress: o.Egress, Agent: o.Agent}
 }

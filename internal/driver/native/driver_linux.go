@@ -49,15 +49,11 @@ var (
 // New returns a native driver. It fails only when the agent binary cannot
 // be found; what the host lacks is reported by Probe and Create.
 func New(opts Options) (*Driver, error) {
-	rc, err := agentdriver.NewRecipe("native", agentdriver.Shared{
-		Logger: opts.Logger, StateDir: opts.StateDir, CgroupParent: opts.CgroupParent, Egress: opts.Egress,
-		Agent: opts.Agent, Persistent: opts.Persistent,
-	}, true)
-	if err != nil {
+	d := &Driver{opts: opts}
+	var err error
+	if d.rc, err = agentdriver.NewRecipe("native", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err
 	}
-	d := &Driver{opts: opts, rc: rc}
-	rc.Sweep = d.Sweep
 	d.hier, d.hierErr = cgroup.Detect()
 	return d, nil
 }

@@ -8,6 +8,7 @@ package native
 import (
 	"log/slog"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -35,4 +36,9 @@ type Options struct {
 	// (Recover). False: a sandbox dies with its process, as a one-shot
 	// run's must (the agent has a parent-death signal).
 	Persistent bool
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, CgroupParent: o.CgroupParent, Egress: o.Egress, Agent: o.Agent, Persistent: o.Persistent}
 }
