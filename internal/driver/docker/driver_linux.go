@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -222,14 +223,9 @@ func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
 	if spec.Root != "" {
 		return fmt.Errorf("%w: the docker driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
 	}
-	if spec.Image == "" {
-		spec.Image = d.opts.Image
-	}
-	if spec.Image == "" {
-		return fmt.Errorf("%w: the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them", sandbox.ErrInvalid)
-	}
-	if spec.Runtime == "" {
-		spec.Runtime = d.opts.Runtime
+	if err := contained.Defaults(spec, d.opts.Image, d.opts.Runtime,
+		"the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them"); err != nil {
+		return err
 	}
 	if err := d.checkMounts(spec.Mounts); err != nil {
 		return err

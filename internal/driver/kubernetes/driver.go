@@ -271,16 +271,8 @@ func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
 	if len(spec.Mounts) > 0 {
 		return &sandbox.UnsupportedError{What: "mounts in kubernetes sandboxes", Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"}
 	}
-	if spec.Image == "" {
-		spec.Image = d.opts.Image
-	}
-	if spec.Image == "" {
-		return fmt.Errorf("%w: the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)", sandbox.ErrInvalid)
-	}
-	if spec.Runtime == "" {
-		spec.Runtime = d.opts.RuntimeClass
-	}
-	return nil
+	return contained.Defaults(spec, d.opts.Image, d.opts.RuntimeClass,
+		"the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)")
 }
 
 // start is Create's own part: a warm Pod claimed, or a Pod made, and the

@@ -7,6 +7,7 @@
 package contained
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -97,4 +98,20 @@ func Holder(vm bool) string {
 // OOMDeath is the death of a container that the memory limit killed.
 func OOMDeath(l sandbox.Limits, vm bool) *agentdriver.Death {
 	return agentdriver.OOMDeath(l, Holder(vm))
+}
+
+// Defaults fills in spec's image and runtime with the driver's (image,
+// runtime). A spec left without an image is refused with need, which says
+// how to name one.
+func Defaults(spec *sandbox.Spec, image, runtime, need string) error {
+	if spec.Image == "" {
+		spec.Image = image
+	}
+	if spec.Image == "" {
+		return fmt.Errorf("%w: %s", sandbox.ErrInvalid, need)
+	}
+	if spec.Runtime == "" {
+		spec.Runtime = runtime
+	}
+	return nil
 }
