@@ -246,7 +246,8 @@ func holdSandboxes() int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		st, err := sb.(sandbox.StateHolder).DriverState()
+		// The host's own state: a one-shot sandbox's instance keeps none.
+		st, err := sb.(*agentdriver.Instance).Host().(*host).DriverState()
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1

@@ -367,7 +367,7 @@ func TestWarmPool(t *testing.T) {
 		// The sandbox was built before the claim, and took on the
 		// claim's own configuration.
 		var out strings.Builder
-		if res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $CLAIM $(contained.Hostname)"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+		if res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $CLAIM $(hostname)"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
 			t.Fatalf("exec in a claimed sandbox: %+v, %v", res, err)
 		}
 		if got, want := out.String(), strconv.Itoa(i)+" sandbox\n"; got != want {
