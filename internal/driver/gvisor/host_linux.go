@@ -269,11 +269,11 @@ func parentOf(pid int) (int, error) {
 // state is what a later process needs to reattach to a gVisor sandbox.
 type state struct {
 	Spec sandbox.Spec `json:"spec"`
+	// Created is when the sandbox was made.
+	Created time.Time `json:"created,omitzero"`
 	// RunscPid and RunscStart name `runsc run`.
 	RunscPid   int    `json:"runsc_pid"`
 	RunscStart uint64 `json:"runsc_start"`
-	// Created is when the sandbox was made.
-	Created time.Time `json:"created,omitzero"`
 }
 
 // DriverState is what a later process needs to reattach (Driver.Recover).

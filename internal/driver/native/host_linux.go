@@ -156,11 +156,11 @@ func (h *host) Detach() {
 type state struct {
 	Spec    sandbox.Spec `json:"spec"`
 	UIDBase int          `json:"uid_base"`
+	// Created is when the sandbox was made.
+	Created time.Time `json:"created,omitzero"`
 	// AgentPid and AgentStart name the agent's process.
 	AgentPid   int    `json:"agent_pid"`
 	AgentStart uint64 `json:"agent_start"`
-	// Created is when the sandbox was made.
-	Created time.Time `json:"created,omitzero"`
 }
 
 // DriverState is what a later process needs to reattach (Driver.Recover).
