@@ -580,9 +580,9 @@ func TestServeStop(t *testing.T) {
 // refuses work in them; DELETE (or airlock reap) ends them. The daemon
 // built back at the first version takes up those that still run.
 func TestServeUpgrade(t *testing.T) {
-	faultDrivers(t, func(t *testing.T, driver string) {
+	upgradeDrivers(t, func(t *testing.T, u upgradeCase) {
 		newBin := upgradeBinaries(t)
-		f := newFault(t, driver, "")
+		f := u.f
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -608,8 +608,8 @@ func TestServeUpgrade(t *testing.T) {
 				t.Errorf("after the upgrade, sandbox %s: %+v, %v; want running, protocol %d, mismatched", id, sb, err, old.AgentProtocol)
 			}
 		}
-		if procs := sandboxProcs(t, []string{kept}); len(procs) < 2 {
-			t.Errorf("after the upgrade the sandbox's processes are %v; want them running", procs)
+		if !u.running(kept) {
+			t.Errorf("after the upgrade sandbox %s does not run; it must run on", kept)
 		}
 		_, err = f.c.Exec(ctx, kept, client.ExecRequest{Argv: []string{"true"}})
 		var ae *client.Error
@@ -634,7 +634,7 @@ func TestServeUpgrade(t *testing.T) {
 		if err := f.c.DeleteSandbox(ctx, deleted); err != nil {
 			t.Errorf("delete a mismatched sandbox: %v", err)
 		}
-		noLeftovers(t, "after DELETE of a mismatched sandbox", []string{deleted})
+		u.gone(t, "after DELETE of a mismatched sandbox", []string{deleted})
 		f.stop()
 
 		// Back at the first version: the sandbox it made is its own again.
@@ -644,12 +644,73 @@ func TestServeUpgrade(t *testing.T) {
 			t.Errorf("exec after going back: %+v", r)
 		}
 		f.stop()
+		if !u.reap {
+			f.bin = newBin
+			f.start()
+			if err := f.c.DeleteSandbox(ctx, kept); err != nil {
+				t.Errorf("delete a mismatched sandbox: %v", err)
+			}
+			u.gone(t, "after DELETE of a mismatched sandbox", []string{kept})
+			return
+		}
 		// airlock reap of the other version ends it too.
 		o = airlockRun(t, invocation{args: []string{"reap", "--state-dir", f.dir, "--audit-key", f.dir + ".keys/audit.key"}, bin: newBin})
 		if o.code != 0 || !strings.Contains(o.stdout, kept+"\treaped") {
 			t.Errorf("airlock reap of another version: %d %q %q", o.code, o.stdout, o.stderr)
 		}
 		noLeftovers(t, "after airlock reap", []string{kept})
+	})
+}
+
+// upgradeCase is one driver's upgrade test: its fault, and how the test
+// sees what a sandbox holds on the host.
+type upgradeCase struct {
+	f *fault
+	// running says sandbox id runs on the host.
+	running func(id string) bool
+	// gone waits for nothing of ids to remain.
+	gone func(t *testing.T, what string, ids []string)
+	// reap: airlock reap ends the driver's sandboxes without a daemon.
+	reap bool
+}
+
+// upgradeDrivers runs fn on every driver that reattaches after a restart,
+// with what each needs of the host.
+func upgradeDrivers(t *testing.T, fn func(t *testing.T, u upgradeCase)) {
+	faultDrivers(t, func(t *testing.T, driver string) {
+		fn(t, upgradeCase{
+			f:       newFault(t, driver, ""),
+			running: func(id string) bool { return len(sandboxProcs(t, []string{id})) >= 2 },
+			gone:    noLeftovers,
+			reap:    true,
+		})
+	})
+	t.Run("docker", func(t *testing.T) {
+		image := requireDocker(t)
+		f := newFault(t, "docker", "")
+		conf := fmt.Sprintf("[[template]]\nname = \"default\"\ndriver = \"docker\"\nimage = %q\ntimeout = \"5m\"\n", image)
+		if err := os.WriteFile(f.cfg, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, upgradeCase{
+			f: f,
+			running: func(id string) bool {
+				return slices.Contains(sandboxContainers(t, []string{id}), id+" (running)")
+			},
+			gone: func(t *testing.T, what string, ids []string) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+					left := sandboxContainers(t, ids)
+					if len(left) == 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("%s, containers of these sandboxes remain: %v", what, left)
+						return
+					}
+				}
+			},
+		})
 	})
 }
 

@@ -111,6 +111,20 @@ type ListenConfig struct {
 // socket to listen on (ListenConfig.FD), not a connection.
 const ListenArg = "--listen"
 
+// ContainedCaps are the capabilities the agent is started with wherever a
+// runtime isolates (Config.Contained: gVisor, a container engine, a Pod),
+// as OCI spells them, and all that it keeps once the sandbox is built
+// (docs/decisions.md, 7): finish the sandbox (unmount /sys, cgroups
+// inside, the commands' chroot), start commands as the workload and
+// signal them, and act on files as the workload's uid. Commands get none:
+// the agent starts each from a thread that dropped the bounding set, as
+// the workload's uid, with no_new_privs and its own seccomp filter. These
+// are security-relevant: a test holds the agent to keeping exactly these.
+var ContainedCaps = []string{
+	"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN",
+	"CAP_SYS_CHROOT", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+}
+
 // ContainedConfig is what the agent sets up inside an environment that
 // already isolates (see Config.Contained).
 type ContainedConfig struct {

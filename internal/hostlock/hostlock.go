@@ -143,3 +143,23 @@ func UIDRange(stateDir string) (*Lock, int, error) {
 	}
 	return nil, 0, fmt.Errorf("all %d uid ranges are in use: %w", rangeSlots, sandbox.ErrLimit)
 }
+
+// SweepStale calls remove for each of ids (sandbox ids; others are passed
+// over) whose lock no live process holds, holding it meanwhile: whoever
+// owned that sandbox is gone, and what it left may go. It returns what
+// remove said.
+func SweepStale(stateDir string, ids []string, remove func(id string) error) error {
+	var errs []error
+	for _, id := range ids {
+		if !sandbox.ValidID(id) || Held(SandboxDir(stateDir), id) {
+			continue
+		}
+		lock, err := Sandbox(stateDir, id)
+		if err != nil {
+			continue // alive, or taken meanwhile
+		}
+		errs = append(errs, remove(id))
+		lock.Release()
+	}
+	return errors.Join(errs...)
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
@@ -68,11 +70,17 @@ func CgroupDeath(g *cgroup.Group, l sandbox.Limits, what string, hostPids int64)
 	st, _ := g.Stats()
 	switch {
 	case st.OOMKills > 0:
-		return &Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(l.MemoryBytes), what)}
+		return OOMDeath(l, what)
 	case st.PidsMax > 0:
 		return &Death{Reason: sandbox.ReasonPids, Msg: fmt.Sprintf("%s ran into the host's process limit (%d for a sandbox of %d processes)", what, hostPids, l.Pids)}
 	}
 	return nil
+}
+
+// OOMDeath is the death of a sandbox whose memory limit killed what
+// holds it (what: "the agent", "gVisor's kernel").
+func OOMDeath(l sandbox.Limits, what string) *Death {
+	return &Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(l.MemoryBytes), what)}
 }
 
 // PerExecCgroup is the host's view of an exec that has a cgroup of its own
@@ -190,4 +198,52 @@ func CgroupUsage(g *cgroup.Group, l sandbox.Limits) (sandbox.SandboxUsage, error
 		return sandbox.SandboxUsage{}, fmt.Errorf("read the sandbox's CPU time: %w", err)
 	}
 	return sandbox.SandboxUsage{MemoryBytes: mem, MemoryLimitBytes: l.MemoryBytes, CPUMS: cpu / 1e6, CPUs: l.CPUs, At: time.Now()}, nil
+}
+
+// Lifecycle is the end of a host's environment, for a Host to embed: Done
+// closes once the environment has ended, Ended says why it ended by
+// itself, and Closing, once set (when Teardown begins), says it does not
+// end by itself from then on. The zero value is ready.
+type Lifecycle struct {
+	// Closing is set once Teardown begins.
+	Closing atomic.Bool
+
+	initOnce sync.Once
+	done     chan struct{}
+	doneOnce sync.Once
+	mu       sync.Mutex
+	ended    *Death
+}
+
+func (l *Lifecycle) init() { l.initOnce.Do(func() { l.done = make(chan struct{}) }) }
+
+// Done is closed once the environment has ended.
+func (l *Lifecycle) Done() <-chan struct{} {
+	l.init()
+	return l.done
+}
+
+// CloseDone closes Done, once.
+func (l *Lifecycle) CloseDone() {
+	l.init()
+	l.doneOnce.Do(func() { close(l.done) })
+}
+
+// Ended says why the environment ended by itself, once it has.
+func (l *Lifecycle) Ended() *Death {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// SetEnded records dt as why the environment ended, unless it is being
+// closed; it says whether it did.
+func (l *Lifecycle) SetEnded(dt *Death) bool {
+	if l.Closing.Load() {
+		return false
+	}
+	l.mu.Lock()
+	l.ended = dt
+	l.mu.Unlock()
+	return true
 }

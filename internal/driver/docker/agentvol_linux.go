@@ -12,6 +12,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 )
 
 // The agent's binary reaches containers in a named volume per agent
@@ -65,18 +67,18 @@ func (d *Driver) agentVolume(ctx context.Context, image string) (string, error) 
 
 // fillAgentVolume copies the agent at path into the volume name.
 func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image, name, path, sum string) (err error) {
-	d.opts.Logger.Info("filling the agent's volume", "volume", name)
+	d.rc.Logger.Info("filling the agent's volume", "volume", name)
 	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: map[string]string{LabelAgent: sum}}); err != nil {
 		return fmt.Errorf("make the agent's volume: %w", err)
 	}
 	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
-			Image: image, Entrypoint: []string{agentName}, Cmd: []string{},
+			Image: image, Entrypoint: []string{contained.AgentName}, Cmd: []string{},
 			Labels: map[string]string{labelFill: sum, LabelDaemon: d.opts.Instance},
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none",
-			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: agentDir, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: contained.AgentDir, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
 		},
 	})
 	if err != nil {
@@ -86,7 +88,7 @@ func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image,
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, rerr := cli.ContainerRemove(rctx, c.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
-			d.opts.Logger.Warn("remove the container that filled the agent's volume", "container", c.ID, "err", rerr)
+			d.rc.Logger.Warn("remove the container that filled the agent's volume", "container", c.ID, "err", rerr)
 		}
 	}()
 	f, err := os.Open(path)
@@ -100,7 +102,7 @@ func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image,
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeAgentTar(pw, f, fi.Size())) }()
-	_, err = cli.CopyToContainer(ctx, c.ID, client.CopyToContainerOptions{DestinationPath: agentDir, Content: pr})
+	_, err = cli.CopyToContainer(ctx, c.ID, client.CopyToContainerOptions{DestinationPath: contained.AgentDir, Content: pr})
 	pr.Close()
 	if err != nil {
 		return fmt.Errorf("copy the agent into its volume: %w", err)
@@ -113,7 +115,7 @@ func (d *Driver) fillAgentVolume(ctx context.Context, cli *client.Client, image,
 func writeAgentTar(w io.Writer, bin io.Reader, size int64) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
-	dir := agentTarEntry[:len(agentTarEntry)-len(agentName)]
+	dir := agentTarEntry[:len(agentTarEntry)-len(contained.AgentName)]
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o700, ModTime: now}); err != nil {
 		return err
 	}

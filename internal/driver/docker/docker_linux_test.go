@@ -21,8 +21,10 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
@@ -251,7 +253,8 @@ func holdSandboxes() int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		st, err := State(sb)
+		// The host's own state: a one-shot sandbox's instance keeps none.
+		st, err := sb.(*agentdriver.Instance).Host().(*host).DriverState()
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
@@ -454,14 +457,14 @@ func TestHardening(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc, cfg := r.Container.HostConfig, r.Container.Config
-	mem := smallLimits.MemoryBytes + agentMemory
+	mem := smallLimits.MemoryBytes + contained.AgentMemory
 	checks := []struct {
 		what string
 		ok   bool
 	}{
 		{"read-only root", hc.ReadonlyRootfs},
 		{"CapDrop ALL", slices.Equal(hc.CapDrop, []string{"ALL"})},
-		{"CapAdd is the agent's list", len(hc.CapAdd) == len(agentCaps)},
+		{"CapAdd is the agent's list", len(hc.CapAdd) == len(agent.ContainedCaps)},
 		{"no-new-privileges", slices.Contains(hc.SecurityOpt, "no-new-privileges")},
 		{"no seccomp=unconfined", !slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.HasPrefix(s, "seccomp") })},
 		{"network none", string(hc.NetworkMode) == "none"},
@@ -470,7 +473,7 @@ func TestHardening(t *testing.T) {
 		{"memory limit", hc.Memory == mem},
 		{"no swap", hc.MemorySwap == mem},
 		{"CPU limit", hc.NanoCPUs == int64(smallLimits.CPUs*1e9)},
-		{"pids limit", hc.PidsLimit != nil && *hc.PidsLimit == int64(smallLimits.Pids+agentPids)},
+		{"pids limit", hc.PidsLimit != nil && *hc.PidsLimit == int64(smallLimits.Pids+contained.AgentPids)},
 		{"private cgroup namespace", hc.CgroupnsMode == container.CgroupnsModePrivate},
 		{"runtime runc", hc.Runtime == "runc"},
 		{"tmpfs /workspace and /tmp", hc.Tmpfs[sandbox.Workspace] != "" && hc.Tmpfs["/tmp"] != ""},
@@ -587,7 +590,7 @@ func TestOneShot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Recover(context.Background(), id, h.states[id]); !errors.Is(err, sandbox.ErrInvalid) {
-		t.Errorf("Recover with a one-shot driver: %v, want ErrInvalid", err)
+	if _, err := d.Recover(context.Background(), id, h.states[id]); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("Recover with a one-shot driver: %v, want ErrUnsupported", err)
 	}
 }

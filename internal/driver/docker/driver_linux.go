@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -18,17 +17,18 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // Driver runs sandboxes as containers of a Docker Engine.
 type Driver struct {
 	opts Options
+	rc   *agentdriver.Recipe
 
 	cliOnce sync.Once
 	cli     *client.Client
@@ -40,8 +40,6 @@ type Driver struct {
 
 	hierOnce sync.Once
 	hier     *cgroup.Hierarchy // this host's cgroups; nil without
-
-	sweep sync.Once
 }
 
 var (
@@ -53,12 +51,6 @@ var (
 // New returns a Docker driver. It does no I/O: the engine is first asked
 // by Probe or Create.
 func New(opts Options) (*Driver, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = "/run/airlock"
-	}
 	if opts.Runtime == "" {
 		opts.Runtime = DefaultRuntime
 	}
@@ -66,10 +58,13 @@ func New(opts Options) (*Driver, error) {
 		name, _ := os.Hostname()
 		opts.Instance = RunInstance(name)
 	}
-	if opts.Egress == nil {
-		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
+	d := &Driver{opts: opts}
+	var err error
+	if d.rc, err = agentdriver.NewRecipe("docker", opts.shared(), false, d.Sweep); err != nil {
+		return nil, err
 	}
-	return &Driver{opts: opts}, nil
+	d.rc.SweepBeside = true
+	return d, nil
 }
 
 // Name is "docker".
@@ -205,7 +200,7 @@ func (d *Driver) Describe() string {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+		Egress: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent,
 		Images: true, NeedsImage: d.opts.Image == "",
 		Lacks: map[sandbox.Capability]sandbox.Lack{
 			sandbox.CapHostRoot:     {Why: "the docker driver runs images, not a root directory of the host", Fix: "name an image instead (--image NAME, or image in the template)"},
@@ -223,32 +218,25 @@ func (d *Driver) hierarchy() *cgroup.Hierarchy {
 // Create starts a sandbox: its container, the agent over the attach
 // stream, and the handshake. Anything made before an error is removed
 // again.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Defaults: d.defaults, Start: d.start})
+}
+
+// defaults fills in the image and the runtime of spec, and refuses what the
+// engine cannot run.
+func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
 	if spec.Root != "" {
-		return nil, fmt.Errorf("%w: the docker driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
+		return fmt.Errorf("%w: the docker driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
-	if spec.Image == "" {
-		spec.Image = d.opts.Image
-	}
-	if spec.Image == "" {
-		return nil, fmt.Errorf("%w: the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them", sandbox.ErrInvalid)
-	}
-	if spec.Runtime == "" {
-		spec.Runtime = d.opts.Runtime
+	if err := contained.Defaults(spec, d.opts.Image, d.opts.Runtime,
+		"the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them"); err != nil {
+		return err
 	}
 	if err := d.checkMounts(spec.Mounts); err != nil {
-		return nil, err
+		return err
 	}
-	if spec.ID == "" {
-		spec.ID = sandbox.NewID()
-	}
-	cli, err := d.client()
-	if err != nil {
-		return nil, err
+	if _, err := d.client(); err != nil {
+		return err
 	}
 	// The engine is asked about itself (its runtimes) only once something
 	// fails: a start asks it nothing it does not need.
@@ -256,71 +244,48 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	info := d.info
 	d.mu.Unlock()
 	if info != nil {
-		if err := d.checkRuntime(info, spec.Runtime); err != nil {
-			return nil, err
-		}
+		return d.checkRuntime(info, spec.Runtime)
 	}
-	// Leftovers of airlock processes that died uncleanly are swept once per
-	// driver, beside its first sandbox's start (the sandbox's own lock
-	// keeps it out of the sweep).
-	d.sweep.Do(func() {
-		go func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if err := d.Sweep(sctx); err != nil {
-				d.opts.Logger.Warn("sweep the containers of dead airlock processes", "err", err)
-			}
-		}()
-	})
+	return nil
+}
 
-	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
-	}
-	h := newHost(d, spec, lock)
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
+// start is Create's own part: the container and the agent's handshake.
+func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client, []sandbox.Layer, error) {
+	spec := b.Spec
+	cli := d.cli
+	h := newHost(d, spec, b.Lock)
+	b.Host(h)
 	img, err := cli.ImageInspect(ctx, spec.Image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("image %q: %w: the engine at %s does not have it; build or load it first (docker build, docker load, docker import) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost())
+			return nil, nil, fmt.Errorf("image %q: %w: the engine at %s does not have it; build or load it first (docker build, docker load, docker import) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost())
 		}
 		if _, ierr := d.engine(ctx); ierr != nil {
-			return nil, ierr // the engine does not answer: say so, and how to fix it
+			return nil, nil, ierr // the engine does not answer: say so, and how to fix it
 		}
-		return nil, fmt.Errorf("look at image %q: %w", spec.Image, err)
+		return nil, nil, fmt.Errorf("look at image %q: %w", spec.Image, err)
 	}
 	if img.Os != "" && img.Os != "linux" {
-		return nil, fmt.Errorf("%w: image %q is for %s; the sandbox needs a Linux image", sandbox.ErrInvalid, spec.Image, img.Os)
+		return nil, nil, fmt.Errorf("%w: image %q is for %s; the sandbox needs a Linux image", sandbox.ErrInvalid, spec.Image, img.Os)
 	}
 	vol, err := d.agentVolume(ctx, spec.Image)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var imageEnv []string
 	if img.Config != nil {
 		imageEnv = img.Config.Env
 	}
-	cfg := agentConfig(spec, spec.Runtime, imageEnv, d.opts.Persistent)
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
-		return nil, err
+	cfg := agentConfig(spec, spec.Runtime, imageEnv, d.rc.Persistent)
+	if err := b.Egress(cfg); err != nil {
+		return nil, nil, err
 	}
-	cs := containerSpec{Spec: spec, Image: spec.Image, Runtime: spec.Runtime, Instance: d.opts.Instance, AgentVolume: vol, Persistent: d.opts.Persistent}
+	cs := containerSpec{Spec: spec, Image: spec.Image, Runtime: spec.Runtime, Instance: d.opts.Instance, AgentVolume: vol, Persistent: d.rc.Persistent}
 	cl, agentLayers, err := h.start(ctx, cs, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	return cl, append(h.layers(), agentLayers...), nil
 }
 
 // unsupported says why this host cannot run Docker sandboxes, and how to

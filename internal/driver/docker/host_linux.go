@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -19,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -41,15 +41,8 @@ type host struct {
 	// (runc); nil otherwise.
 	group, workload *cgroup.Group
 	log             agentdriver.LogBuffer // the agent's standard error
-	done            chan struct{}
-	doneOnce        sync.Once
-	waitStop        context.CancelFunc // stops watching the container; nil before
-
-	// closing is set once Teardown begins: from then on the sandbox does
-	// not end by itself.
-	closing atomic.Bool
-	mu      sync.Mutex
-	ended   *agentdriver.Death
+	agentdriver.Lifecycle
+	waitStop context.CancelFunc // stops watching the container; nil before
 
 	closeOnce   sync.Once
 	teardownErr error
@@ -62,7 +55,7 @@ var (
 )
 
 func newHost(d *Driver, spec sandbox.Spec, lock *hostlock.Lock) *host {
-	return &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
+	return &host{d: d, spec: spec, lock: lock}
 }
 
 // Exec: where the agent gives each exec a cgroup that this host sees (runc
@@ -75,15 +68,6 @@ func (h *host) Exec(string) agentdriver.ExecHost {
 		return agentdriver.PerExecCgroup(h.workload, h.pid)
 	}
 	return agentdriver.SandboxCgroupDelta(h.group)
-}
-
-func (h *host) Done() <-chan struct{} { return h.done }
-
-// Ended says why the sandbox died, once it has.
-func (h *host) Ended() *agentdriver.Death {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended
 }
 
 // Usage reads the container's cgroup, which holds the agent (and a
@@ -183,16 +167,9 @@ func (h *host) dial(ctx context.Context) (*agent.Client, []sandbox.Layer, error)
 		defer close(found)
 		h.findCgroup(ctx)
 	}()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	cl, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	cl, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	<-found
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	if h.group != nil && h.pid > 0 {
@@ -258,14 +235,12 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 		case err := <-res.Error:
 			why = "airlock lost the container: " + err.Error()
 		}
-		if !h.closing.Load() {
+		if !h.Closing.Load() {
 			dt := h.deathCause(why)
-			h.mu.Lock()
-			h.ended = dt
-			h.mu.Unlock()
-			h.d.opts.Logger.Warn("docker sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+			h.SetEnded(dt)
+			h.d.rc.Logger.Warn("docker sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 		}
-		h.doneOnce.Do(func() { close(h.done) })
+		h.CloseDone()
 	}()
 	return nil
 }
@@ -274,7 +249,7 @@ func (h *host) watch(ctx context.Context, cond container.WaitCondition) error {
 // watching it and drops its copy of the sandbox's lock, which a later
 // process takes again when it reattaches (Driver.Recover).
 func (h *host) Detach() {
-	h.closing.Store(true)
+	h.Closing.Store(true)
 	if h.waitStop != nil {
 		h.waitStop()
 	}
@@ -286,17 +261,14 @@ func (h *host) Detach() {
 // deathCause reads why the container stopped: the engine's word on an
 // out-of-memory kill, else the counters of its cgroup.
 func (h *host) deathCause(why string) *agentdriver.Death {
-	what := "the agent"
-	if strings.Contains(h.spec.Runtime, "runsc") {
-		what = "gVisor's kernel"
-	}
-	if dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, what, int64(h.spec.Limits.Pids+agentPids)); dt != nil {
+	vm := contained.IsVMRuntime(h.spec.Runtime)
+	if dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, contained.Holder(vm), contained.Pids(h.spec.Limits, vm)); dt != nil {
 		return dt
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if r, err := h.d.cli.ContainerInspect(ctx, h.cid, client.ContainerInspectOptions{}); err == nil && r.Container.State != nil && r.Container.State.OOMKilled {
-		return &agentdriver.Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(h.spec.Limits.MemoryBytes), what)}
+		return contained.OOMDeath(h.spec.Limits, vm)
 	}
 	return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: why + h.stderr()}
 }
@@ -305,7 +277,7 @@ func (h *host) deathCause(why string) *agentdriver.Death {
 // the runtime's own words.
 func (h *host) startError(err error) error {
 	select {
-	case <-h.done:
+	case <-h.Done():
 	case <-time.After(time.Second):
 	}
 	return fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
@@ -326,7 +298,7 @@ func (h *host) stderr() string {
 // sandbox is in.
 func (h *host) Teardown(ctx context.Context) error {
 	h.closeOnce.Do(func() {
-		h.closing.Store(true)
+		h.Closing.Store(true)
 		if h.conn != nil {
 			h.conn.Close()
 		}
@@ -346,14 +318,14 @@ func (h *host) Teardown(ctx context.Context) error {
 		}
 		if h.waitStop != nil {
 			select {
-			case <-h.done:
+			case <-h.Done():
 			case <-time.After(15 * time.Second):
-				h.d.opts.Logger.Error("the container did not stop after its removal", "sandbox_id", h.spec.ID)
+				h.d.rc.Logger.Error("the container did not stop after its removal", "sandbox_id", h.spec.ID)
 			}
 			h.waitStop()
 		}
 		h.lock.Release()
-		h.doneOnce.Do(func() { close(h.done) })
+		h.CloseDone()
 		if h.teardownErr == nil && h.cid != "" && !h.gone(ctx) {
 			h.teardownErr = fmt.Errorf("sandbox %s: its container %s is still there after close", h.spec.ID, h.cid)
 		}
@@ -383,7 +355,7 @@ func (h *host) gone(ctx context.Context) bool {
 // removes the container. It says whether that happened within 5 s;
 // otherwise the caller removes it by force.
 func (h *host) removedByEngine(ctx context.Context) bool {
-	if h.d.opts.Persistent || h.conn == nil {
+	if h.d.rc.Persistent || h.conn == nil {
 		return false
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

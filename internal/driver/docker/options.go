@@ -23,6 +23,7 @@ package docker
 import (
 	"log/slog"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -80,3 +81,8 @@ const DefaultRuntime = "runc"
 // RunInstance is the Instance of one-shot runs on the host called
 // hostname.
 func RunInstance(hostname string) string { return "run@" + hostname }
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, Egress: o.Egress, Persistent: o.Persistent}
+}

@@ -10,65 +10,12 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Where the agent lives in a container, and as what.
-const (
-	// agentDir is where the agent's volume is mounted, read-only: in the
-	// container's own /dev (a tmpfs the engine makes), so that its mount
-	// point is not made in the image's root; the agent moves it into its
-	// own directory once it runs. The binary is in agentBinDir below it, a
-	// directory only root may enter.
-	agentDir    = "/dev/.airlock"
-	agentBinDir = agentDir + "/agent"
-	// agentName is the binary's name, and the agent's argv[0].
-	agentName = "airlock-agent"
-	// agentHome is the agent's own directory, only root may enter (see
-	// agent.ContainedConfig.Home); the agent moves its volume there, so
-	// relays run agentRelayDir/airlock-agent.
-	agentHome     = "/tmp/.agent"
-	agentRelayDir = agentHome + "/bin/agent"
-	// sessionSocket is where the agent listens for later host sessions
-	// (agent.ContainedConfig.Listen), reached through a relay.
-	sessionSocket = agentHome + "/sock"
-	// chrootDir is the commands' chroot where the agent gives them cgroup
-	// v2 groups (see agent.ContainedConfig.ChrootDir).
-	chrootDir = agentHome + "/root"
-	// hostname is every sandbox's host name.
-	hostname = "sandbox"
-	// Workload uid and gid; the agent is uid 0 of the container.
-	workloadUID = 1000
-	workloadGID = 1000
-)
-
-// agentCaps are the container's capabilities, the agent's (docs/decisions.md,
-// 7): finish the sandbox (unmount /sys, cgroups inside, the commands'
-// chroot), start commands as the workload and signal them. Commands get
-// none: the agent starts each from a thread that dropped the bounding set,
-// as uid 1000, with no_new_privs and its own seccomp filter.
-var agentCaps = []string{
-	"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN",
-	"CAP_SYS_CHROOT", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
-}
-
-// Room for what the container holds besides the workload: the agent (a Go
-// program, a dozen threads, about 10 MiB), and for a user-space kernel or a
-// virtual machine, the kernel too.
-const (
-	agentMemory   = 32 << 20
-	kernelMemory  = 96 << 20
-	agentPids     = 128
-	cpuNanosPerCo = 1e9
-)
-
-// vmRuntime says whether runtime gives the container a kernel of its own
-// (gVisor, Kata): then uids are not shared with other containers, and the
-// container's memory holds that kernel too.
-func vmRuntime(runtime string) bool {
-	r := strings.ToLower(runtime)
-	return strings.Contains(r, "runsc") || strings.Contains(r, "gvisor") || strings.Contains(r, "kata")
-}
+// cpuNanosPerCo is a core in the engine's NanoCPUs.
+const cpuNanosPerCo = 1e9
 
 // containerSpec is what one sandbox's container is made from.
 type containerSpec struct {
@@ -83,7 +30,7 @@ type containerSpec struct {
 }
 
 // create returns the container's configuration: the agent as its only
-// process, root of the container with agentCaps and no_new_privs, under
+// process, root of the container with agent.ContainedCaps and no_new_privs, under
 // the engine's default seccomp profile; a read-only root from the image
 // (with a kernel of the runtime's own, gVisor or Kata, the agent makes it
 // read-only in that kernel once it has removed /sys: a read-only root
@@ -96,7 +43,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 	l := c.Spec.Limits
 	labels := map[string]string{LabelSandbox: c.Spec.ID, LabelDaemon: c.Instance}
 	cfg := &container.Config{
-		Hostname:     hostname,
+		Hostname:     contained.Hostname,
 		User:         "0:0",
 		AttachStdin:  true,
 		AttachStdout: true,
@@ -108,16 +55,15 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		StdinOnce: !c.Persistent,
 		// Only what finds the agent: commands get their environment from
 		// the agent, never from here.
-		Env:        []string{"PATH=" + agentBinDir},
-		Entrypoint: []string{agentName, agent.StdioArg},
+		Env:        []string{"PATH=" + contained.AgentBinDir},
+		Entrypoint: []string{contained.AgentName, agent.StdioArg},
 		Cmd:        []string{},
 		Image:      c.Image,
 		WorkingDir: "/",
 		Labels:     labels,
 	}
-	o := overhead(l, c.Runtime)
-	memory := l.MemoryBytes + o.MemoryBytes
-	pids := int64(l.Pids) + o.Tasks
+	memory := contained.Memory(l, contained.IsVMRuntime(c.Runtime))
+	pids := contained.Pids(l, contained.IsVMRuntime(c.Runtime))
 	swappiness := int64(0)
 	tmpfs := func(size int64, extra ...string) string {
 		o := append([]string{"rw", "nosuid", "nodev", "size=" + strconv.FormatInt(size, 10)}, extra...)
@@ -126,9 +72,9 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 	hc := &container.HostConfig{
 		Runtime:        c.Runtime,
 		NetworkMode:    "none",
-		ReadonlyRootfs: !vmRuntime(c.Runtime),
+		ReadonlyRootfs: !contained.IsVMRuntime(c.Runtime),
 		CapDrop:        []string{"ALL"},
-		CapAdd:         slices.Clone(agentCaps),
+		CapAdd:         slices.Clone(agent.ContainedCaps),
 		SecurityOpt:    []string{"no-new-privileges"},
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		IpcMode:        container.IPCModePrivate,
@@ -136,7 +82,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 		Privileged:     false,
 		ShmSize:        l.TmpBytes,
 		Tmpfs: map[string]string{
-			sandbox.Workspace: tmpfs(l.DiskBytes, "exec", "mode=0755", "uid="+strconv.Itoa(workloadUID), "gid="+strconv.Itoa(workloadGID)),
+			sandbox.Workspace: tmpfs(l.DiskBytes, "exec", "mode=0755", "uid="+strconv.Itoa(contained.WorkloadUID), "gid="+strconv.Itoa(contained.WorkloadGID)),
 			"/tmp":            tmpfs(l.TmpBytes, "exec", "mode=1777"),
 		},
 		LogConfig: container.LogConfig{Type: "none"},
@@ -150,7 +96,7 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 			PidsLimit:        &pids,
 		},
 		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: c.AgentVolume, Target: agentDir, ReadOnly: true,
+			Type: mount.TypeVolume, Source: c.AgentVolume, Target: contained.AgentDir, ReadOnly: true,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}},
 	}
@@ -182,17 +128,17 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 	}
 	listen := ""
 	if persistent {
-		listen = sessionSocket
+		listen = contained.SessionSocket
 	}
 	return &agent.Config{
 		Mounts:   mounts,
-		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
-		UID: workloadUID, GID: workloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
+		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
-			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
-			AgentVolume: agentDir, Home: agentHome, MaskProc: !vmRuntime(runtime),
-			CgroupV1: true, SharedUIDs: !vmRuntime(runtime), ReadOnlyRoot: vmRuntime(runtime),
+			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
+			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !contained.IsVMRuntime(runtime),
+			CgroupV1: true, SharedUIDs: !contained.IsVMRuntime(runtime), ReadOnlyRoot: contained.IsVMRuntime(runtime),
 		},
 	}
 }
@@ -224,4 +170,4 @@ func containerName(id string) string { return "airlock-" + id }
 func agentVolumeName(sum string) string { return "airlock-agent-" + sum[:16] }
 
 // agentTarEntry is where the binary is inside the agent's volume.
-var agentTarEntry = path.Join(strings.TrimPrefix(agentBinDir, agentDir+"/"), agentName)
+var agentTarEntry = path.Join(strings.TrimPrefix(contained.AgentBinDir, contained.AgentDir+"/"), contained.AgentName)

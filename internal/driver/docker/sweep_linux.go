@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -45,6 +45,8 @@ func (d *Driver) Sweep(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list airlock's containers: %w", err)
 		}
+		byID := map[string][]string{}
+		var ids []string
 		for _, c := range list.Items {
 			if c.Labels[labelFill] != "" {
 				if time.Since(time.Unix(c.Created, 0)) > fillGrace {
@@ -53,17 +55,18 @@ func (d *Driver) Sweep(ctx context.Context) error {
 				continue
 			}
 			id := c.Labels[LabelSandbox]
-			if !sandbox.ValidID(id) {
-				continue
-			}
-			lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-			if err != nil {
-				continue // alive, or not ours to judge
-			}
-			d.opts.Logger.Info("removing the container of a sandbox whose owner is gone", "sandbox_id", id, "container", c.ID)
-			errs = append(errs, d.remove(ctx, c.ID))
-			lock.Release()
+			ids = append(ids, id)
+			byID[id] = append(byID[id], c.ID)
 		}
+		errs = append(errs, hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
+			var errs []error
+			for _, cid := range byID[id] {
+				d.rc.Logger.Info("removing the container of a sandbox whose owner is gone", "sandbox_id", id, "container", cid)
+				errs = append(errs, d.remove(ctx, cid))
+			}
+			byID[id] = nil
+			return errors.Join(errs...)
+		}))
 	}
 	errs = append(errs, d.sweepAgentVolumes(ctx, cli))
 	return errors.Join(errs...)
@@ -110,97 +113,79 @@ func (d *Driver) removeStale(ctx context.Context, name, id string) error {
 	if r.Container.Config == nil || r.Container.Config.Labels[LabelSandbox] != id {
 		return fmt.Errorf("sandbox %s: %w: a container called %s that airlock did not make for it exists; remove it or pick another id", id, sandbox.ErrExists, name)
 	}
-	d.opts.Logger.Info("removing a stale container of the same sandbox", "sandbox_id", id, "container", r.Container.ID)
+	d.rc.Logger.Info("removing a stale container of the same sandbox", "sandbox_id", id, "container", r.Container.ID)
 	return d.remove(ctx, r.Container.ID)
-}
-
-// State returns what a daemon keeps of a Docker sandbox to reattach to it
-// after a restart (Recover).
-func State(inst sandbox.Instance) ([]byte, error) {
-	if ai, ok := inst.(*agentdriver.Instance); ok {
-		if h, ok := ai.Host().(*host); ok {
-			return h.DriverState()
-		}
-	}
-	return nil, fmt.Errorf("not a docker sandbox: %w", sandbox.ErrInvalid)
 }
 
 // Recover reattaches to sandbox id, a live container that another airlock
 // process made (one that has exited, or been killed), from the state it
-// kept (State). The agent, which outlives its sessions, is reached through
+// kept (DriverState). The agent, which outlives its sessions, is reached through
 // a relay run in the container (agent.RelayArg); the new session closes
 // the old one. Commands that ran on meanwhile go on; the sandbox's files
 // and background processes are as they were.
-func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.Instance, err error) {
-	if !d.opts.Persistent {
-		return nil, fmt.Errorf("sandbox %s: %w: only a persistent driver reattaches (Options.Persistent)", id, sandbox.ErrInvalid)
-	}
-	var st state
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w: its driver state does not parse: %w", id, sandbox.ErrInvalid, err)
-	}
-	if st.Spec.ID != id || st.Container == "" {
-		return nil, fmt.Errorf("sandbox %s: %w: its driver state names sandbox %q", id, sandbox.ErrInvalid, st.Spec.ID)
-	}
-	cli, err := d.client()
+func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
 	if err != nil {
+		return nil, err
+	}
+	if _, err := d.client(); err != nil {
 		return nil, err
 	}
 	if _, err := d.engine(ctx); err != nil {
 		return nil, err
 	}
-	lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	h := newHost(d, spec, nil)
+	return d.rc.Reattach(ctx, id, agentdriver.Reattaching{
+		Spec: spec, Created: st.Created, Host: h,
+		Lock: func(l *hostlock.Lock) { h.lock = l },
+		Handshake: func(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
+			return d.reattach(ctx, h, st.Container)
+		},
+	})
+}
+
+// reattach finds sandbox h's container, which must be its own and run,
+// watches it, and reaches the agent through a relay in it.
+func (d *Driver) reattach(ctx context.Context, h *host, cid string) (*agent.Client, []sandbox.Layer, error) {
+	id := h.spec.ID
+	if cid == "" {
+		// A create that did not finish: its container, if any, is a
+		// sweep's to remove.
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its state names no container", id, sandbox.ErrNotFound)
 	}
-	h := newHost(d, st.Spec, lock)
-	h.cid = st.Container
-	defer func() {
-		if err != nil {
-			// The container is left as it is: a sweep judges it.
-			h.closing.Store(true)
-			if h.conn != nil {
-				h.conn.Close()
-			}
-			if h.waitStop != nil {
-				h.waitStop()
-			}
-			lock.Release()
-		}
-	}()
-	r, err := cli.ContainerInspect(ctx, st.Container, client.ContainerInspectOptions{})
+	r, err := d.cli.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("sandbox %s: %w: its container is gone", id, sandbox.ErrNotFound)
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its container is gone", id, sandbox.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: look at its container: %w", id, err)
+		return nil, nil, fmt.Errorf("look at its container: %w", err)
 	}
 	if r.Container.Config == nil || r.Container.Config.Labels[LabelSandbox] != id {
-		return nil, fmt.Errorf("sandbox %s: %w: container %s is not its own", id, sandbox.ErrInvalid, st.Container)
+		// Not this sandbox's: not this sandbox's to remove either.
+		return nil, nil, fmt.Errorf("sandbox %s: %w: container %s is not its own", id, sandbox.ErrNotFound, cid)
 	}
+	h.cid = cid
 	if r.Container.State == nil || !r.Container.State.Running {
-		return nil, fmt.Errorf("sandbox %s: %w: its container has stopped", id, sandbox.ErrNotFound)
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its container has stopped", id, sandbox.ErrNotFound)
 	}
 	if err := h.watch(ctx, container.WaitConditionNotRunning); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ec, err := cli.ExecCreate(ctx, st.Container, client.ExecCreateOptions{
+	ec, err := d.cli.ExecCreate(ctx, cid, client.ExecCreateOptions{
 		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env: []string{"PATH=" + agentRelayDir}, Cmd: []string{agentName, agent.RelayArg, sessionSocket},
+		Env: []string{"PATH=" + contained.AgentRelayDir}, Cmd: []string{contained.AgentName, agent.RelayArg, contained.SessionSocket},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: start a relay to its agent: %w", id, err)
+		return nil, nil, fmt.Errorf("start a relay to its agent: %w", err)
 	}
-	ea, err := cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
+	ea, err := d.cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: attach to the relay to its agent: %w", id, err)
+		return nil, nil, fmt.Errorf("attach to the relay to its agent: %w", err)
 	}
 	h.conn = newStreamConn(ea.Conn, ea.Reader, &h.log)
 	cl, agentLayers, err := h.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: reattach: %w", id, err)
+		return nil, nil, err
 	}
-	return agentdriver.NewReattached(agentdriver.Config{
-		Spec: st.Spec, Client: cl, Layers: append(h.layers(), agentLayers...), Host: h, Logger: d.opts.Logger,
-	}, d.opts.Egress, st.Created)
+	return cl, append(h.layers(), agentLayers...), nil
 }

@@ -3,22 +3,18 @@ package gvisor
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
-	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/runsc"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -27,14 +23,13 @@ import (
 // Driver runs sandboxes in gVisor with runsc.
 type Driver struct {
 	opts     Options
-	agent    string
+	rc       *agentdriver.Recipe
 	runsc    *runsc.Binary
 	runscErr error
 	platform string
 	hier     *cgroup.Hierarchy // nil when the host has no usable cgroups
 	hierErr  error
 	swap     bool // the host's memory controller limits swap
-	sweep    sync.Once
 }
 
 var (
@@ -47,21 +42,9 @@ var (
 // be found; what the host lacks (runsc, root, cgroups) is reported by
 // Probe and Create. It asks runsc what it knows (about 10 ms).
 func New(opts Options) (*Driver, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.CgroupParent == "" {
-		opts.CgroupParent = "airlock"
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = "/run/airlock"
-	}
-	if opts.Egress == nil {
-		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
-	}
 	d := &Driver{opts: opts}
 	var err error
-	if d.agent, err = agentbin.Path(); err != nil {
+	if d.rc, err = agentdriver.NewRecipe("gvisor", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -77,13 +60,13 @@ func New(opts Options) (*Driver, error) {
 			d.platform = d.runsc.DefaultPlatform()
 		}
 		if !d.runsc.Pinned {
-			opts.Logger.Warn("using a runsc that airlock did not build: run `make runsc` for the pinned one", "runsc", d.runsc.Describe())
+			d.rc.Logger.Warn("using a runsc that airlock did not build: run `make runsc` for the pinned one", "runsc", d.runsc.Describe())
 		}
 	}
 	d.hier, d.hierErr = cgroup.Detect()
 	if d.hier != nil {
 		if d.hier.V2 {
-			_, err = os.Stat(filepath.Join(d.hier.Mounts["memory"], d.opts.CgroupParent, "memory.swap.max"))
+			_, err = os.Stat(filepath.Join(d.hier.Mounts["memory"], d.rc.CgroupParent, "memory.swap.max"))
 		} else {
 			_, err = os.Stat(filepath.Join(d.hier.Mounts["memory"], "memory.memsw.limit_in_bytes"))
 		}
@@ -160,78 +143,60 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostRoot: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent, CowMounts: true,
+		Egress: true, HostRoot: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent, CowMounts: true,
 	}
 }
 
 // Create starts a sandbox: its bundle, its host cgroup, `runsc run` with
 // the agent as the container's process, and the agent's handshake.
 // Anything made before an error is removed again.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	spec.Limits = spec.Limits.WithDefaults()
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
+}
+
+// start is Create's own part: the bundle, the cgroup, `runsc run` and the
+// agent's handshake.
+func (d *Driver) start(ctx context.Context, bd *agentdriver.Build) (*agent.Client, []sandbox.Layer, error) {
+	spec := bd.Spec
 	hostLayers, err := d.layers(spec.AllowDegraded)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if spec.ID == "" {
-		spec.ID = sandbox.NewID()
-	}
-	// Leftovers of airlock processes that died uncleanly are swept once per
-	// driver, before its first sandbox.
-	d.sweep.Do(func() { _ = d.Sweep(ctx) })
-
-	// The lock first: what is left of a sandbox of this name is removed
-	// below only by whoever holds it.
-	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
-	}
-	h := &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
+	h := &host{d: d, spec: spec, lock: bd.Lock, created: time.Now()}
+	bd.Host(h)
 	h.bundle = filepath.Join(d.bundlesDir(), spec.ID)
 	if err := os.MkdirAll(d.bundlesDir(), 0o700); err != nil {
-		return nil, fmt.Errorf("make the bundle directory: %w", err)
+		return nil, nil, fmt.Errorf("make the bundle directory: %w", err)
 	}
 	if err := os.Mkdir(h.bundle, 0o700); err != nil {
-		return nil, fmt.Errorf("make the bundle of %s: %w", spec.ID, err)
+		return nil, nil, fmt.Errorf("make the bundle of %s: %w", spec.ID, err)
 	}
-	b := bundle{Agent: d.agent, Limits: spec.Limits, Host: hostLimitsFor(spec.Limits, d.swap)}
-	if d.opts.Persistent {
+	b := bundle{Agent: d.rc.Agent, Limits: spec.Limits, Host: hostLimitsFor(spec.Limits, d.swap)}
+	if d.rc.Persistent {
 		h.persistent = true
 		h.session, h.logPath = filepath.Join(h.bundle, "session"), filepath.Join(h.bundle, "log")
 		if err := os.Mkdir(h.session, 0o700); err != nil {
-			return nil, fmt.Errorf("make the session directory of %s: %w", spec.ID, err)
+			return nil, nil, fmt.Errorf("make the session directory of %s: %w", spec.ID, err)
 		}
 		b.Session = h.session
 	}
 	// A cow mount's overlay shows the host directory's owner as the
 	// workload's uid (gVisor keeps the host's uids: no user namespace).
 	makeCow := func(i int) (*os.File, error) {
-		_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, spec.Mounts[i], spec.Limits.DiskBytes,
+		_, f, err := cow.Make(ctx, cow.LayerDir(d.rc.StateDir, spec.ID, i), spec.ID, spec.Mounts[i], spec.Limits.DiskBytes,
 			cow.IDMap{UID: workloadUID, GID: workloadGID})
 		return f, err
 	}
 	given, mounts, err := pin(h.bundle, spec.Root, spec.Mounts, makeCow)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.Mounts = mounts
 	b.Rootfs = filepath.Join(h.bundle, "rootfs")
 	if spec.Root == "" {
 		var etc string
 		if etc, err = d.etcSnapshot(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b.Binds, err = composeRoot(b.Rootfs, etc)
 		b.Hidden = hiddenUsr()
@@ -239,42 +204,38 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		b.Binds, err = composeGivenRoot(b.Rootfs, given)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if d.hier != nil {
-		b.CgroupsPath = cgroupsPath(d.opts.CgroupParent, spec.ID)
+		b.CgroupsPath = cgroupsPath(d.rc.CgroupParent, spec.ID)
 		if err := h.makeCgroup(b.Host); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := writeSpec(filepath.Join(h.bundle, "config.json"), b.spec()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg := agentConfig(spec)
 	if h.persistent {
 		cfg.Listen = &agent.ListenConfig{Path: path.Join(sessionDir, sessionSock)}
 	}
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
-		return nil, err
+	if err := bd.Egress(cfg); err != nil {
+		return nil, nil, err
 	}
 	client, agentLayers, err := h.start(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	inst := agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	})
 	// runsc's gofer has its own copies of the pinned mounts now.
 	if err := unpin(h.bundle); err != nil {
-		_ = inst.Close(ctx)
-		return nil, err
+		client.Close()
+		return nil, nil, err
 	}
 	if err := h.limitCPU(b.Host); err != nil {
-		_ = inst.Close(ctx)
-		return nil, err
+		client.Close()
+		return nil, nil, err
 	}
-	return inst, nil
+	return client, append(hostLayers, agentLayers...), nil
 }
 
 // runscArgs are the global flags of every runsc call for this driver's
@@ -294,7 +255,7 @@ func (d *Driver) runscArgs() []string {
 	if d.runsc.HasFlag("host-settings") {
 		args = append(args, "--host-settings=ignore")
 	}
-	if d.opts.Persistent {
+	if d.rc.Persistent {
 		// The agent listens on a socket it makes in the bundle's session
 		// directory, bound in (and closed to the workload).
 		args = append(args, "--host-uds=create")
@@ -321,8 +282,8 @@ func (d *Driver) runscCmd(timeout time.Duration, args ...string) (string, error)
 	return string(out), nil
 }
 
-func (d *Driver) bundlesDir() string { return filepath.Join(d.opts.StateDir, "gvisor", "bundles") }
-func (d *Driver) stateDir() string   { return filepath.Join(d.opts.StateDir, "gvisor", "state") }
+func (d *Driver) bundlesDir() string { return filepath.Join(d.rc.StateDir, "gvisor", "bundles") }
+func (d *Driver) stateDir() string   { return filepath.Join(d.rc.StateDir, "gvisor", "state") }
 
 // Sweep removes what the gVisor sandboxes of airlock processes that died
 // without cleaning up left behind: runsc's state and processes, bundles and
@@ -333,23 +294,19 @@ func (d *Driver) Sweep(context.Context) error {
 		return nil
 	}
 	ents, _ := os.ReadDir(d.bundlesDir())
-	for _, ent := range ents {
-		id := ent.Name()
-		if !sandbox.ValidID(id) {
-			continue
-		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-		if err != nil {
-			continue // alive, or not ours to judge
-		}
-		h := &host{d: d, spec: sandbox.Spec{ID: id}, lock: lock, bundle: filepath.Join(d.bundlesDir(), id), done: make(chan struct{})}
-		if d.hier != nil {
-			h.group = d.hier.Open(d.opts.CgroupParent + "/" + id)
-		}
-		d.opts.Logger.Info("removing a stale gVisor sandbox", "sandbox_id", id)
-		h.teardown()
+	ids := make([]string, len(ents))
+	for i, ent := range ents {
+		ids[i] = ent.Name()
 	}
-	return nil
+	return hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
+		h := &host{d: d, spec: sandbox.Spec{ID: id}, bundle: filepath.Join(d.bundlesDir(), id)}
+		if d.hier != nil {
+			h.group = d.hier.Open(d.rc.CgroupParent + "/" + id)
+		}
+		d.rc.Logger.Info("removing a stale gVisor sandbox", "sandbox_id", id)
+		h.teardown()
+		return nil
+	})
 }
 
 // unsupported says why this host cannot run gVisor sandboxes, and how to

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
@@ -337,8 +338,8 @@ func TestAgentCapabilities(t *testing.T) {
 		unix.CAP_SYS_CHROOT, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER} {
 		want |= 1 << c
 	}
-	if len(agentCaps) != 9 {
-		t.Fatalf("agentCaps changed (%q): update this test", agentCaps)
+	if len(agent.ContainedCaps) != 9 {
+		t.Fatalf("agent.ContainedCaps changed (%q): update this test", agent.ContainedCaps)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if res.ExitCode != 0 || len(lines) != 6 {

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,23 +30,15 @@ import (
 // whose container's only process is the agent, talking over the
 // container's stdin and stdout; its bundle, cgroup and lock.
 type host struct {
-	d        *Driver
-	spec     sandbox.Spec
-	lock     *hostlock.Lock
-	bundle   string
-	group    *cgroup.Group // the host cgroup; nil without cgroups
-	cmd      *exec.Cmd
-	conn     net.Conn
-	log      agentdriver.LogBuffer // runsc's and the agent's standard error
-	done     chan struct{}
-	doneOnce sync.Once
-
-	// closing is set once Teardown begins: from then on the sandbox does
-	// not end by itself.
-	closing atomic.Bool
-	mu      sync.Mutex
-	// ended says why the sandbox ended by itself (it died), once it has.
-	ended *agentdriver.Death
+	d      *Driver
+	spec   sandbox.Spec
+	lock   *hostlock.Lock
+	bundle string
+	group  *cgroup.Group // the host cgroup; nil without cgroups
+	cmd    *exec.Cmd
+	conn   net.Conn
+	log    agentdriver.LogBuffer // runsc's and the agent's standard error
+	agentdriver.Lifecycle
 
 	closeOnce    sync.Once
 	teardownErr  error
@@ -57,6 +48,7 @@ type host struct {
 	// the agent listens in the session directory, and runsc's output goes
 	// to the log file.
 	persistent       bool
+	created          time.Time // when the sandbox was made
 	session, logPath string
 	// runscPid and runscStart name `runsc run`, the sandbox's holder.
 	runscPid   int
@@ -76,21 +68,12 @@ var (
 
 // CowLayers lists the sandbox's copy-on-write mounts.
 func (h *host) CowLayers() []sandbox.CowLayer {
-	return sandbox.CowLayers(h.d.opts.StateDir, h.spec)
+	return sandbox.CowLayers(h.d.rc.StateDir, h.spec)
 }
 
 // Exec: the host sees the sandbox's cgroup only, which holds gVisor's
 // kernel too; kills go through the agent.
 func (h *host) Exec(string) agentdriver.ExecHost { return agentdriver.SandboxCgroupDelta(h.group) }
-
-func (h *host) Done() <-chan struct{} { return h.done }
-
-// Ended says why the sandbox died, once it has.
-func (h *host) Ended() *agentdriver.Death {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended
-}
 
 // Usage reads the sandbox's host cgroup, which holds gVisor's kernel and
 // its gofer too.
@@ -102,7 +85,7 @@ func (h *host) Usage(context.Context) (sandbox.SandboxUsage, error) {
 // joins a cgroup that exists and leaves it alone, so its counters (the OOM
 // kills above all) outlive runsc, until teardown removes it.
 func (h *host) makeCgroup(hl hostLimits) error {
-	g := h.d.hier.Open(h.d.opts.CgroupParent + "/" + h.spec.ID)
+	g := h.d.hier.Open(h.d.rc.CgroupParent + "/" + h.spec.ID)
 	if g.Exists() {
 		// A stale group of a sandbox of the same name: its limits are not
 		// ours to trust.
@@ -172,15 +155,8 @@ func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []s
 	if err := agent.WriteConfig(stdinW, cfg); err != nil {
 		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	client, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	client, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	return client, layers, nil
@@ -231,7 +207,7 @@ func (h *host) startPersistent(ctx context.Context, cfg *agent.Config) (*agent.C
 	stdinW.Close()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.done)
+	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.Done())
 	if err != nil {
 		return nil, nil, h.startError(err)
 	}
@@ -264,7 +240,7 @@ func (h *host) sockPath() string { return filepath.Join(h.session, sessionSock) 
 // the sandbox's host cgroup (or, without cgroups, is runsc's child).
 func (h *host) checkPeer(peer procid.Peer) error {
 	if h.group != nil {
-		if !procid.InCgroup(peer.Pid, h.d.opts.CgroupParent+"/"+h.spec.ID) {
+		if !procid.InCgroup(peer.Pid, h.d.rc.CgroupParent+"/"+h.spec.ID) {
 			return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's cgroup", h.spec.ID, peer.Pid)
 		}
 		return nil
@@ -294,6 +270,8 @@ func parentOf(pid int) (int, error) {
 // state is what a later process needs to reattach to a gVisor sandbox.
 type state struct {
 	Spec sandbox.Spec `json:"spec"`
+	// Created is when the sandbox was made.
+	Created time.Time `json:"created,omitzero"`
 	// RunscPid and RunscStart name `runsc run`.
 	RunscPid   int    `json:"runsc_pid"`
 	RunscStart uint64 `json:"runsc_start"`
@@ -307,13 +285,13 @@ func (h *host) DriverState() ([]byte, error) {
 	if h.runscStart == 0 {
 		h.runscStart, _ = procid.StartTime(h.runscPid)
 	}
-	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart})
+	return json.Marshal(state{Spec: h.spec, RunscPid: h.runscPid, RunscStart: h.runscStart, Created: h.created})
 }
 
 // Detach lets go of the sandbox: this process's copy of its lock closes
 // (runsc holds it still) and the host stops watching runsc.
 func (h *host) Detach() {
-	h.closing.Store(true)
+	h.Closing.Store(true)
 	if h.watch != nil {
 		h.watch.Stop()
 	}
@@ -339,7 +317,7 @@ func (h *host) startError(err error) error {
 	if h.group != nil {
 		// Give runsc a moment to fail all the way and count what it hit.
 		select {
-		case <-h.done:
+		case <-h.Done():
 		case <-time.After(time.Second):
 		}
 		if st, serr := h.group.Stats(); serr == nil && st.PidsMax > 0 {
@@ -356,14 +334,12 @@ func (h *host) wait() { h.exited(h.cmd.Wait()) }
 
 // exited records that runsc has exited, with err.
 func (h *host) exited(err error) {
-	if !h.closing.Load() {
+	if !h.Closing.Load() {
 		dt := h.deathCause(err)
-		h.mu.Lock()
-		h.ended = dt
-		h.mu.Unlock()
-		h.d.opts.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		h.SetEnded(dt)
+		h.d.rc.Logger.Warn("gVisor sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 	}
-	h.doneOnce.Do(func() { close(h.done) })
+	h.CloseDone()
 }
 
 // deathCause reads why the sandbox died from the host's counters.
@@ -396,7 +372,7 @@ func (h *host) stderr() string {
 // a broken connection is either a dead sandbox or a broken agent.
 func (h *host) waitDone(d time.Duration) bool {
 	select {
-	case <-h.done:
+	case <-h.Done():
 		return true
 	case <-time.After(d):
 		return false
@@ -423,8 +399,8 @@ func (h *host) Teardown(context.Context) error {
 // cgroups, the bundle and the lock are removed.
 func (h *host) teardown() {
 	h.teardownOnce.Do(func() {
-		h.closing.Store(true)
-		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
+		h.Closing.Store(true)
+		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
 		if h.conn != nil {
 			h.conn.Close()
 		}
@@ -473,7 +449,7 @@ func (h *host) teardown() {
 		}
 		// runsc makes the controllers airlock does not use (cpuset,
 		// devices…) itself and removes them when it exits cleanly.
-		for _, dir := range cgroupDirs(h.d.opts.CgroupParent, h.spec.ID) {
+		for _, dir := range cgroupDirs(h.d.rc.CgroupParent, h.spec.ID) {
 			if err := removeCgroupTree(dir); err != nil {
 				log.Warn("remove a cgroup runsc left", "dir", dir, "err", err)
 			}
@@ -483,7 +459,7 @@ func (h *host) teardown() {
 		}
 		// The layers go with the sandbox (after runsc's gofer let go of
 		// their overlays): its pending changes with them.
-		for _, l := range sandbox.CowLayers(h.d.opts.StateDir, h.spec) {
+		for _, l := range sandbox.CowLayers(h.d.rc.StateDir, h.spec) {
 			if err := cow.Remove(l.Dir); err != nil {
 				log.Warn("remove a cow layer", "dir", l.Dir, "err", err)
 			}
@@ -494,13 +470,13 @@ func (h *host) teardown() {
 		if h.lock == nil && h.persistent {
 			// runsc held it: take it to remove it.
 			var err error
-			if h.lock, err = hostlock.WaitSandbox(h.d.opts.StateDir, h.spec.ID, 2*time.Second); err != nil {
+			if h.lock, err = hostlock.WaitSandbox(h.d.rc.StateDir, h.spec.ID, 2*time.Second); err != nil {
 				log.Warn("the sandbox's lock is still held after runsc was killed", "err", err)
 			}
 		}
 		h.lock.Release()
 		if h.cmd == nil {
-			h.doneOnce.Do(func() { close(h.done) })
+			h.CloseDone()
 		}
 	})
 }
@@ -536,7 +512,7 @@ func (h *host) stateFiles() []string {
 func (h *host) leftovers() []string {
 	var left []string
 	left = append(left, h.stateFiles()...)
-	left = append(left, cgroupDirs(h.d.opts.CgroupParent, h.spec.ID)...)
+	left = append(left, cgroupDirs(h.d.rc.CgroupParent, h.spec.ID)...)
 	if h.bundle != "" {
 		left = append(left, mountsBelow(h.bundle)...)
 		if _, err := os.Stat(h.bundle); err == nil {

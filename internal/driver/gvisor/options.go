@@ -15,6 +15,7 @@ package gvisor
 import (
 	"log/slog"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -27,6 +28,9 @@ type Options struct {
 	// has it, else ptrace. (KVM is not chosen by default: it hangs on hosts
 	// whose /dev/kvm is not the real thing.)
 	Platform string
+	// Agent is the agent's binary, bound into every sandbox. Empty means
+	// the one this airlock ships.
+	Agent string
 	// StateDir holds the locks shared with the native driver, and below
 	// gvisor/ the sandboxes' bundles and runsc's state. Empty means
 	// /run/airlock.
@@ -48,4 +52,9 @@ type Options struct {
 	// reattaches (Recover). False: a sandbox dies with its process, as a
 	// one-shot run's must (the agent talks over runsc's stdio).
 	Persistent bool
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, CgroupParent: o.CgroupParent, Egress: o.Egress, Agent: o.Agent, Persistent: o.Persistent}
 }

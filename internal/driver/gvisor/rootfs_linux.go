@@ -78,7 +78,7 @@ func (d *Driver) etcSnapshot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	base := filepath.Join(d.opts.StateDir, "gvisor", etcDir)
+	base := filepath.Join(d.rc.StateDir, "gvisor", etcDir)
 	dir := filepath.Join(base, fp)
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
@@ -118,7 +118,7 @@ func (d *Driver) etcSnapshot() (string, error) {
 // pruneEtc removes the /etc snapshots other than keep that no bundle's
 // spec names.
 func (d *Driver) pruneEtc(keep string) {
-	base := filepath.Join(d.opts.StateDir, "gvisor", etcDir)
+	base := filepath.Join(d.rc.StateDir, "gvisor", etcDir)
 	snaps, _ := os.ReadDir(base)
 	bundles, _ := os.ReadDir(d.bundlesDir())
 	var specs [][]byte
@@ -136,7 +136,7 @@ func (d *Driver) pruneEtc(keep string) {
 		}
 		if !slices.ContainsFunc(specs, func(spec []byte) bool { return bytes.Contains(spec, []byte(p)) }) {
 			if err := os.RemoveAll(p); err != nil {
-				d.opts.Logger.Warn("remove an old /etc snapshot", "dir", p, "err", err)
+				d.rc.Logger.Warn("remove an old /etc snapshot", "dir", p, "err", err)
 			}
 		}
 	}

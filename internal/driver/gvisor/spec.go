@@ -36,15 +36,6 @@ const (
 	workloadGID = 1000
 )
 
-// agentCaps are the agent's capabilities inside gVisor: what it needs to
-// finish the sandbox (unmount, cgroups, the commands' chroot), to start
-// commands as the workload and to signal them. Commands get none: the agent starts each from a
-// thread that dropped the bounding set, as the workload's uid.
-var agentCaps = []string{
-	"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_ADMIN",
-	"CAP_SYS_CHROOT", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
-}
-
 // bind is a host path bound read-only into the composed root.
 type bind struct {
 	Source, Target string
@@ -106,7 +97,7 @@ type bundle struct {
 // workload's), the caller's mounts (read-only unless writable), no network
 // (runsc --network=none), its own pid, ipc, uts and mount namespaces, the
 // host name "sandbox", and the agent as the one process, as uid 0 with
-// only agentCaps and no_new_privs.
+// only agent.ContainedCaps and no_new_privs.
 func (b bundle) spec() *specs.Spec {
 	l := b.Limits
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
@@ -159,7 +150,7 @@ func (b bundle) spec() *specs.Spec {
 	if b.Host.Swap {
 		res.Memory.Swap = &memory // memory plus swap: no swap
 	}
-	caps := slices.Clone(agentCaps)
+	caps := slices.Clone(agent.ContainedCaps)
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{

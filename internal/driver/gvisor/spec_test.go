@@ -254,8 +254,8 @@ func TestSpecPosture(t *testing.T) {
 		t.Fatal("no capabilities: the agent would get runsc's defaults")
 	}
 	for _, set := range [][]string{c.Bounding, c.Effective, c.Permitted} {
-		if !slices.Equal(set, agentCaps) {
-			t.Errorf("capabilities %q, want exactly %q", set, agentCaps)
+		if !slices.Equal(set, agent.ContainedCaps) {
+			t.Errorf("capabilities %q, want exactly %q", set, agent.ContainedCaps)
 		}
 	}
 	if len(c.Inheritable) != 0 || len(c.Ambient) != 0 {

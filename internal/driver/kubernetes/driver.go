@@ -13,16 +13,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // Driver runs sandboxes as Pods of a Kubernetes cluster.
 type Driver struct {
 	opts Options
+	rc   *agentdriver.Recipe
 
 	cliOnce sync.Once
 	cli     *kclient
@@ -33,7 +34,6 @@ type Driver struct {
 	server  string                  // the API server's version, once it answered
 	present []string                // the cluster's RuntimeClasses, once listed
 
-	sweep sync.Once
 	// fillMu serialises the fills of the pools, so that two claims do not
 	// both make the Pod a pool lacks.
 	fillMu sync.Mutex
@@ -53,12 +53,6 @@ var (
 // New returns a Kubernetes driver. It does no I/O: the cluster is first
 // asked by Probe or Create.
 func New(opts Options) (*Driver, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = "/run/airlock"
-	}
 	if opts.RuntimeClass == "" {
 		opts.RuntimeClass = DefaultRuntimeClass
 	}
@@ -78,10 +72,13 @@ func New(opts Options) (*Driver, error) {
 	if opts.Instance == "" {
 		opts.Instance = RunInstance(hostnameOr("localhost"))
 	}
-	if opts.Egress == nil {
-		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
+	d := &Driver{opts: opts, classes: map[string]runtimeClass{}}
+	rc, err := agentdriver.NewRecipe("kubernetes", opts.shared(), false, d.Sweep)
+	if err != nil {
+		return nil, err
 	}
-	return &Driver{opts: opts, classes: map[string]runtimeClass{}}, nil
+	rc.SweepBeside, d.rc = true, rc
+	return d, nil
 }
 
 // Name is "kubernetes".
@@ -97,7 +94,7 @@ func (d *Driver) Instance() string { return d.opts.Instance }
 // client returns the API server's client, made on first use.
 func (d *Driver) client() (*kclient, error) {
 	d.cliOnce.Do(func() {
-		routeKlog(d.opts.Logger)
+		routeKlog(d.rc.Logger)
 		cfg, ns, err := loadConfig(d.opts)
 		if err != nil {
 			d.cliErr = unsupported(err.Error(), "give --kubeconfig FILE (or set KUBECONFIG), or run airlock in a Pod with a service account")
@@ -203,11 +200,11 @@ func (d *Driver) runtimeClass(ctx context.Context, name string) (runtimeClass, e
 	c, err := k.getRuntimeClass(ctx, name)
 	switch {
 	case err == nil:
-		rc = runtimeClass{handler: c.Handler, vm: vmRuntime(name, c.Handler)}
+		rc = runtimeClass{handler: c.Handler, vm: contained.IsVMRuntime(name, c.Handler)}
 	case isForbidden(err):
 		// RuntimeClasses are cluster-wide, which a namespaced Role does
 		// not cover: the name tells.
-		rc = runtimeClass{vm: vmRuntime(name)}
+		rc = runtimeClass{vm: contained.IsVMRuntime(name)}
 	case isNotFound(err):
 		have := []string{RuntimeClassNone}
 		if list, lerr := k.listRuntimeClasses(ctx); lerr == nil {
@@ -254,7 +251,7 @@ func (d *Driver) Describe() string {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.opts.Persistent,
+		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent,
 		Images: true, NeedsImage: d.opts.Image == "",
 		Lacks: map[sandbox.Capability]sandbox.Lack{
 			sandbox.CapHostRoot:     {Why: "the kubernetes driver runs images, not a root directory of the host", Fix: "name an image instead (--image NAME, or image in the template)"},
@@ -264,83 +261,70 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	}
 }
 
-// Create starts a sandbox: its Pod, the agent over the attach stream, and
-// the handshake. Anything made before an error is deleted again.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
+// Create starts a sandbox: its Pod (a warm one of a pool of its shape, if
+// one is ready), the agent over the attach stream, and the handshake.
+// Anything made before an error is deleted again.
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Defaults: d.defaults, Start: d.start})
+}
+
+// defaults fills in the image and the runtime class of spec, and refuses
+// what a Pod cannot run.
+func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
 	if spec.Root != "" {
-		return nil, fmt.Errorf("%w: the kubernetes driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
+		return fmt.Errorf("%w: the kubernetes driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
 	}
 	if len(spec.Mounts) > 0 {
-		return nil, &sandbox.UnsupportedError{What: "mounts in kubernetes sandboxes", Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"}
+		return &sandbox.UnsupportedError{What: "mounts in kubernetes sandboxes", Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"}
 	}
-	spec.Limits = spec.Limits.WithDefaults()
-	if spec.Image == "" {
-		spec.Image = d.opts.Image
-	}
-	if spec.Image == "" {
-		return nil, fmt.Errorf("%w: the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)", sandbox.ErrInvalid)
-	}
-	if spec.Runtime == "" {
-		spec.Runtime = d.opts.RuntimeClass
-	}
-	if spec.ID == "" {
-		spec.ID = sandbox.NewID()
-	}
+	return contained.Defaults(spec, d.opts.Image, d.opts.RuntimeClass,
+		"the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)")
+}
+
+// start is Create's own part: a warm Pod claimed, or a Pod made, and the
+// agent's handshake over its attach stream.
+func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client, []sandbox.Layer, error) {
+	spec := b.Spec
 	k, err := d.client()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rc, err := d.runtimeClass(ctx, spec.Runtime)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sum, err := agentbin.Sum()
 	if err != nil {
-		return nil, fmt.Errorf("the agent's binary: %w", err)
+		return nil, nil, fmt.Errorf("the agent's binary: %w", err)
 	}
-	d.startSweep(ctx)
+	var warm *corev1.Pod
 	if p := d.poolFor(spec); p != nil {
-		inst, err := d.claim(ctx, p, spec, rc)
-		if err == nil || !errors.Is(err, errNoWarm) {
-			return inst, err
+		warm, err = d.claim(ctx, k, p, spec)
+		if errors.Is(err, errNoWarm) {
+			d.rc.Logger.Info("warm pool empty: making a Pod", "pool", p.Name, "sandbox_id", spec.ID)
+		} else if err != nil {
+			return nil, nil, err
 		}
-		d.opts.Logger.Info("warm pool empty: making a Pod", "pool", p.Name, "sandbox_id", spec.ID)
 	}
-	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	h := newHost(d, k, spec, b.Lock)
+	b.Host(h)
+	cfg := agentConfig(spec, rc.vm, d.rc.Persistent)
+	if err := b.Egress(cfg); err != nil {
+		return nil, nil, err
 	}
-	h := newHost(d, k, spec, lock)
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
-	cfg := agentConfig(spec, rc.vm, d.opts.Persistent)
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
-		return nil, err
-	}
-	ps := d.podSpec(spec, rc, sum)
 	sctx, cancel := context.WithTimeout(ctx, d.opts.StartTimeout)
 	defer cancel()
-	if err := h.createPod(sctx, ps.pod(d.opts.Namespace)); err != nil {
-		return nil, err
+	if warm != nil {
+		h.name, h.uid, h.created = warm.Name, warm.UID, time.Now()
+		h.watch(ctx, warm)
+	} else if err := h.createPod(sctx, d.podSpec(spec, rc, sum).pod(d.opts.Namespace)); err != nil {
+		return nil, nil, err
 	}
 	cl, agentLayers, err := h.attach(sctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	return cl, append(h.layers(), agentLayers...), nil
 }
 
 // podSpec is what the Pod of spec (with defaults) is made from.
@@ -355,23 +339,9 @@ func (d *Driver) podSpec(spec sandbox.Spec, rc runtimeClass, sum string) podSpec
 	}
 	return podSpec{
 		Spec: spec, Image: spec.Image, PullPolicy: corev1.PullPolicy(d.opts.ImagePullPolicy), AgentImage: agentImage,
-		RuntimeClass: class, VM: rc.vm, Instance: d.opts.Instance, Persistent: d.opts.Persistent,
+		RuntimeClass: class, VM: rc.vm, Instance: d.opts.Instance, Persistent: d.rc.Persistent,
 		CPURequest: d.opts.CPURequest, AgentSum: sum,
 	}
-}
-
-// startSweep deletes, once per driver and beside its first sandbox's
-// start, the Pods that airlock processes of this instance left.
-func (d *Driver) startSweep(ctx context.Context) {
-	d.sweep.Do(func() {
-		go func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if err := d.Sweep(sctx); err != nil {
-				d.opts.Logger.Warn("sweep the Pods of dead airlock processes", "err", err)
-			}
-		}()
-	})
 }
 
 // unsupported says why airlock cannot use the cluster, and how to make it.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -98,7 +99,7 @@ type state struct {
 // after a restart (Driver.Recover); nil for a sandbox that dies with its
 // process.
 func (h *host) DriverState() ([]byte, error) {
-	if !h.d.opts.Persistent {
+	if !h.d.rc.Persistent {
 		return nil, nil
 	}
 	return json.Marshal(state{Pod: h.name, UID: h.uid, Namespace: h.d.opts.Namespace, Spec: h.spec, Instance: h.d.opts.Instance, Created: h.created})
@@ -147,21 +148,14 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 	t1 := time.Now()
 	go h.followStream(conn)
 	cl, layers, err := h.dial(ctx)
-	h.d.opts.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
+	h.d.rc.Logger.Debug("attached to the agent", "sandbox_id", h.spec.ID, "attach", t1.Sub(t0), "setup_and_handshake", time.Since(t1))
 	return cl, layers, err
 }
 
 // dial performs the handshake with the agent over h.conn.
 func (h *host) dial(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	stop := context.AfterFunc(dctx, func() { h.conn.Close() })
-	cl, layers, err := agent.Dial(dctx, h.conn)
-	stop()
+	cl, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	if err != nil {
-		if dctx.Err() != nil {
-			err = fmt.Errorf("%w (the agent did not answer within 30 s)", err)
-		}
 		return nil, nil, h.startError(err)
 	}
 	return cl, layers, nil
@@ -328,10 +322,6 @@ func fatalWaiting(reason string) bool {
 // deathOf says why a Pod that ended ended: the kubelet's eviction, an
 // out-of-memory kill, or the agent's exit.
 func (h *host) deathOf(p *corev1.Pod, t *corev1.ContainerStateTerminated) *agentdriver.Death {
-	what := "the agent"
-	if vmRuntime(h.spec.Runtime) {
-		what = "the runtime's kernel"
-	}
 	if p.Status.Reason == "Evicted" {
 		r := sandbox.ReasonKilled
 		if strings.Contains(strings.ToLower(p.Status.Message), "memory") {
@@ -340,7 +330,7 @@ func (h *host) deathOf(p *corev1.Pod, t *corev1.ContainerStateTerminated) *agent
 		return &agentdriver.Death{Reason: r, Msg: "the node evicted the sandbox's Pod: " + p.Status.Message}
 	}
 	if t != nil && t.Reason == "OOMKilled" {
-		return &agentdriver.Death{Reason: sandbox.ReasonOOM, Msg: fmt.Sprintf("out of memory: the memory limit of %s killed %s, and every process of the sandbox with it", sandbox.FormatBytes(h.spec.Limits.MemoryBytes), what)}
+		return contained.OOMDeath(h.spec.Limits, contained.IsVMRuntime(h.spec.Runtime))
 	}
 	msg := "the sandbox's Pod ended: " + describePod(p)
 	return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: msg + h.stderr()}
@@ -356,7 +346,7 @@ func (h *host) end(dt *agentdriver.Death) {
 		}
 		h.mu.Unlock()
 		if first {
-			h.d.opts.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+			h.d.rc.Logger.Warn("kubernetes sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 		}
 	}
 	h.doneOnce.Do(func() { close(h.done) })

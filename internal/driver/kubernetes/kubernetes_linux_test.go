@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentbin/agenttest"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
@@ -214,7 +215,7 @@ func killAgent(t *testing.T, sb sandbox.Instance) {
 	t.Helper()
 	h := hostOf(t, sb)
 	name := "airlock-agent"
-	if vmRuntime(h.spec.Runtime) {
+	if contained.IsVMRuntime(h.spec.Runtime) {
 		name = "runsc-sandbox"
 	}
 	pid := procIn(t, h.uid, name)

@@ -32,6 +32,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -130,4 +131,9 @@ func RunInstance(hostname string) string { return "run@" + hostname }
 func DaemonLabel(instance string) string {
 	sum := sha256.Sum256([]byte(instance))
 	return hex.EncodeToString(sum[:])[:20]
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, Egress: o.Egress, Persistent: o.Persistent}
 }

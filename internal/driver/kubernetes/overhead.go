@@ -1,16 +1,16 @@
 package kubernetes
 
-import "github.com/airlock-sandbox/airlock/internal/sandbox"
+import (
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
 
 // overhead is what a Pod costs beyond its sandbox's limits: room for the
 // agent, and on a RuntimeClass with a kernel of its own (vm) for that
 // kernel too. The Pod's memory limit (podSpec.pod) is the same; its tasks
 // are the node's to bound.
 func overhead(vm bool) sandbox.Overhead {
-	if vm {
-		return sandbox.Overhead{MemoryBytes: kernelMemory}
-	}
-	return sandbox.Overhead{MemoryBytes: agentMemory}
+	return sandbox.Overhead{MemoryBytes: contained.Overhead(sandbox.Limits{}, vm).MemoryBytes}
 }
 
 // Overhead is what a sandbox of spec costs beyond its limits
@@ -26,7 +26,7 @@ func (d *Driver) Overhead(spec sandbox.Spec) sandbox.Overhead {
 	rc, ok := d.classes[class]
 	d.mu.Unlock()
 	if !ok {
-		rc.vm = vmRuntime(class)
+		rc.vm = contained.IsVMRuntime(class)
 	}
 	return overhead(rc.vm)
 }

@@ -13,48 +13,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Where the agent lives in a Pod, and as what (as in the Docker driver).
-const (
-	// agentDir is where the agent's image volume is mounted, read-only: in
-	// the container's own /dev (a tmpfs the runtime makes), so that no
-	// mount point is made in the image's root; the agent moves it into its
-	// own directory once it runs. The binary is in agentBinDir below it, a
-	// directory only root may enter.
-	agentDir    = "/dev/.airlock"
-	agentBinDir = agentDir + "/agent"
-	agentName   = "airlock-agent"
-	// agentHome is the agent's own directory (agent.ContainedConfig.Home);
-	// relays run agentRelayBin.
-	agentHome     = "/tmp/.agent"
-	agentRelayBin = agentHome + "/bin/agent/" + agentName
-	// sessionSocket is where a persistent agent listens for later host
-	// sessions (agent.ContainedConfig.Listen), reached through a relay.
-	sessionSocket = agentHome + "/sock"
-	chrootDir     = agentHome + "/root"
-	hostname      = "sandbox"
-	workloadUID   = 1000
-	workloadGID   = 1000
-	// containerName is the name of the Pod's one container.
-	containerName = "sandbox"
-)
+// containerName is the name of the Pod's one container.
+const containerName = "sandbox"
 
-// agentCaps are the container's capabilities, the agent's (docs/decisions.md,
-// 7), as Kubernetes spells them, and NET_ADMIN to bring up loopback in the
-// agent's own network namespace; the agent drops all but a few once the
-// sandbox is built, and commands get none.
-var agentCaps = []corev1.Capability{
-	"SETUID", "SETGID", "KILL", "SETPCAP", "SYS_ADMIN", "SYS_CHROOT", "CHOWN", "DAC_OVERRIDE", "FOWNER", "NET_ADMIN",
-}
-
-// Room for what the container holds besides the workload: the agent, and
-// for a user-space kernel or a virtual machine, that kernel too.
-const (
-	agentMemory  = 32 << 20
-	kernelMemory = 96 << 20
-)
+// agentCaps are the container's capabilities (agent.ContainedCaps) as
+// Kubernetes spells them, and NET_ADMIN to bring up loopback in the
+// agent's own network namespace; the agent drops that once the sandbox is
+// built, and commands get none.
+var agentCaps = func() []corev1.Capability {
+	var caps []corev1.Capability
+	for _, c := range agent.ContainedCaps {
+		caps = append(caps, corev1.Capability(strings.TrimPrefix(c, "CAP_")))
+	}
+	return append(caps, "NET_ADMIN")
+}()
 
 // podSpec is what one sandbox's Pod is made from.
 type podSpec struct {
@@ -82,7 +58,7 @@ func podName(id string) string { return "airlock-" + strings.ReplaceAll(id, "_",
 // host namespaces or paths; standard input open for the agent's stream.
 func (p podSpec) pod(namespace string) *corev1.Pod {
 	l := p.Spec.Limits
-	memory := l.MemoryBytes + overhead(p.VM).MemoryBytes
+	memory := contained.Memory(l, p.VM)
 	cpuMilli := int64(l.CPUs * 1000)
 	reqMilli := max(int64(float64(cpuMilli)*p.CPURequest), 1)
 	f := false
@@ -107,7 +83,7 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  &f,
 			EnableServiceLinks:            &f,
-			Hostname:                      hostname,
+			Hostname:                      contained.Hostname,
 			TerminationGracePeriodSeconds: &grace,
 			// The workload's network is the agent's namespace with only
 			// loopback; nothing inside resolves names but through egress.
@@ -122,8 +98,8 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 				ImagePullPolicy: p.PullPolicy,
 				// Only what finds the agent: commands get their
 				// environment from the agent, never from here.
-				Env:        []corev1.EnvVar{{Name: "PATH", Value: agentBinDir}},
-				Command:    []string{agentName, agent.OwnNamespacesArg, agent.StdioArg},
+				Env:        []corev1.EnvVar{{Name: "PATH", Value: contained.AgentBinDir}},
+				Command:    []string{contained.AgentName, agent.OwnNamespacesArg, agent.StdioArg},
 				Args:       []string{},
 				WorkingDir: "/",
 				Stdin:      true,
@@ -145,7 +121,7 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 					},
 				},
 				VolumeMounts: []corev1.VolumeMount{
-					{Name: "agent", MountPath: agentDir, ReadOnly: true},
+					{Name: "agent", MountPath: contained.AgentDir, ReadOnly: true},
 					{Name: "workspace", MountPath: sandbox.Workspace},
 					{Name: "tmp", MountPath: "/tmp"},
 				},
@@ -178,31 +154,19 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 	l := spec.Limits
 	listen := ""
 	if persistent {
-		listen = sessionSocket
+		listen = contained.SessionSocket
 	}
 	return &agent.Config{
-		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
-		UID: workloadUID, GID: workloadGID, Env: spec.Env,
+		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
+		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: spec.Env,
 		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
 		Contained: &agent.ContainedConfig{
-			Pids: l.Pids, ChrootDir: chrootDir, Listen: listen,
-			AgentVolume: agentDir, Home: agentHome, MaskProc: !vm,
+			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
+			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !vm,
 			Unmount: []string{corev1.TerminationMessagePathDefault}, OwnWorkspace: true,
 			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm,
 		},
 	}
-}
-
-// vmRuntime says whether a RuntimeClass (its name, or its handler) gives
-// the Pod a kernel of its own (gVisor, Kata).
-func vmRuntime(names ...string) bool {
-	for _, n := range names {
-		n = strings.ToLower(n)
-		if strings.Contains(n, "runsc") || strings.Contains(n, "gvisor") || strings.Contains(n, "kata") {
-			return true
-		}
-	}
-	return false
 }
 
 // AgentImageRef is the default name of the agent's image for the agent
@@ -219,7 +183,7 @@ func AgentImageLayer(bin io.Reader, size int64) ([]byte, error) {
 	if err := tw.WriteHeader(&tar.Header{Name: "agent/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: epoch}); err != nil {
 		return nil, fmt.Errorf("make the agent's image: %w", err)
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: "agent/" + agentName, Typeflag: tar.TypeReg, Mode: 0o755, Size: size, ModTime: epoch}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: "agent/" + contained.AgentName, Typeflag: tar.TypeReg, Mode: 0o755, Size: size, ModTime: epoch}); err != nil {
 		return nil, fmt.Errorf("make the agent's image: %w", err)
 	}
 	if n, err := io.Copy(tw, bin); err != nil || n != size {

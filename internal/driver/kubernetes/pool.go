@@ -14,8 +14,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -176,7 +174,7 @@ func (d *Driver) prepare(ctx context.Context, p *Pool, pod *corev1.Pod, cfg *age
 				return fmt.Errorf("it ended: %s", describePod(pod))
 			}
 		}
-		if d.opts.Persistent {
+		if d.rc.Persistent {
 			var log agentdriver.LogBuffer
 			conn, err := k.openStream(ctx, d.opts.Namespace, pod.Name, nil, &log)
 			if err != nil {
@@ -206,7 +204,7 @@ func (d *Driver) prepare(ctx context.Context, p *Pool, pod *corev1.Pod, cfg *age
 		return err
 	}()
 	if err != nil {
-		d.opts.Logger.Warn("a warm pool's Pod did not get ready: deleting it", "pool", p.Name, "pod", pod.Name, "err", err)
+		d.rc.Logger.Warn("a warm pool's Pod did not get ready: deleting it", "pool", p.Name, "pod", pod.Name, "err", err)
 		_ = d.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID)
 	}
 }
@@ -233,25 +231,21 @@ func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Conf
 	delete(pod.Labels, LabelSandbox)
 	pod.Labels[LabelPool] = p.Name
 	pod.Labels[LabelState] = "starting"
-	cfg := agentConfig(spec, rc.vm, d.opts.Persistent)
+	cfg := agentConfig(spec, rc.vm, d.rc.Persistent)
 	cfg.Template = true
 	return pod, cfg, nil
 }
 
 // claim takes a ready Pod of pool p for the sandbox of spec (with
-// defaults and ID), and starts the sandbox in it. It fails with errNoWarm
-// when no Pod is ready; the pool refills in the background either way.
-func (d *Driver) claim(ctx context.Context, p *Pool, spec sandbox.Spec, rc runtimeClass) (_ sandbox.Instance, err error) {
-	k, err := d.client()
-	if err != nil {
-		return nil, err
-	}
+// defaults and ID). It fails with errNoWarm when no Pod is ready; the pool
+// refills in the background either way.
+func (d *Driver) claim(ctx context.Context, k *kclient, p *Pool, spec sandbox.Spec) (*corev1.Pod, error) {
 	defer func() {
 		go func() {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
 			if err := d.fill(fctx, p); err != nil {
-				d.opts.Logger.Warn("refill a warm pool", "pool", p.Name, "err", err)
+				d.rc.Logger.Warn("refill a warm pool", "pool", p.Name, "err", err)
 			}
 		}()
 	}()
@@ -260,8 +254,6 @@ func (d *Driver) claim(ctx context.Context, p *Pool, spec sandbox.Spec, rc runti
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: list its Pods: %w", p.Name, err)
 	}
-	t1 := time.Now()
-	var pod *corev1.Pod
 	for i := range list.Items {
 		c := &list.Items[i]
 		if c.DeletionTimestamp != nil || !containerRunning(c) {
@@ -278,44 +270,10 @@ func (d *Driver) claim(ctx context.Context, p *Pool, spec sandbox.Spec, rc runti
 		if err != nil {
 			return nil, fmt.Errorf("pool %s: claim Pod %s: %w", p.Name, c.Name, err)
 		}
-		pod = got
-		break
+		d.rc.Logger.Debug("claimed a warm Pod", "pool", p.Name, "pod", got.Name, "sandbox_id", spec.ID, "list_and_patch", time.Since(t0))
+		return got, nil
 	}
-	if pod == nil {
-		return nil, errNoWarm
-	}
-	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
-	if err != nil {
-		_ = d.deletePod(ctx, pod.Name, pod.UID)
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
-	}
-	h := newHost(d, k, spec, lock)
-	h.name, h.uid, h.created = pod.Name, pod.UID, time.Now()
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
-	cfg := agentConfig(spec, rc.vm, d.opts.Persistent)
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
-		return nil, err
-	}
-	h.watch(ctx, pod)
-	t2 := time.Now()
-	cl, agentLayers, err := h.attach(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	d.opts.Logger.Debug("claimed a warm Pod", "pool", p.Name, "pod", pod.Name, "sandbox_id", spec.ID,
-		"list", t1.Sub(t0), "patch", t2.Sub(t1), "attach_and_handshake", time.Since(t2))
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: cl, Layers: append(h.layers(), agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	return nil, errNoWarm
 }
 
 // containerRunning says whether the Pod's container runs.

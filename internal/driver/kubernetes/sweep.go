@@ -2,12 +2,14 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/json"
+
 	"errors"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -32,21 +34,25 @@ func (d *Driver) Sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list airlock's Pods in namespace %s: %w", d.opts.Namespace, err)
 	}
-	var errs []error
+	pods := map[string][]corev1.Pod{}
+	var ids []string
 	for _, p := range list.Items {
 		id := p.Labels[LabelSandbox]
-		if !sandbox.ValidID(id) || p.Annotations[AnnotationDaemon] != d.opts.Instance || p.DeletionTimestamp != nil {
+		if p.Annotations[AnnotationDaemon] != d.opts.Instance || p.DeletionTimestamp != nil {
 			continue
 		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-		if err != nil {
-			continue // alive, or not ours to judge
-		}
-		d.opts.Logger.Info("deleting the Pod of a sandbox whose owner is gone", "sandbox_id", id, "pod", p.Name)
-		errs = append(errs, d.deletePod(ctx, p.Name, p.UID))
-		lock.Release()
+		ids = append(ids, id)
+		pods[id] = append(pods[id], p)
 	}
-	return errors.Join(errs...)
+	return hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
+		var errs []error
+		for _, p := range pods[id] {
+			d.rc.Logger.Info("deleting the Pod of a sandbox whose owner is gone", "sandbox_id", id, "pod", p.Name)
+			errs = append(errs, d.deletePod(ctx, p.Name, p.UID))
+		}
+		pods[id] = nil
+		return errors.Join(errs...)
+	})
 }
 
 // removeStale deletes the Pod called name, which must be one of airlock's
@@ -63,93 +69,74 @@ func (d *Driver) removeStale(ctx context.Context, name, id string) error {
 	if p.Labels[LabelSandbox] != id {
 		return fmt.Errorf("sandbox %s: %w: a Pod called %s that airlock did not make for it exists in namespace %s; delete it or pick another id", id, sandbox.ErrExists, name, d.opts.Namespace)
 	}
-	d.opts.Logger.Info("deleting a stale Pod of the same sandbox", "sandbox_id", id, "pod", name)
+	d.rc.Logger.Info("deleting a stale Pod of the same sandbox", "sandbox_id", id, "pod", name)
 	return d.deletePod(ctx, name, p.UID)
 }
 
-// State returns what a daemon keeps of a Kubernetes sandbox to reattach
-// to it after a restart (Recover).
-func State(inst sandbox.Instance) ([]byte, error) {
-	if ai, ok := inst.(*agentdriver.Instance); ok {
-		if h, ok := ai.Host().(*host); ok {
-			return h.DriverState()
-		}
-	}
-	return nil, fmt.Errorf("not a kubernetes sandbox: %w", sandbox.ErrInvalid)
-}
-
 // Recover reattaches to sandbox id, a live Pod that another airlock
-// process made, from the state it kept (State). The agent, which outlives
+// process made, from the state it kept (DriverState). The agent, which outlives
 // its sessions, is reached through a relay run in the Pod with its exec
 // stream (agent.RelayArg); the new session closes the old one. Commands
 // that ran on meanwhile go on; the sandbox's files and background
 // processes are as they were.
-func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.Instance, err error) {
-	if !d.opts.Persistent {
-		return nil, fmt.Errorf("sandbox %s: %w: only a persistent driver reattaches (Options.Persistent)", id, sandbox.ErrInvalid)
-	}
-	var st state
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w: its driver state does not parse: %w", id, sandbox.ErrInvalid, err)
-	}
-	if st.Spec.ID != id || st.Pod == "" {
-		return nil, fmt.Errorf("sandbox %s: %w: its driver state names sandbox %q", id, sandbox.ErrInvalid, st.Spec.ID)
-	}
-	if st.Namespace != d.opts.Namespace {
-		return nil, fmt.Errorf("sandbox %s: %w: its Pod is in namespace %s, this driver's is %s", id, sandbox.ErrInvalid, st.Namespace, d.opts.Namespace)
+func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
+	if err != nil {
+		return nil, err
 	}
 	k, err := d.client()
 	if err != nil {
 		return nil, err
 	}
-	lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	if st.Pod != "" && st.Namespace != d.opts.Namespace {
+		return nil, fmt.Errorf("sandbox %s: %w: its Pod is in namespace %s, this driver's is %s", id, sandbox.ErrInvalid, st.Namespace, d.opts.Namespace)
 	}
-	h := newHost(d, k, st.Spec, lock)
+	h := newHost(d, k, spec, nil)
 	h.created = st.Created
-	defer func() {
-		if err != nil {
-			// The Pod is left as it is: a sweep judges it.
-			h.closing.Store(true)
-			if h.conn != nil {
-				h.conn.Close()
-			}
-			if h.stop != nil {
-				h.stop()
-			}
-			lock.Release()
-		}
-	}()
-	p, err := k.getPod(ctx, d.opts.Namespace, st.Pod)
+	return d.rc.Reattach(ctx, id, agentdriver.Reattaching{
+		Spec: spec, Created: st.Created, Host: h,
+		Lock:      func(l *hostlock.Lock) { h.lock = l },
+		Handshake: func(ctx context.Context) (*agent.Client, []sandbox.Layer, error) { return d.reattach(ctx, h, st) },
+	})
+}
+
+// reattach finds sandbox h's Pod, which must be its own and run, watches
+// it, and reaches the agent through a relay in it.
+func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client, []sandbox.Layer, error) {
+	id := h.spec.ID
+	if st.Pod == "" {
+		// A create that did not finish: its Pod, if any, is a sweep's to
+		// delete.
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its state names no Pod", id, sandbox.ErrNotFound)
+	}
+	p, err := h.k.getPod(ctx, d.opts.Namespace, st.Pod)
 	if isNotFound(err) {
-		return nil, fmt.Errorf("sandbox %s: %w: its Pod is gone", id, sandbox.ErrNotFound)
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its Pod is gone", id, sandbox.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: look at its Pod: %w", id, err)
+		return nil, nil, fmt.Errorf("look at its Pod: %w", err)
 	}
 	if p.Labels[LabelSandbox] != id || (st.UID != "" && p.UID != st.UID) {
-		return nil, fmt.Errorf("sandbox %s: %w: Pod %s is not its own", id, sandbox.ErrNotFound, st.Pod)
+		// Not this sandbox's: not this sandbox's to delete either.
+		return nil, nil, fmt.Errorf("sandbox %s: %w: Pod %s is not its own", id, sandbox.ErrNotFound, st.Pod)
 	}
 	h.uid = p.UID
 	h.watch(ctx, p)
 	select {
 	case <-h.running:
 	case <-h.done:
-		return nil, fmt.Errorf("sandbox %s: %w: its Pod has ended: %s", id, sandbox.ErrNotFound, h.Ended().Msg)
+		return nil, nil, fmt.Errorf("sandbox %s: %w: its Pod has ended: %s", id, sandbox.ErrNotFound, h.Ended().Msg)
 	case <-ctx.Done():
-		return nil, fmt.Errorf("sandbox %s: its Pod does not run: %w", id, ctx.Err())
+		return nil, nil, fmt.Errorf("its Pod does not run: %w", ctx.Err())
 	}
-	conn, err := k.openStream(ctx, d.opts.Namespace, st.Pod, []string{agentRelayBin, agent.RelayArg, sessionSocket}, &h.log)
+	conn, err := h.k.openStream(ctx, d.opts.Namespace, st.Pod, []string{contained.AgentRelayBin, agent.RelayArg, contained.SessionSocket}, &h.log)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: start a relay to its agent: %w", id, err)
+		return nil, nil, fmt.Errorf("start a relay to its agent: %w", err)
 	}
 	h.conn = conn
 	cl, agentLayers, err := h.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: reattach: %w", id, err)
+		return nil, nil, err
 	}
-	return agentdriver.NewReattached(agentdriver.Config{
-		Spec: st.Spec, Client: cl, Layers: append(h.layers(), agentLayers...), Host: h, Logger: d.opts.Logger,
-	}, d.opts.Egress, st.Created)
+	return cl, append(h.layers(), agentLayers...), nil
 }

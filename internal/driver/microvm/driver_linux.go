@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"os/user"
@@ -18,10 +16,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
-	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -47,13 +43,12 @@ const (
 // Driver runs sandboxes in QEMU microVMs.
 type Driver struct {
 	opts    Options
-	agent   string
+	rc      *agentdriver.Recipe
 	vmm     vmm
 	vmmErr  error
 	hier    *cgroup.Hierarchy
 	hierErr error
 	cache   string
-	sweep   sync.Once
 
 	// The accelerator and the host's TSC rate are found on first use:
 	// every airlock that lists its drivers makes this one.
@@ -81,18 +76,6 @@ var (
 // reported by Probe and Create. Without Options.Accel it probes /dev/kvm
 // (a few milliseconds).
 func New(opts Options) (*Driver, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.CgroupParent == "" {
-		opts.CgroupParent = "airlock"
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = "/run/airlock"
-	}
-	if opts.Egress == nil {
-		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
-	}
 	if opts.Packages == nil {
 		opts.Packages = DefaultPackages
 	}
@@ -101,7 +84,7 @@ func New(opts Options) (*Driver, error) {
 	}
 	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, built: map[string]any{}}
 	var err error
-	if d.agent, err = agentbin.Path(); err != nil {
+	if d.rc, err = agentdriver.NewRecipe("microvm", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -274,8 +257,8 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 	}
 	// An initramfs is made of an unpacked kernel and an agent binary, both
 	// named by their version; it is the same for as long as they are.
-	ird, err := memo(d, "initramfs\x00"+k.Dir+"\x00"+d.agent, func() (*initramfs, error) {
-		return buildInitramfs(ctx, d.cache, k, d.agent)
+	ird, err := memo(d, "initramfs\x00"+k.Dir+"\x00"+d.rc.Agent, func() (*initramfs, error) {
+		return buildInitramfs(ctx, d.cache, k, d.rc.Agent)
 	})
 	if err != nil {
 		return shape{}, err
@@ -304,72 +287,55 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 // (made first when there is none) or booted, in the sandbox's host cgroup,
 // then the sandbox's config and identity, then the agent's handshake.
 // Anything made before an error is removed again.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
 	if len(spec.Mounts) > 0 {
 		return nil, &sandbox.UnsupportedError{What: "mounts in a microVM", Why: "the guest sees no host directory: its kernel has no 9p and Debian has no virtiofsd", Fix: "copy files in with the file API, or use --driver native or gvisor for host mounts"}
 	}
-	spec.Limits = spec.Limits.WithDefaults()
+	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
+}
+
+// start is Create's own part: the machine, its cgroup and the agent's
+// handshake.
+func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Client, _ []sandbox.Layer, err error) {
+	spec := b.Spec
 	hostLayers, err := d.layers()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if spec.ID == "" {
-		spec.ID = sandbox.NewID()
-	}
-	d.sweep.Do(func() { _ = d.Sweep(ctx) })
-
-	lock, err := hostlock.Sandbox(d.opts.StateDir, spec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
-	}
-	h := &host{d: d, spec: spec, lock: lock, done: make(chan struct{})}
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
-	if h.uidLock, h.uid, err = hostlock.UIDRange(d.opts.StateDir); err != nil {
-		return nil, err
+	h := &host{d: d, spec: spec, lock: b.Lock}
+	b.Host(h)
+	if h.uidLock, h.uid, err = hostlock.UIDRange(d.rc.StateDir); err != nil {
+		return nil, nil, err
 	}
 	t0 := time.Now()
 	s, err := d.shapeFor(ctx, spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t1 := time.Now()
 	if err := h.makeCgroup(s); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg := d.agentConfig(spec)
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, cfg); err != nil {
-		return nil, err
+	if err := b.Egress(cfg); err != nil {
+		return nil, nil, err
 	}
 	t2 := time.Now()
 	if err := h.start(ctx, s); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t3 := time.Now()
 	client, agentLayers, err := h.handshake(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	d.opts.Logger.Debug("microVM sandbox started", "sandbox_id", spec.ID, "restored", h.Restored,
+	d.rc.Logger.Debug("microVM sandbox started", "sandbox_id", spec.ID, "restored", h.Restored,
 		"assets", t1.Sub(t0), "cgroup", t2.Sub(t1), "machine", t3.Sub(t2), "agent", time.Since(t3))
 	if err := h.limitCPU(); err != nil {
 		client.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	return client, append(hostLayers, agentLayers...), nil
 }
 
 // agentConfig is the agent's config for spec, with the guest's part: a
@@ -396,29 +362,7 @@ func (d *Driver) agentConfig(spec sandbox.Spec) *agent.Config {
 // cleaning up left behind: their QEMU processes (in their cgroups) and
 // cgroups. A sandbox is stale when no live process holds its lock.
 func (d *Driver) Sweep(context.Context) error {
-	if d.hier == nil {
-		return nil
-	}
-	parent := d.hier.Open(d.opts.CgroupParent)
-	names, err := parent.Children()
-	if err != nil {
-		return nil
-	}
-	for _, name := range names {
-		if !sandbox.ValidID(name) {
-			continue
-		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, name)
-		if err != nil {
-			continue // alive, or not ours to judge
-		}
-		g := parent.Child(name)
-		_ = g.Kill(5*time.Second, os.Getpid())
-		if err := g.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			d.opts.Logger.Warn("remove a stale sandbox's cgroup", "sandbox_id", name, "err", err)
-		}
-		lock.Release()
-	}
+	d.rc.SweepCgroups(d.hier, os.Getpid())
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -31,13 +30,7 @@ type host struct {
 	// Restored says the machine came from a snapshot (else it booted).
 	Restored bool
 
-	done     chan struct{}
-	doneOnce sync.Once
-	// closing is set once Teardown begins: from then on the sandbox does
-	// not end by itself.
-	closing atomic.Bool
-	mu      sync.Mutex
-	ended   *agentdriver.Death
+	agentdriver.Lifecycle
 
 	closeOnce   sync.Once
 	teardownErr error
@@ -51,15 +44,6 @@ var (
 // Exec: the host sees QEMU's cgroup only, which holds the whole machine;
 // kills go through the agent, and the guest's own cgroups count each exec.
 func (h *host) Exec(string) agentdriver.ExecHost { return agentdriver.SandboxCgroupDelta(h.group) }
-
-func (h *host) Done() <-chan struct{} { return h.done }
-
-// Ended says why the sandbox died, once it has.
-func (h *host) Ended() *agentdriver.Death {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended
-}
 
 // Usage reads QEMU's host cgroup: the guest's RAM as far as it is touched,
 // and QEMU's own.
@@ -83,7 +67,7 @@ func (h *host) Group() *cgroup.Group { return h.group }
 // the machine is up (limitCPU): its start is not the workload's.
 func (h *host) makeCgroup(s shape) error {
 	d := h.d
-	g := d.hier.Open(d.opts.CgroupParent + "/" + h.spec.ID)
+	g := d.hier.Open(d.rc.CgroupParent + "/" + h.spec.ID)
 	if g.Exists() {
 		// A stale group of a sandbox of the same name.
 		_ = g.Kill(5*time.Second, os.Getpid())
@@ -117,7 +101,7 @@ func (h *host) start(ctx context.Context, s shape) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		d.opts.Logger.Warn("cannot start the microVM from a snapshot: booting it", "sandbox_id", h.spec.ID, "err", err)
+		d.rc.Logger.Warn("cannot start the microVM from a snapshot: booting it", "sandbox_id", h.spec.ID, "err", err)
 	}
 	v, console, err := d.boot(ctx, m)
 	h.console = console
@@ -181,7 +165,7 @@ func (h *host) handshake(ctx context.Context, cfg *agent.Config) (*agent.Client,
 // guest's console.
 func (h *host) startError(err error) error {
 	select {
-	case <-h.done:
+	case <-h.Done():
 	case <-time.After(time.Second):
 	}
 	if dt := h.Ended(); dt != nil {
@@ -194,7 +178,7 @@ func (h *host) startError(err error) error {
 // it died; the host's counters and QEMU's exit say why.
 func (h *host) wait() {
 	err := h.vm.Err()
-	if !h.closing.Load() {
+	if !h.Closing.Load() {
 		dt := agentdriver.CgroupDeath(h.group, h.spec.Limits, "the virtual machine", qemuPids)
 		if dt == nil {
 			msg := "the virtual machine (QEMU) exited"
@@ -203,12 +187,10 @@ func (h *host) wait() {
 			}
 			dt = &agentdriver.Death{Reason: sandbox.ReasonError, Msg: msg + consoleTail(h.console)}
 		}
-		h.mu.Lock()
-		h.ended = dt
-		h.mu.Unlock()
-		h.d.opts.Logger.Warn("microVM sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
+		h.SetEnded(dt)
+		h.d.rc.Logger.Warn("microVM sandbox ended by itself", "sandbox_id", h.spec.ID, "reason", dt.Reason, "err", dt.Msg)
 	}
-	h.doneOnce.Do(func() { close(h.done) })
+	h.CloseDone()
 }
 
 // Teardown ends the sandbox and removes everything it made on the host:
@@ -217,8 +199,8 @@ func (h *host) wait() {
 // files: QEMU got every file and socket as a descriptor.
 func (h *host) Teardown(context.Context) error {
 	h.closeOnce.Do(func() {
-		h.closing.Store(true)
-		log := h.d.opts.Logger.With("sandbox_id", h.spec.ID)
+		h.Closing.Store(true)
+		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
 		var left []string
 		if h.group != nil {
 			// A frozen machine dies only once thawed.
@@ -241,7 +223,7 @@ func (h *host) Teardown(context.Context) error {
 		h.uidLock.Drop()
 		h.lock.Release()
 		if h.vm == nil {
-			h.doneOnce.Do(func() { close(h.done) })
+			h.CloseDone()
 		}
 		if len(left) > 0 {
 			h.teardownErr = fmt.Errorf("sandbox %s: left on the host after close: %v", h.spec.ID, left)

@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -69,10 +70,18 @@ type Options struct {
 	// CgroupParent is the group below each hierarchy's root that holds the
 	// sandboxes. Empty means "airlock".
 	CgroupParent string
+	// Agent is the agent's binary. Empty means the one this airlock
+	// ships.
+	Agent string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
 	// means one of the driver's own, with the default limits and no
 	// secrets.
 	Egress *egress.Proxy
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, CgroupParent: o.CgroupParent, Egress: o.Egress, Agent: o.Agent}
 }

@@ -117,8 +117,8 @@ func (d *Driver) snapshotFor(ctx context.Context, s shape) (*snapshot, error) {
 // dir/state.
 func (d *Driver) makeSnapshot(ctx context.Context, s shape, key, dir string) error {
 	start := time.Now()
-	d.opts.Logger.Info("making a microVM snapshot", "key", key, "memory_mib", s.MemoryMiB, "vcpus", s.VCPUs, "accel", s.Accel)
-	lock, uid, err := hostlock.UIDRange(d.opts.StateDir)
+	d.rc.Logger.Info("making a microVM snapshot", "key", key, "memory_mib", s.MemoryMiB, "vcpus", s.VCPUs, "accel", s.Accel)
+	lock, uid, err := hostlock.UIDRange(d.rc.StateDir)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (d *Driver) makeSnapshot(ctx context.Context, s shape, key, dir string) err
 		Cmdline: s.Cmdline, BootMS: boot.Milliseconds(), Made: time.Now().UTC().Truncate(time.Second),
 	}
 	b, _ := json.MarshalIndent(meta, "", "  ")
-	d.opts.Logger.Info("made a microVM snapshot", "key", key, "took", time.Since(start).Round(time.Millisecond))
+	d.rc.Logger.Info("made a microVM snapshot", "key", key, "took", time.Since(start).Round(time.Millisecond))
 	return os.WriteFile(filepath.Join(dir, "snapshot.json"), b, 0o644)
 }
 
@@ -201,7 +201,7 @@ func (d *Driver) boot(ctx context.Context, m *machine) (*vm, *agentdriver.LogBuf
 			break
 		}
 		if attempt < attempts {
-			d.opts.Logger.Warn("a microVM boot hung; trying again", "attempt", attempt, "timeout", d.opts.BootTimeout)
+			d.rc.Logger.Warn("a microVM boot hung; trying again", "attempt", attempt, "timeout", d.opts.BootTimeout)
 		}
 	}
 	return nil, console, fmt.Errorf("the microVM did not boot (%s)%s", strings.Join(errs, "; "), consoleTail(console))

@@ -27,13 +27,13 @@ func TestSweepCowLayers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(project, "a"), []byte("a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stale := cow.LayerDir(d.opts.StateDir, "sb-cowtest-stale", 0)
+	stale := cow.LayerDir(d.rc.StateDir, "sb-cowtest-stale", 0)
 	_, f, err := cow.Make(t.Context(), stale, "sb-cowtest-stale", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	journaled := cow.LayerDir(d.opts.StateDir, "sb-cowtest-crashed", 0)
+	journaled := cow.LayerDir(d.rc.StateDir, "sb-cowtest-crashed", 0)
 	if _, f, err = cow.Make(t.Context(), journaled, "sb-cowtest-crashed", sandbox.Mount{Source: project, Target: "/w", Cow: true}, 1<<20, cow.IDMap{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,12 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
-	"github.com/airlock-sandbox/airlock/internal/agentbin"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/confine"
 	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -37,10 +34,9 @@ const (
 // Driver runs sandboxes with Linux namespaces, cgroups, seccomp and Landlock.
 type Driver struct {
 	opts    Options
-	agent   string
+	rc      *agentdriver.Recipe
 	hier    *cgroup.Hierarchy // nil when the host has no usable cgroups
 	hierErr error
-	sweep   sync.Once
 	oomOnce sync.Once
 }
 
@@ -53,21 +49,9 @@ var (
 // New returns a native driver. It fails only when the agent binary cannot
 // be found; what the host lacks is reported by Probe and Create.
 func New(opts Options) (*Driver, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.CgroupParent == "" {
-		opts.CgroupParent = "airlock"
-	}
-	if opts.StateDir == "" {
-		opts.StateDir = "/run/airlock"
-	}
-	if opts.Egress == nil {
-		opts.Egress = egress.New(egress.Options{Logger: opts.Logger})
-	}
 	d := &Driver{opts: opts}
 	var err error
-	if d.agent, err = agentbin.Path(); err != nil {
+	if d.rc, err = agentdriver.NewRecipe("native", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err
 	}
 	d.hier, d.hierErr = cgroup.Detect()
@@ -121,44 +105,28 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true,
-		SurvivesRestart: d.opts.Persistent,
+		SurvivesRestart: d.rc.Persistent,
 	}
 }
 
 // Create starts a sandbox: a new agent in new namespaces, its cgroups, its
 // own host uid range. Anything made before an error is removed again.
-func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Instance, err error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	spec.Limits = spec.Limits.WithDefaults()
+func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
+}
+
+// start is Create's own part: the agent, forked into its namespaces with
+// what it is handed, and its handshake.
+func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Client, _ []sandbox.Layer, err error) {
+	spec := b.Spec
 	hostLayers, err := d.layers(spec.AllowDegraded)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if spec.ID == "" {
-		spec.ID = sandbox.NewID()
-	}
-	// Leftovers of airlock processes that died uncleanly (their locks are
-	// free) are swept once per driver, before its first sandbox: a one-shot
-	// `airlock run` cleans up after a killed one.
-	d.sweep.Do(func() { _ = d.Sweep(ctx) })
-
-	h := &host{d: d, spec: spec, done: make(chan struct{})}
-	var eg *egress.Sandbox
-	defer func() {
-		if err != nil {
-			if eg != nil {
-				eg.Close()
-			}
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
-	if h.lock, err = hostlock.Sandbox(d.opts.StateDir, spec.ID); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
-	}
-	if h.slot, h.base, err = hostlock.UIDRange(d.opts.StateDir); err != nil {
-		return nil, err
+	h := &host{d: d, spec: spec, lock: b.Lock, done: make(chan struct{}), created: time.Now()}
+	b.Host(h)
+	if h.slot, h.base, err = hostlock.UIDRange(d.rc.StateDir); err != nil {
+		return nil, nil, err
 	}
 
 	var extra []*os.File // handed to the agent from FDFirst on
@@ -173,8 +141,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: spec.Limits.OpenFiles,
 		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
 	}
-	if eg, err = agentdriver.AttachEgress(d.opts.Egress, spec, &cfg); err != nil {
-		return nil, err
+	if err := b.Egress(&cfg); err != nil {
+		return nil, nil, err
 	}
 	if d.hier == nil {
 		// Without cgroups RLIMIT_NPROC is the process limit; with them it
@@ -190,11 +158,11 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	}
 	if d.hier != nil {
 		if err := h.makeCgroups(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		dirs, err := h.workload.OpenDirs()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.Cgroup.V2 = d.hier.V2
 		cfg.Cgroup.Controllers = d.hier.Roots()
@@ -205,7 +173,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		if !d.hier.V2 {
 			tasks, err := h.agentGroup.OpenTasks()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			for _, f := range tasks {
 				cfg.AgentTasks = append(cfg.AgentTasks, agent.FDFirst+len(extra))
@@ -216,17 +184,17 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	if spec.Root != "" {
 		f, err := detachedMount(spec.Root, false, true)
 		if err != nil {
-			return nil, fmt.Errorf("root %s: %w", spec.Root, err)
+			return nil, nil, fmt.Errorf("root %s: %w", spec.Root, err)
 		}
 		cfg.Root = agent.FDFirst + len(extra)
 		extra = append(extra, f)
 	}
 	for i, m := range spec.Mounts {
 		if m.Cow {
-			_, f, err := cow.Make(ctx, cow.LayerDir(d.opts.StateDir, spec.ID, i), spec.ID, m, spec.Limits.DiskBytes,
+			_, f, err := cow.Make(ctx, cow.LayerDir(d.rc.StateDir, spec.ID, i), spec.ID, m, spec.Limits.DiskBytes,
 				cow.IDMap{UID: h.base + workloadUID, GID: h.base + workloadGID})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: agent.FDFirst + len(extra), Target: m.Target, Dir: true, Writable: true})
 			extra = append(extra, f)
@@ -234,7 +202,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		}
 		f, isDir, err := openMount(m)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: agent.FDFirst + len(extra), Target: m.Target, Dir: isDir, Writable: m.Writable})
 		extra = append(extra, f)
@@ -247,15 +215,15 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	args := []string{"airlock-agent"}
 	var hold []*os.File // what the agent keeps open for its life: the locks
 	var stderr io.Writer = &h.agentLog
-	if d.opts.Persistent {
+	if d.rc.Persistent {
 		h.persistent = true
 		if agentEnd, err = h.bindSession(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		logFile, err := os.OpenFile(h.logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			agentEnd.Close()
-			return nil, fmt.Errorf("make the agent's log: %w", err)
+			return nil, nil, fmt.Errorf("make the agent's log: %w", err)
 		}
 		defer logFile.Close()
 		stderr = logFile
@@ -268,7 +236,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	} else {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return nil, fmt.Errorf("make the agent connection: %w", err)
+			return nil, nil, fmt.Errorf("make the agent connection: %w", err)
 		}
 		hostEnd := os.NewFile(uintptr(fds[0]), "agent-conn")
 		agentEnd = os.NewFile(uintptr(fds[1]), "agent-conn")
@@ -276,13 +244,13 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		hostEnd.Close()
 		if err != nil {
 			agentEnd.Close()
-			return nil, fmt.Errorf("make the agent connection: %w", err)
+			return nil, nil, fmt.Errorf("make the agent connection: %w", err)
 		}
 	}
 	defer agentEnd.Close()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cfgR.Close()
 	defer cfgW.Close()
@@ -296,22 +264,22 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
 		Setsid:                     true,
 	}
-	if !d.opts.Persistent {
+	if !d.rc.Persistent {
 		// A one-shot run's sandbox dies with its process.
 		sys.Pdeathsig = syscall.SIGKILL
 	}
 	if d.hier != nil && d.hier.V2 {
 		fd, err := unix.Open(h.agentGroup.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, fmt.Errorf("open the agent's cgroup: %w", err)
+			return nil, nil, fmt.Errorf("open the agent's cgroup: %w", err)
 		}
 		defer unix.Close(fd)
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
 	files := append(append([]*os.File{cfgR, agentEnd}, extra...), hold...)
-	proc, err := startAgent(d.agent, args, stderr, files, sys)
+	proc, err := startAgent(d.rc.Agent, args, stderr, files, sys)
 	if err != nil {
-		return nil, fmt.Errorf("start the sandbox: %w", err)
+		return nil, nil, fmt.Errorf("start the sandbox: %w", err)
 	}
 	h.proc = proc
 	h.agentPid = proc.pid
@@ -327,7 +295,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	cfgR.Close()
 	// The agent moves itself into its cgroup (v1) before it builds anything.
 	if err := json.NewEncoder(cfgW).Encode(&cfg); err != nil {
-		return nil, fmt.Errorf("configure the sandbox: %w%s", err, h.agentErr())
+		return nil, nil, fmt.Errorf("configure the sandbox: %w%s", err, h.agentErr())
 	}
 	cfgW.Close()
 	// The agent survives the host's OOM killer; its commands do not inherit
@@ -336,7 +304,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 	// the workload's out-of-memory kills there.
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", proc.pid), []byte("-1000"), 0); err != nil {
 		d.oomOnce.Do(func() {
-			d.opts.Logger.Warn("cannot protect sandbox agents from the host's OOM killer (needs CAP_SYS_RESOURCE)", "err", err)
+			d.rc.Logger.Warn("cannot protect sandbox agents from the host's OOM killer (needs CAP_SYS_RESOURCE)", "err", err)
 		})
 	}
 
@@ -347,7 +315,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		// waits in its backlog until it serves.
 		c, err := agentdriver.DialSession(dctx, h.sockPath, h.done)
 		if err != nil {
-			return nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
+			return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
 		}
 		h.conn = c
 	}
@@ -359,12 +327,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 		case <-h.done:
 		case <-time.After(2 * time.Second):
 		}
-		return nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
+		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
 	}
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	return client, append(hostLayers, agentLayers...), nil
 }
 
 // Sweep removes what sandboxes of airlock processes that died without
@@ -374,29 +339,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Insta
 func (d *Driver) Sweep(context.Context) error {
 	d.sweepSessions()
 	d.sweepCow()
-	if d.hier == nil {
-		return nil
-	}
-	parent := d.hier.Open(d.opts.CgroupParent)
-	names, err := parent.Children()
-	if err != nil {
-		return nil
-	}
-	for _, name := range names {
-		if !sandbox.ValidID(name) {
-			continue
-		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, name)
-		if err != nil {
-			continue // alive
-		}
-		g := parent.Child(name)
-		_ = g.Kill(5 * time.Second)
-		if err := g.Remove(); err != nil {
-			d.opts.Logger.Warn("remove stale sandbox cgroups", "sandbox_id", name, "err", err)
-		}
-		lock.Release()
-	}
+	d.rc.SweepCgroups(d.hier)
 	return nil
 }
 
@@ -404,51 +347,43 @@ func (d *Driver) Sweep(context.Context) error {
 // process that ran them interrupted (and finishes their records), and
 // removes the layers of sandboxes that are gone.
 func (d *Driver) RecoverCow() ([]cow.Recovery, error) {
-	return cow.RecoverAll(d.opts.StateDir)
+	return cow.RecoverAll(d.rc.StateDir)
 }
 
 // sweepCow removes the cow layers of stale sandboxes (RecoverCow keeps
 // those with an interrupted apply's journal until it has read them).
 func (d *Driver) sweepCow() {
-	ids, _ := filepath.Glob(filepath.Join(d.opts.StateDir, "cow", "*"))
-	for _, p := range ids {
-		id := filepath.Base(p)
-		if !sandbox.ValidID(id) || hostlock.Held(hostlock.SandboxDir(d.opts.StateDir), id) {
-			continue
-		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-		if err != nil {
-			continue // taken meanwhile
-		}
-		layers, _ := filepath.Glob(filepath.Join(p, "*"))
+	dirs, _ := filepath.Glob(filepath.Join(d.rc.StateDir, "cow", "*"))
+	ids := make([]string, len(dirs))
+	for i, p := range dirs {
+		ids[i] = filepath.Base(p)
+	}
+	_ = hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
+		layers, _ := filepath.Glob(filepath.Join(d.rc.StateDir, "cow", id, "*"))
 		for _, l := range layers {
 			if _, err := os.Stat(filepath.Join(l, "journal.json")); err == nil {
 				continue
 			}
 			if err := cow.Remove(l); err != nil {
-				d.opts.Logger.Warn("remove a stale cow layer", "sandbox_id", id, "dir", l, "err", err)
+				d.rc.Logger.Warn("remove a stale cow layer", "sandbox_id", id, "dir", l, "err", err)
 			}
 		}
-		lock.Release()
-	}
+		return nil
+	})
 }
 
 // sweepSessions removes the session sockets and agent logs of stale
 // sandboxes.
 func (d *Driver) sweepSessions() {
-	dir := filepath.Join(d.opts.StateDir, "sessions")
+	dir := filepath.Join(d.rc.StateDir, "sessions")
 	socks, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
-	for _, p := range socks {
-		id := strings.TrimSuffix(filepath.Base(p), ".sock")
-		if !sandbox.ValidID(id) || hostlock.Held(hostlock.SandboxDir(d.opts.StateDir), id) {
-			continue
-		}
-		lock, err := hostlock.Sandbox(d.opts.StateDir, id)
-		if err != nil {
-			continue // taken meanwhile
-		}
-		_ = os.Remove(p)
-		_ = os.Remove(filepath.Join(dir, id+".log"))
-		lock.Release()
+	ids := make([]string, len(socks))
+	for i, p := range socks {
+		ids[i] = strings.TrimSuffix(filepath.Base(p), ".sock")
 	}
+	_ = hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
+		_ = os.Remove(filepath.Join(dir, id+".sock"))
+		_ = os.Remove(filepath.Join(dir, id+".log"))
+		return nil
+	})
 }

@@ -35,6 +35,7 @@ type host struct {
 	// persistent: the sandbox outlives this process (Options.Persistent);
 	// its agent serves sessions at sockPath and writes its log to logPath.
 	persistent        bool
+	created           time.Time // when the sandbox was made
 	sockPath, logPath string
 	// agentPid is the agent's host pid; agentStart when it started.
 	agentPid   int
@@ -62,7 +63,7 @@ var (
 
 // CowLayers lists the sandbox's copy-on-write mounts.
 func (h *host) CowLayers() []sandbox.CowLayer {
-	return sandbox.CowLayers(h.d.opts.StateDir, h.spec)
+	return sandbox.CowLayers(h.d.rc.StateDir, h.spec)
 }
 
 // closeDone says the agent has exited.
@@ -110,7 +111,7 @@ func (h *host) Teardown(context.Context) error {
 		if h.group != nil {
 			_ = h.group.Kill(5 * time.Second)
 			if err := h.group.Remove(); err != nil {
-				h.d.opts.Logger.Warn("remove sandbox cgroups", "sandbox_id", h.spec.ID, "err", err)
+				h.d.rc.Logger.Warn("remove sandbox cgroups", "sandbox_id", h.spec.ID, "err", err)
 			}
 			if h.group.Exists() {
 				h.teardownErr = fmt.Errorf("sandbox %s: cgroups remain after close", h.spec.ID)
@@ -123,8 +124,8 @@ func (h *host) Teardown(context.Context) error {
 		if h.lock == nil && h.persistent {
 			// The dead agent held it: take it to remove it.
 			var err error
-			if h.lock, err = hostlock.WaitSandbox(h.d.opts.StateDir, h.spec.ID, 2*time.Second); err != nil {
-				h.d.opts.Logger.Warn("the sandbox's lock is still held after its agent was killed", "sandbox_id", h.spec.ID, "err", err)
+			if h.lock, err = hostlock.WaitSandbox(h.d.rc.StateDir, h.spec.ID, 2*time.Second); err != nil {
+				h.d.rc.Logger.Warn("the sandbox's lock is still held after its agent was killed", "sandbox_id", h.spec.ID, "err", err)
 			}
 		}
 		if h.persistent {
@@ -132,9 +133,9 @@ func (h *host) Teardown(context.Context) error {
 			_ = os.Remove(h.logPath)
 		}
 		// The layers go with the sandbox: its pending changes with them.
-		for _, l := range sandbox.CowLayers(h.d.opts.StateDir, h.spec) {
+		for _, l := range sandbox.CowLayers(h.d.rc.StateDir, h.spec) {
 			if err := cow.Remove(l.Dir); err != nil {
-				h.d.opts.Logger.Warn("remove a cow layer", "sandbox_id", h.spec.ID, "dir", l.Dir, "err", err)
+				h.d.rc.Logger.Warn("remove a cow layer", "sandbox_id", h.spec.ID, "dir", l.Dir, "err", err)
 			}
 		}
 		h.lock.Release()
@@ -156,6 +157,8 @@ func (h *host) Detach() {
 type state struct {
 	Spec    sandbox.Spec `json:"spec"`
 	UIDBase int          `json:"uid_base"`
+	// Created is when the sandbox was made.
+	Created time.Time `json:"created,omitzero"`
 	// AgentPid and AgentStart name the agent's process.
 	AgentPid   int    `json:"agent_pid"`
 	AgentStart uint64 `json:"agent_start"`
@@ -169,13 +172,13 @@ func (h *host) DriverState() ([]byte, error) {
 	if h.agentStart == 0 {
 		h.agentStart, _ = procid.StartTime(h.agentPid)
 	}
-	return json.Marshal(state{Spec: h.spec, UIDBase: h.base, AgentPid: h.agentPid, AgentStart: h.agentStart})
+	return json.Marshal(state{Spec: h.spec, UIDBase: h.base, AgentPid: h.agentPid, AgentStart: h.agentStart, Created: h.created})
 }
 
 // bindSession binds the socket the agent will listen on for host sessions
 // (StateDir/sessions/ID.sock, root's alone), and names the agent's log.
 func (h *host) bindSession() (*os.File, error) {
-	dir, err := agentdriver.SessionDir(h.d.opts.StateDir)
+	dir, err := agentdriver.SessionDir(h.d.rc.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +207,7 @@ const rangeSize = hostlock.RangeSize
 
 func (h *host) makeCgroups() error {
 	hier := h.d.hier
-	h.group = hier.Open(h.d.opts.CgroupParent + "/" + h.spec.ID)
+	h.group = hier.Open(h.d.rc.CgroupParent + "/" + h.spec.ID)
 	h.agentGroup = h.group.Child("agent")
 	h.workload = h.group.Child("workload")
 	for _, g := range []*cgroup.Group{h.group, h.agentGroup, h.workload} {
@@ -249,7 +252,7 @@ func (h *host) stopAgent() {
 	select {
 	case <-h.done:
 	case <-time.After(10 * time.Second):
-		h.d.opts.Logger.Error("sandbox agent did not exit after SIGKILL", "sandbox_id", h.spec.ID)
+		h.d.rc.Logger.Error("sandbox agent did not exit after SIGKILL", "sandbox_id", h.spec.ID)
 	}
 }
 

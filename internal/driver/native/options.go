@@ -8,6 +8,7 @@ package native
 import (
 	"log/slog"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 )
 
@@ -19,6 +20,9 @@ type Options struct {
 	// StateDir holds the locks that tie sandboxes and uid ranges to the
 	// process that owns them. Empty means /run/airlock.
 	StateDir string
+	// Agent is the agent's binary. Empty means the one this airlock
+	// ships.
+	Agent string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
@@ -32,4 +36,9 @@ type Options struct {
 	// (Recover). False: a sandbox dies with its process, as a one-shot
 	// run's must (the agent has a parent-death signal).
 	Persistent bool
+}
+
+// shared are the options every agent driver takes (agentdriver.Recipe).
+func (o Options) shared() agentdriver.Shared {
+	return agentdriver.Shared{Logger: o.Logger, StateDir: o.StateDir, CgroupParent: o.CgroupParent, Egress: o.Egress, Agent: o.Agent, Persistent: o.Persistent}
 }

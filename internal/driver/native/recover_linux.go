@@ -2,14 +2,11 @@ package native
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/procid"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -24,97 +21,63 @@ import (
 // names). A sandbox whose lock is free is gone (ErrNotFound); one whose
 // agent does not answer before ctx ends, or whose socket is not its
 // agent's, is killed and removed.
-func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (_ sandbox.Instance, err error) {
-	if !sandbox.ValidID(id) {
-		return nil, fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalid)
+func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.Instance, error) {
+	st, spec, err := agentdriver.DecodeState(d.rc, id, raw, func(st *state) *sandbox.Spec { return &st.Spec })
+	if err != nil {
+		return nil, err
 	}
-	if !d.opts.Persistent {
-		return nil, &sandbox.UnsupportedError{What: "reattaching a native sandbox", Why: "this driver's sandboxes die with the process that made them", Fix: "make the driver with Options.Persistent (as airlock serve does)"}
-	}
-	var st state
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &st); err != nil || st.Spec.ID != id {
-			return nil, fmt.Errorf("sandbox %s: %w: its driver state does not name it (%w)", id, sandbox.ErrInvalid, err)
-		}
-	}
-	spec := st.Spec
-	if spec.ID == "" {
-		// A create that did not finish: enough to end it.
-		spec = sandbox.Spec{ID: id}
-	}
-	spec.Limits = spec.Limits.WithDefaults()
-	dir, err := agentdriver.SessionDir(d.opts.StateDir)
+	dir, err := agentdriver.SessionDir(d.rc.StateDir)
 	if err != nil {
 		return nil, err
 	}
 	h := &host{
-		d: d, spec: spec, done: make(chan struct{}), persistent: true,
+		d: d, spec: spec, done: make(chan struct{}), persistent: true, created: st.Created,
 		sockPath: filepath.Join(dir, id+".sock"), logPath: filepath.Join(dir, id+".log"),
 		agentPid: st.AgentPid, agentStart: st.AgentStart,
 	}
 	if d.hier != nil {
-		h.group = d.hier.Open(d.opts.CgroupParent + "/" + id)
+		h.group = d.hier.Open(d.rc.CgroupParent + "/" + id)
 		h.agentGroup, h.workload = h.group.Child("agent"), h.group.Child("workload")
 	}
-	if l, lerr := hostlock.Sandbox(d.opts.StateDir, id); lerr == nil {
-		// Nobody holds the sandbox's lock: its agent is gone, and with it
-		// every process of the sandbox. Remove what is left.
-		h.lock = l
-		_ = h.Teardown(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("sandbox %s: %w: its agent has exited", id, sandbox.ErrNotFound)
-	} else if !errors.Is(lerr, sandbox.ErrExists) {
-		return nil, fmt.Errorf("sandbox %s: %w", id, lerr)
-	}
-	defer func() {
-		if err != nil {
-			// Whatever holds the sandbox but does not answer as its agent
-			// is ended with everything in the sandbox's cgroup.
-			_ = h.Teardown(context.WithoutCancel(ctx))
-		}
-	}()
+	return d.rc.Reattach(ctx, id, agentdriver.Reattaching{
+		Spec: spec, Created: st.Created, Host: h, HolderLocks: true,
+		Lock:      func(l *hostlock.Lock) { h.lock = l },
+		Handshake: func(ctx context.Context) (*agent.Client, []sandbox.Layer, error) { return d.reattach(ctx, h, st) },
+	})
+}
+
+// reattach reaches sandbox h's agent on its session socket, checks that
+// the process listening is its agent, watches it and performs the
+// handshake.
+func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client, []sandbox.Layer, error) {
+	id := h.spec.ID
 	c, err := agentdriver.DialSession(ctx, h.sockPath, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: its agent did not answer; it was ended: %w", id, err)
+		return nil, nil, err
 	}
 	h.conn = c
 	peer, err := procid.PeerOf(c)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, nil, err
 	}
 	if err := d.checkPeer(id, st, peer); err != nil {
 		peer.Pidfd.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	h.agentPid, h.base = peer.Pid, peer.UID
 	if h.agentStart, err = procid.StartTime(peer.Pid); err != nil {
 		peer.Pidfd.Close()
-		return nil, fmt.Errorf("sandbox %s: read its agent's start: %w", id, err)
+		return nil, nil, fmt.Errorf("read its agent's start: %w", err)
 	}
 	if h.watch, err = procid.WatchPidfd(peer.Pidfd, h.closeDone); err != nil {
-		return nil, fmt.Errorf("sandbox %s: watch its agent: %w", id, err)
+		return nil, nil, fmt.Errorf("watch its agent: %w", err)
 	}
 	client, agentLayers, err := agent.Dial(ctx, h.conn)
-	var verr *agent.VersionError
-	if errors.As(err, &verr) {
-		// Made by an airlock of another version: it runs on, and this
-		// one can only end it.
-		return agentdriver.NewMismatched(spec, h, verr), nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: its agent did not answer; it was ended: %w", id, err)
+		return nil, nil, err
 	}
-	var eg *egress.Sandbox
-	if spec.Network.Mode == sandbox.NetworkEgress {
-		if eg, err = d.opts.Egress.Attach(id, spec.Network); err != nil {
-			client.Close()
-			return nil, fmt.Errorf("sandbox %s: %w", id, err)
-		}
-	}
-	hostLayers, _ := d.layers(spec.AllowDegraded)
-	return agentdriver.New(agentdriver.Config{
-		Spec: spec, Client: client, Layers: append(hostLayers, agentLayers...),
-		Host: h, Egress: eg, Logger: d.opts.Logger,
-	}), nil
+	hostLayers, _ := d.layers(h.spec.AllowDegraded)
+	return client, append(hostLayers, agentLayers...), nil
 }
 
 // checkPeer refuses a session socket whose listener is not sandbox id's
@@ -128,7 +91,7 @@ func (d *Driver) checkPeer(id string, st state, peer procid.Peer) error {
 	if peer.UID != base || !hostlock.IsRangeBase(base) {
 		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) runs as uid %d, not as the sandbox's agent", id, peer.Pid, peer.UID)
 	}
-	if d.hier != nil && !procid.InCgroup(peer.Pid, d.opts.CgroupParent+"/"+id+"/agent") {
+	if d.hier != nil && !procid.InCgroup(peer.Pid, d.rc.CgroupParent+"/"+id+"/agent") {
 		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's agent cgroup", id, peer.Pid)
 	}
 	return nil

@@ -1,0 +1,58 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// TestUpgrade: an airlock of another agent protocol (agent.Version, as a
+// build with -X …/agent.protocolVersion sets it) reattaches to a container
+// whose agent speaks this one's: the sandbox runs on, marked mismatched,
+// refuses work, and Close removes its container. (The container used to
+// be swept.)
+func TestUpgrade(t *testing.T) {
+	requireRuntime(t, DefaultRuntime)
+	cli := engineClient(t)
+	d := newDriver(t, DefaultRuntime)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := d.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := sb.(sandbox.StateHolder).DriverState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.(sandbox.Detacher).Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func(v int) { agent.Version = v }(agent.Version)
+	made := agent.Version
+	agent.Version = made + 1
+	got, err := newDriver(t, DefaultRuntime).Recover(ctx, sb.ID(), state)
+	if err != nil {
+		t.Fatalf("an upgraded airlock's reattach: %v; want the sandbox, mismatched", err)
+	}
+	if v, ok := got.(sandbox.AgentInstance).AgentProtocol(); ok || v != made {
+		t.Errorf("agent protocol %d (ok %v), want %d and a mismatch", v, ok, made)
+	}
+	time.Sleep(time.Second)
+	if !running(t, cli, sb.ID()) {
+		t.Error("the mismatched sandbox's container stopped; it must run on")
+	}
+	if _, err := got.Start(ctx, sandbox.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrMismatch) {
+		t.Errorf("an exec in a mismatched sandbox: %v, want ErrMismatch", err)
+	}
+	if err := got.Close(ctx); err != nil {
+		t.Errorf("close the mismatched sandbox: %v", err)
+	}
+	if left := containersOf(t, cli, sb.ID()); len(left) > 0 {
+		t.Errorf("the mismatched sandbox's container after Close: %v", left)
+	}
+}
