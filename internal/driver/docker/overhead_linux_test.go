@@ -3,6 +3,7 @@ package docker
 import (
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -22,7 +23,7 @@ func TestOverhead(t *testing.T) {
 		if hc.Memory != spec.Limits.MemoryBytes+o.MemoryBytes || *hc.PidsLimit != int64(spec.Limits.Pids)+o.Tasks {
 			t.Errorf("runtime %q: container memory %d pids %d; limits %d, %d and declared overhead %+v", runtime, hc.Memory, *hc.PidsLimit, spec.Limits.MemoryBytes, spec.Limits.Pids, o)
 		}
-		if vm := vmRuntime(c.Runtime); (o.MemoryBytes == kernelMemory) != vm {
+		if vm := contained.IsVMRuntime(c.Runtime); (o.MemoryBytes == contained.KernelMemory) != vm {
 			t.Errorf("runtime %q: overhead %+v", runtime, o)
 		}
 	}

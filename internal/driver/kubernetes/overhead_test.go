@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver/contained"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -19,12 +20,12 @@ func TestOverhead(t *testing.T) {
 		if name == "" {
 			name = DefaultRuntimeClass
 		}
-		p := podSpec{Spec: spec, Image: "img", RuntimeClass: name, VM: o.MemoryBytes == kernelMemory}
+		p := podSpec{Spec: spec, Image: "img", RuntimeClass: name, VM: o.MemoryBytes == contained.KernelMemory}
 		got := p.pod("ns").Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
 		if got.Value() != spec.Limits.MemoryBytes+o.MemoryBytes {
 			t.Errorf("class %q: Pod memory %d, limit %d and declared overhead %+v", class, got.Value(), spec.Limits.MemoryBytes, o)
 		}
-		if vm := vmRuntime(name) && name != "plain"; (o.MemoryBytes == kernelMemory) != vm {
+		if vm := contained.IsVMRuntime(name) && name != "plain"; (o.MemoryBytes == contained.KernelMemory) != vm {
 			t.Errorf("class %q: overhead %+v, want the kernel's room: %v", class, o, vm)
 		}
 	}
