@@ -174,13 +174,15 @@ func (r *Recipe) Create(ctx context.Context, spec sandbox.Spec, s Steps) (sandbo
 		return nil, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
+	// What was asked is checked against what the driver can do before
+	// its defaults fill anything in, so that the refusal names the ask.
+	if err := s.Caps.CheckSpec(r.Driver, spec); err != nil {
+		return nil, err
+	}
 	if s.Defaults != nil {
 		if err := s.Defaults(ctx, &spec); err != nil {
 			return nil, err
 		}
-	}
-	if err := s.Caps.CheckSpec(r.Driver, spec); err != nil {
-		return nil, err
 	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()

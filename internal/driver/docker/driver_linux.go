@@ -223,11 +223,9 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 }
 
 // defaults fills in the image and the runtime of spec, and refuses what the
-// engine cannot run.
+// engine cannot run (a root directory CheckSpec refuses, from the driver's
+// capabilities).
 func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
-	if spec.Root != "" {
-		return fmt.Errorf("%w: the docker driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
-	}
 	if err := contained.Defaults(spec, d.opts.Image, d.opts.Runtime,
 		"the docker driver needs an image the engine has: give --image NAME (or image in the template); `docker images` lists them"); err != nil {
 		return err

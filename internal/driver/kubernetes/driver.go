@@ -268,15 +268,10 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Defaults: d.defaults, Start: d.start})
 }
 
-// defaults fills in the image and the runtime class of spec, and refuses
-// what a Pod cannot run.
+// defaults fills in the image and the runtime class of spec (a root
+// directory or mounts, which a Pod cannot have, CheckSpec refuses from the
+// driver's capabilities).
 func (d *Driver) defaults(_ context.Context, spec *sandbox.Spec) error {
-	if spec.Root != "" {
-		return fmt.Errorf("%w: the kubernetes driver runs images: name one (--image, or image in the template) instead of a root directory", sandbox.ErrInvalid)
-	}
-	if len(spec.Mounts) > 0 {
-		return &sandbox.UnsupportedError{What: "mounts in kubernetes sandboxes", Why: "a Pod never mounts paths of the node it runs on", Fix: "copy the files in with the file API, or use another driver"}
-	}
 	return contained.Defaults(spec, d.opts.Image, d.opts.RuntimeClass,
 		"the kubernetes driver needs an image its nodes can pull: give --image NAME (or image in the template)")
 }

@@ -288,9 +288,6 @@ func (d *Driver) shapeFor(ctx context.Context, spec sandbox.Spec) (shape, error)
 // then the sandbox's config and identity, then the agent's handshake.
 // Anything made before an error is removed again.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
-	if len(spec.Mounts) > 0 {
-		return nil, &sandbox.UnsupportedError{What: "mounts in a microVM", Why: "the guest sees no host directory: its kernel has no 9p and Debian has no virtiofsd", Fix: "copy files in with the file API, or use --driver native or gvisor for host mounts"}
-	}
 	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
 }
 
