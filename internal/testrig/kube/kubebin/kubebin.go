@@ -12,6 +12,12 @@
 //
 //	go run ./internal/testrig/cmd/testrig kube-build   # what `make kube-rig` runs
 //
+// The four Kubernetes programs are one multi-call program, kube, linked
+// once, with a hard link per program: it runs the program its name (argv[0])
+// names. Each program's main package is copied from the module as a
+// package of the throwaway module (its main renamed Main), and a generated
+// main picks one (multiCall).
+//
 // A cold build takes several minutes (the Kubernetes group dominates);
 // Find, which the rig and the hostcap probe use, never builds.
 package kubebin
@@ -61,7 +67,7 @@ const (
 
 // builderVersion changes when the way the groups are built changes, so
 // that the cache is rebuilt.
-const builderVersion = "1"
+const builderVersion = "2"
 
 // The programs of a Set.
 const (
@@ -95,6 +101,9 @@ type group struct {
 	stagingReplaces bool
 	// source is the embedded main package, for pause.
 	source []byte
+	// multiCall, when set, is the name of one program that is all of
+	// bins: each of bins is a hard link to it (see the package comment).
+	multiCall string
 	// patches change the module's source for this build: it is built
 	// from a patched copy (a replace directive); the module cache, which
 	// go build -overlay may not touch, stays as fetched.
@@ -152,6 +161,11 @@ func groups() []group {
 				"-X " + k8sVersion + ".buildDate=1970-01-01T00:00:00Z",
 			},
 			stagingReplaces: true,
+			// One link instead of four, one file instead of four: the
+			// four share most of their packages. etcd, containerd and the
+			// shims stay apart: other versions of shared modules than
+			// Kubernetes pins, and containerd's plugins register globally.
+			multiCall: "kube",
 		},
 		{
 			name: "etcd", module: "go.etcd.io/etcd/server/v3", version: EtcdVersion,
@@ -198,7 +212,7 @@ func sourceVersion(src []byte) string {
 // key hashes everything that shapes the group's programs.
 func (g group) key() string {
 	h := sha256.New()
-	fmt.Fprintln(h, builderVersion, g.module, g.version, g.tags, g.ldflags, g.stagingReplaces)
+	fmt.Fprintln(h, builderVersion, g.module, g.version, g.tags, g.ldflags, g.stagingReplaces, g.multiCall)
 	for _, p := range g.patches {
 		fmt.Fprintln(h, p.file, p.old, p.new)
 	}
@@ -367,7 +381,16 @@ func (g group) build(ctx context.Context, top, dir string, log io.Writer) error 
 		return err
 	}
 	pkgs := slices.Sorted(maps.Values(g.bins))
-	if g.source != nil {
+	if g.multiCall != "" {
+		info, err := download(ctx, tmp, env, g.module, g.version)
+		if err != nil {
+			return err
+		}
+		if err := g.writeMultiCall(mod, info.Dir); err != nil {
+			return err
+		}
+		pkgs = []string{"."}
+	} else if g.source != nil {
 		if err := os.WriteFile(filepath.Join(mod, "main.go"), g.source, 0o644); err != nil {
 			return err
 		}
@@ -390,7 +413,11 @@ func (g group) build(ctx context.Context, top, dir string, log io.Writer) error 
 	if len(g.tags) > 0 {
 		args = append(args, "-tags", strings.Join(g.tags, ","))
 	}
-	args = append(args, "-o", out+"/")
+	if g.multiCall != "" {
+		args = append(args, "-o", filepath.Join(out, g.multiCall))
+	} else {
+		args = append(args, "-o", out+"/")
+	}
 	args = append(args, pkgs...)
 	start := time.Now()
 	if err := runGo(ctx, mod, env, logPath, args...); err != nil {
@@ -405,7 +432,13 @@ func (g group) build(ctx context.Context, top, dir string, log io.Writer) error 
 		// go build names a program after its package path's last element,
 		// without a major version suffix.
 		built := filepath.Join(out, binaryName(pkg))
-		if built != filepath.Join(out, name) {
+		if g.multiCall != "" {
+			// A hard link, not a symbolic one: a program that runs
+			// itself again (os.Executable) keeps its name.
+			if err := os.Link(filepath.Join(out, g.multiCall), filepath.Join(out, name)); err != nil {
+				return fmt.Errorf("name %s: %w", name, err)
+			}
+		} else if built != filepath.Join(out, name) {
 			if err := os.Rename(built, filepath.Join(out, name)); err != nil {
 				return fmt.Errorf("name %s: %w", name, err)
 			}
