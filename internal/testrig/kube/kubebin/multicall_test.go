@@ -98,3 +98,50 @@ func exitCode(err error) int {
 	}
 	return 0
 }
+
+// TestBuildGroups builds groups one after the other while the next one's
+// module is prepared, caches them (a second run builds nothing) and, when a
+// group fails to compile, says which and leaves no temporary directory.
+func TestBuildGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds programs")
+	}
+	t.Setenv("GOPROXY", "off")
+	t.Setenv("GOFLAGS", "-mod=mod")
+	cache := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cache, "kube"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := func(s string) []byte { return []byte("package main\n\nfunc main() { println(" + s + ") }\n") }
+	toy := func(name, s string) group {
+		return group{name: name, version: sourceVersion(src(s)), bins: map[string]string{name: "airlock.invalid/" + name}, source: src(s)}
+	}
+	gs := []group{toy("toy-a", `"a"`), toy("toy-b", `"b"`)}
+	var log strings.Builder
+	if err := buildGroups(t.Context(), cache, gs, &log); err != nil {
+		t.Fatalf("buildGroups: %v\n%s", err, log.String())
+	}
+	for _, g := range gs {
+		if err := g.check(g.dir(cache)); err != nil {
+			t.Errorf("%s: %v", g.name, err)
+		}
+	}
+	if got := strings.Count(log.String(), "kubebin: built "); got != 2 {
+		t.Errorf("built %d groups, want 2:\n%s", got, log.String())
+	}
+	log.Reset()
+	broken := toy("toy-c", `undefined`)
+	err := buildGroups(t.Context(), cache, append(gs, broken, toy("toy-d", `"d"`)), &log)
+	if err == nil || !strings.Contains(err.Error(), "build toy-c") {
+		t.Errorf("buildGroups with a broken group = %v, want it to name toy-c", err)
+	}
+	if strings.Contains(log.String(), "built toy-a") {
+		t.Errorf("a cached group was built again:\n%s", log.String())
+	}
+	entries, _ := os.ReadDir(filepath.Join(cache, "kube"))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "tmp-") {
+			t.Errorf("%s left behind", e.Name())
+		}
+	}
+}
