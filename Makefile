@@ -155,8 +155,8 @@ test-space:
 # rigs builds what make test needs beyond bin/airlock, each cached by
 # version: what compiles (runsc, the kube rig, versitygw), one after the
 # other, beside what mostly downloads (python.wasm, the microvm driver's
-# kernel and images). Each step prints its time.
-rigs:
+# kernel and images, after bin/airlock). Each step prints its time.
+rigs: build
 	@$(MAKE) --no-print-directory -j2 rigs-compile rigs-fetch
 
 rigs-compile:
