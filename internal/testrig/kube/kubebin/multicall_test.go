@@ -1,6 +1,7 @@
 package kubebin
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,7 +91,7 @@ func TestCopyMainWantsOneMain(t *testing.T) {
 }
 
 func exitCode(err error) int {
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		return ee.ExitCode()
 	}
 	if err != nil {
