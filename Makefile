@@ -2,6 +2,9 @@
 #
 #   make hello   build airlock and run one command in a sandbox
 #   make test    run every test this host can run; name the skipped ones
+#   make test-quick  the unit tests and the native driver's conformance
+#                suite, no rigs: a few minutes (docs/tests.md)
+#   make clean-cache  remove the rigs' and assets' caches (docs/tests.md)
 #   make check   formatting, vet, lint, a macOS build, go.mod tidiness
 #   make deb     the Debian package, bin/airlock_VERSION_ARCH.deb
 #   make fuzz    fuzz the API's request bodies and tar archives, 60 s each
@@ -52,6 +55,7 @@ GOLANGCI_VERSION := v2.15.0
 GOLANGCI         := $(or $(AIRLOCK_CACHE),/var/cache/airlock)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
 .PHONY: all build front agent deps hello test check lint clean runsc deb kube-rig s3-rig fuzz wasm-python microvm-assets
+.PHONY: test-quick test-space rigs rigs-compile rigs-fetch clean-cache
 
 all: build
 
@@ -141,10 +145,48 @@ hello: DEBS := python3
 hello: deps front
 	./bin/airlock run -- python3 -c 'print("hello from the sandbox")'
 
-# Packages run one at a time (-p 1): the resource-limit tests measure
-# timeouts and CPU on 2 cores and must not compete with each other.
-test: deps build runsc kube-rig s3-rig wasm-python microvm-assets
+# The packages whose tests measure timeouts and CPU (scripts/test-serial.txt,
+# and the drivers' conformance suites) run one at a time, after the others,
+# which run as many at a time as there are CPUs (scripts/test.sh).
+test: test-space deps build rigs
 	@scripts/test.sh
+
+# test-quick runs the unit tests and the native driver's conformance suite:
+# every package but those scripts/test-quick-skip.txt names (the rigs',
+# bin/airlock's end-to-end tests). No rig is built. CI runs `make test`.
+test-quick: deps agent
+	@scripts/test.sh quick
+
+# test-space fails at once when the disk cannot hold what make test writes:
+# the caches still to build and the tests' own files (scripts/test-space.sh).
+test-space:
+	@RUNSC=$(RUNSC) scripts/test-space.sh
+
+# rigs builds what make test needs beyond bin/airlock, each cached by
+# version: what compiles (runsc, the kube rig, versitygw), one after the
+# other, beside what mostly downloads (python.wasm, the microvm driver's
+# kernel and images, after bin/airlock). Each step prints its time.
+rigs: build
+	@$(MAKE) --no-print-directory -j2 rigs-compile rigs-fetch
+
+rigs-compile:
+	@scripts/timed.sh runsc $(MAKE) --no-print-directory runsc
+	@scripts/timed.sh kube-rig $(MAKE) --no-print-directory kube-rig
+	@scripts/timed.sh s3-rig $(MAKE) --no-print-directory s3-rig
+
+# (bin/airlock is built already: -o build.)
+rigs-fetch:
+	@scripts/timed.sh wasm-python $(MAKE) --no-print-directory wasm-python
+	@scripts/timed.sh microvm-assets $(MAKE) --no-print-directory -o build -o agent microvm-assets
+
+# clean-cache removes what the rigs and assets cached under $AIRLOCK_CACHE
+# (default /var/cache/airlock): the kube rig, versitygw, the Debian image,
+# the test dockerd's data, the microvm assets, the python.wasm package and
+# golangci-lint. The next make test builds them again (docs/tests.md says
+# how long). Installed programs (/opt/airlock) stay; the Go build cache,
+# which the kube rig fills most, is `go clean -cache`.
+clean-cache:
+	@scripts/clean-cache.sh
 
 # fuzz runs the fuzz targets of the daemon's untrusted-input parsers for
 # FUZZTIME each (60s), beyond their seed corpora (which make test runs).

@@ -2,16 +2,62 @@
 # Runs every test, then lists the tests that skipped and why. With
 # AIRLOCK_TEST_REQUIRE set (as CI sets it), a test of a named capability
 # fails instead of skipping.
+#
+#   scripts/test.sh          every package (make test)
+#   scripts/test.sh quick    all but those scripts/test-quick-skip.txt names
+#                            (make test-quick: no rigs, a few minutes)
+#
+# The packages that measure time (scripts/test-serial.txt, and those whose
+# tests run the conformance suite) run one at a time, after the others,
+# which run AIRLOCK_TEST_JOBS (default: the number of CPUs) at a time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-full}
+case $mode in
+full | quick) ;;
+*) echo "usage: scripts/test.sh [quick]" >&2; exit 2 ;;
+esac
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.phases"' EXIT
 export AIRLOCK_AGENT=${AIRLOCK_AGENT:-$PWD/internal/agentbin/bin/airlock-agent}
 # What tests keep (t.ArtifactDir: the console test's screenshots) goes to
 # bin/test-output/_artifacts, or under $AIRLOCK_TEST_OUTPUT.
 out=${AIRLOCK_TEST_OUTPUT:-$PWD/bin/test-output}
 mkdir -p "$out"
-go test -count=1 -p 1 -timeout 20m -v -artifacts -outputdir "$out" ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+jobs=${AIRLOCK_TEST_JOBS:-$(nproc)}
+
+# The package lists: a file's lines without comments, as import paths.
+module=$(go list -m)
+listed() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e 's/[[:space:]]*$//' -e "s|^|$module/|" "$1"; }
+serial=$( (listed scripts/test-serial.txt
+  go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
+    awk '/ [^ ]*\/internal\/sandbox\/sandboxtest( |$)/ { print $1 }') | sort -u)
+skip=
+[[ $mode == quick ]] && skip=$(listed scripts/test-quick-skip.txt)
+par=() ser=()
+for p in $(go list ./...); do
+  if grep -qxF "$p" <<<"$skip"; then continue; fi
+  if grep -qxF "$p" <<<"$serial"; then ser+=("$p"); else par+=("$p"); fi
+done
+
+# go test prints a package's output when it ends (-p above 1), so that
+# what follows reads each package's lines together.
+phases=()
+run() {
+  local status=0 start
+  start=$SECONDS
+  if ((${#par[@]})); then
+    go test -count=1 -p "$jobs" -timeout 20m -v -artifacts -outputdir "$out" "${par[@]}" || status=1
+  fi
+  echo "phase: ${#par[@]} packages, $jobs at a time, $((SECONDS - start)) s" >>"$log.phases"
+  start=$SECONDS
+  if ((${#ser[@]})); then
+    go test -count=1 -p 1 -timeout 20m -v -artifacts -outputdir "$out" "${ser[@]}" || status=1
+  fi
+  echo "phase: ${#ser[@]} packages one at a time, $((SECONDS - start)) s" >>"$log.phases"
+  return $status
+}
+run 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
 # A skipped test's reason is the log line printed just before its
@@ -44,6 +90,7 @@ if [[ $status != 0 ]]; then
   grep -B40 -E '^\s*--- FAIL|^panic:' "$log" | grep -E '\.go:[0-9]+: |^panic:|FAIL' | grep -v 'level=' | tail -60
   echo
 fi
+sed 's/^phase: /Ran /' "$log.phases" 2>/dev/null
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")

@@ -76,12 +76,14 @@ func (k kubeletConfig) object() map[string]any {
 		"podLogsDir":             k.podLogs,
 		"volumePluginDir":        k.pluginDir,
 		"resolvConf":             "/etc/resolv.conf",
-		// The machine is shared: evict only when it is nearly full, and
-		// never collect the rig's images.
-		"evictionHard": map[string]string{
-			"memory.available": "100Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
-			"imagefs.available": "1%", "imagefs.inodesFree": "1%",
-		},
+		// The machine is shared and its disk may be nearly full: evict
+		// only below what the tests' Pods need (a few MB of logs and
+		// files each; the image is imported before they start), in
+		// absolute terms: a percentage grows with the disk (1% of this
+		// machine's 252 GB is 2.5 GB, a default 10% is 25 GB), so that a
+		// nearly full large disk evicted Pods the tests were waiting on.
+		// Never collect the rig's images.
+		"evictionHard":                evictionHard,
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
 		"protectKernelDefaults":       false,
@@ -226,4 +228,13 @@ log_level = "info"
   in-sandbox-cgroup = "v2"
   debug-log = %s
 `, q(r.runsc), q(r.root), q(r.logDir+"/shim-%ID%.log"), q(r.platform), q(r.logDir+"/runsc-%ID%-%COMMAND%.log"))
+}
+
+// evictionHard are the kubelet's eviction thresholds.
+var evictionHard = map[string]string{
+	"memory.available":   "100Mi",
+	"nodefs.available":   "100Mi",
+	"nodefs.inodesFree":  "1000",
+	"imagefs.available":  "100Mi",
+	"imagefs.inodesFree": "1000",
 }

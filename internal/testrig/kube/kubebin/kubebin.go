@@ -12,6 +12,12 @@
 //
 //	go run ./internal/testrig/cmd/testrig kube-build   # what `make kube-rig` runs
 //
+// The four Kubernetes programs are one multi-call program, kube, linked
+// once, with a hard link per program: it runs the program its name (argv[0])
+// names. Each program's main package is copied from the module as a
+// package of the throwaway module (its main renamed Main), and a generated
+// main picks one (multiCall).
+//
 // A cold build takes several minutes (the Kubernetes group dominates);
 // Find, which the rig and the hostcap probe use, never builds.
 package kubebin
@@ -61,7 +67,7 @@ const (
 
 // builderVersion changes when the way the groups are built changes, so
 // that the cache is rebuilt.
-const builderVersion = "1"
+const builderVersion = "2"
 
 // The programs of a Set.
 const (
@@ -95,6 +101,9 @@ type group struct {
 	stagingReplaces bool
 	// source is the embedded main package, for pause.
 	source []byte
+	// multiCall, when set, is the name of one program that is all of
+	// bins: each of bins is a hard link to it (see the package comment).
+	multiCall string
 	// patches change the module's source for this build: it is built
 	// from a patched copy (a replace directive); the module cache, which
 	// go build -overlay may not touch, stays as fetched.
@@ -130,10 +139,28 @@ var shimOOMPatch = patch{
 	why: "tolerate EACCES from lowering the shim's OOM score without CAP_SYS_RESOURCE",
 }
 
+// groups are built in this order: while one compiles, the next one's
+// modules download, so that Kubernetes' (the most) download during
+// containerd's compile and gVisor's (fetched by make runsc already) during
+// Kubernetes'.
 func groups() []group {
 	k8sVersion := "k8s.io/component-base/version"
 	major, minor := kubeMajorMinor()
 	return []group{
+		{
+			name: "etcd", module: "go.etcd.io/etcd/server/v3", version: EtcdVersion,
+			bins: map[string]string{Etcd: "go.etcd.io/etcd/server/v3"},
+		},
+		{
+			name: "containerd", module: "github.com/containerd/containerd/v2", version: ContainerdVersion,
+			bins: map[string]string{
+				Containerd: "github.com/containerd/containerd/v2/cmd/containerd",
+				ShimRunc:   "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+				Ctr:        "github.com/containerd/containerd/v2/cmd/ctr",
+			},
+			tags:    []string{"urfave_cli_no_docs"},
+			ldflags: []string{"-X github.com/containerd/containerd/v2/version.Version=" + ContainerdVersion},
+		},
 		{
 			name: "kubernetes", module: "k8s.io/kubernetes", version: KubernetesVersion,
 			bins: map[string]string{
@@ -152,20 +179,11 @@ func groups() []group {
 				"-X " + k8sVersion + ".buildDate=1970-01-01T00:00:00Z",
 			},
 			stagingReplaces: true,
-		},
-		{
-			name: "etcd", module: "go.etcd.io/etcd/server/v3", version: EtcdVersion,
-			bins: map[string]string{Etcd: "go.etcd.io/etcd/server/v3"},
-		},
-		{
-			name: "containerd", module: "github.com/containerd/containerd/v2", version: ContainerdVersion,
-			bins: map[string]string{
-				Containerd: "github.com/containerd/containerd/v2/cmd/containerd",
-				ShimRunc:   "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
-				Ctr:        "github.com/containerd/containerd/v2/cmd/ctr",
-			},
-			tags:    []string{"urfave_cli_no_docs"},
-			ldflags: []string{"-X github.com/containerd/containerd/v2/version.Version=" + ContainerdVersion},
+			// One link instead of four, one file instead of four: the
+			// four share most of their packages. etcd, containerd and the
+			// shims stay apart: other versions of shared modules than
+			// Kubernetes pins, and containerd's plugins register globally.
+			multiCall: "kube",
 		},
 		{
 			name: "gvisor-shim", module: "gvisor.dev/gvisor", version: GvisorVersion,
@@ -198,7 +216,7 @@ func sourceVersion(src []byte) string {
 // key hashes everything that shapes the group's programs.
 func (g group) key() string {
 	h := sha256.New()
-	fmt.Fprintln(h, builderVersion, g.module, g.version, g.tags, g.ldflags, g.stagingReplaces)
+	fmt.Fprintln(h, builderVersion, g.module, g.version, g.tags, g.ldflags, g.stagingReplaces, g.multiCall)
 	for _, p := range g.patches {
 		fmt.Fprintln(h, p.file, p.old, p.new)
 	}
@@ -291,8 +309,10 @@ func (g group) check(dir string) error {
 	return nil
 }
 
-// Build builds the groups missing from the cache, one after the other,
-// logging progress and timings to log, and returns the complete set.
+// Build builds the groups missing from the cache, logging progress and
+// timings to log, and returns the complete set. The groups compile one
+// after the other (each uses every CPU); the next group's modules download
+// while one compiles.
 func Build(ctx context.Context, cacheDir string, log io.Writer) (*Set, error) {
 	if log == nil {
 		log = io.Discard
@@ -304,19 +324,74 @@ func Build(ctx context.Context, cacheDir string, log io.Writer) (*Set, error) {
 	}
 	defer lock.Unlock()
 	removeStale(top)
-	for _, g := range groups() {
-		dir := g.dir(cacheDir)
-		if g.check(dir) == nil {
-			continue
-		}
-		start := time.Now()
-		fmt.Fprintf(log, "kubebin: building %s %s (%s)\n", g.name, g.version, strings.Join(slices.Sorted(maps.Keys(g.bins)), ", "))
-		if err := g.build(ctx, top, dir, log); err != nil {
-			return nil, fmt.Errorf("build %s %s: %w", g.name, g.version, err)
-		}
-		fmt.Fprintf(log, "kubebin: built %s in %.0fs\n", g.name, time.Since(start).Seconds())
+	if err := buildGroups(ctx, cacheDir, groups(), log); err != nil {
+		return nil, err
 	}
 	return Find(cacheDir)
+}
+
+// buildGroups builds those of groups that are not in the cache; the
+// caller holds the build lock.
+func buildGroups(ctx context.Context, cacheDir string, groups []group, log io.Writer) error {
+	top := filepath.Join(cacheDir, "kube")
+	var todo []group
+	for _, g := range groups {
+		if g.check(g.dir(cacheDir)) != nil {
+			todo = append(todo, g)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type prep struct {
+		p   *prepared
+		err error
+	}
+	ready := make([]chan prep, len(todo))
+	for i := range ready {
+		ready[i] = make(chan prep, 1)
+	}
+	startPrepare := func(i int) {
+		go func() {
+			p, err := todo[i].prepare(ctx, top)
+			ready[i] <- prep{p, err}
+		}()
+	}
+	// pending is the group whose download is under way and not yet
+	// taken: on the way out, wait for it and remove what it made.
+	pending := -1
+	defer func() {
+		cancel()
+		if pending >= 0 {
+			if r := <-ready[pending]; r.p != nil {
+				os.RemoveAll(r.p.tmp)
+			}
+		}
+	}()
+	if len(todo) > 0 {
+		startPrepare(0)
+		pending = 0
+	}
+	for i, g := range todo {
+		start := time.Now()
+		fmt.Fprintf(log, "kubebin: building %s %s (%s)\n", g.name, g.version, strings.Join(slices.Sorted(maps.Keys(g.bins)), ", "))
+		r := <-ready[i]
+		pending = -1
+		if r.err != nil {
+			return fmt.Errorf("build %s %s: %w", g.name, g.version, r.err)
+		}
+		if i+1 < len(todo) {
+			startPrepare(i + 1)
+			pending = i + 1
+		}
+		downloaded := time.Since(start)
+		err := g.build(ctx, r.p, g.dir(cacheDir))
+		os.RemoveAll(r.p.tmp)
+		if err != nil {
+			return fmt.Errorf("build %s %s: %w", g.name, g.version, err)
+		}
+		fmt.Fprintf(log, "kubebin: built %s in %.0fs (%.0fs waiting for its modules)\n", g.name, time.Since(start).Seconds(), downloaded.Seconds())
+	}
+	return nil
 }
 
 // removeStale removes the temporary directories of interrupted builds; the
@@ -338,38 +413,61 @@ func goTool() string {
 	return "go"
 }
 
-// build makes a throwaway module that requires the group's module, builds
-// its programs and moves them to dir.
-func (g group) build(ctx context.Context, top, dir string, log io.Writer) error {
+// prepared is a group's throwaway module, its modules downloaded, ready
+// to compile.
+type prepared struct {
+	tmp, mod, out, logPath string
+	env                    []string
+	pkgs                   []string
+}
+
+// prepare makes a throwaway module that requires the group's module in a
+// new directory under top and downloads what it needs (go mod tidy): the
+// part of a build that waits on the network, not the CPU. The caller
+// removes p.tmp.
+func (g group) prepare(ctx context.Context, top string) (p *prepared, err error) {
 	tmp, err := os.MkdirTemp(top, "tmp-"+g.name+"-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
 	mod := filepath.Join(tmp, "mod")
 	out := filepath.Join(tmp, "out")
 	for _, d := range []string{mod, out} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
 	if len(g.patches) > 0 {
 		if err := g.patchedCopy(ctx, tmp, filepath.Join(tmp, "src"), env); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	gomod, err := g.goMod(ctx, tmp, env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(mod, "go.mod"), gomod, 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	pkgs := slices.Sorted(maps.Values(g.bins))
-	if g.source != nil {
+	if g.multiCall != "" {
+		info, err := download(ctx, tmp, env, g.module, g.version)
+		if err != nil {
+			return nil, err
+		}
+		if err := g.writeMultiCall(mod, info.Dir); err != nil {
+			return nil, err
+		}
+		pkgs = []string{"."}
+	} else if g.source != nil {
 		if err := os.WriteFile(filepath.Join(mod, "main.go"), g.source, 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		var tools bytes.Buffer
@@ -379,18 +477,28 @@ func (g group) build(ctx context.Context, top, dir string, log io.Writer) error 
 		}
 		tools.WriteString(")\n")
 		if err := os.WriteFile(filepath.Join(mod, "tools.go"), tools.Bytes(), 0o644); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	logPath := filepath.Join(tmp, "build.log")
 	if err := runGo(ctx, mod, env, logPath, "mod", "tidy"); err != nil {
-		return err
+		return nil, err
 	}
+	return &prepared{tmp: tmp, mod: mod, out: out, logPath: logPath, env: env, pkgs: pkgs}, nil
+}
+
+// build compiles a prepared group's programs and moves them to dir.
+func (g group) build(ctx context.Context, p *prepared, dir string) error {
+	mod, out, env, logPath, pkgs := p.mod, p.out, p.env, p.logPath, p.pkgs
 	args := []string{"build", "-trimpath", "-ldflags", strings.Join(append([]string{"-s", "-w"}, g.ldflags...), " ")}
 	if len(g.tags) > 0 {
 		args = append(args, "-tags", strings.Join(g.tags, ","))
 	}
-	args = append(args, "-o", out+"/")
+	if g.multiCall != "" {
+		args = append(args, "-o", filepath.Join(out, g.multiCall))
+	} else {
+		args = append(args, "-o", out+"/")
+	}
 	args = append(args, pkgs...)
 	start := time.Now()
 	if err := runGo(ctx, mod, env, logPath, args...); err != nil {
@@ -398,14 +506,20 @@ func (g group) build(ctx context.Context, top, dir string, log io.Writer) error 
 	}
 	m := manifest{Group: g.name, Module: g.module, Version: g.version, Sizes: map[string]int64{},
 		Built: time.Now().UTC(), BuildSeconds: time.Since(start).Seconds(), Go: goVersion(ctx, env)}
-	for _, p := range g.patches {
-		m.Patches = append(m.Patches, p.file+": "+p.why)
+	for _, pt := range g.patches {
+		m.Patches = append(m.Patches, pt.file+": "+pt.why)
 	}
 	for name, pkg := range g.bins {
 		// go build names a program after its package path's last element,
 		// without a major version suffix.
 		built := filepath.Join(out, binaryName(pkg))
-		if built != filepath.Join(out, name) {
+		if g.multiCall != "" {
+			// A hard link, not a symbolic one: a program that runs
+			// itself again (os.Executable) keeps its name.
+			if err := os.Link(filepath.Join(out, g.multiCall), filepath.Join(out, name)); err != nil {
+				return fmt.Errorf("name %s: %w", name, err)
+			}
+		} else if built != filepath.Join(out, name) {
 			if err := os.Rename(built, filepath.Join(out, name)); err != nil {
 				return fmt.Errorf("name %s: %w", name, err)
 			}
