@@ -128,12 +128,11 @@ type Build struct {
 	// Lock is the sandbox's id lock; the host takes it over (Host).
 	Lock *hostlock.Lock
 
-	r      *Recipe
-	host   Host
-	eg     *egress.Sandbox
-	undo   []func()
-	ctx    context.Context
-	failed bool
+	r    *Recipe
+	host Host
+	eg   *egress.Sandbox
+	undo []func()
+	ctx  context.Context
 }
 
 // Host names the sandbox's host: a create that fails from here on ends
