@@ -126,6 +126,15 @@ func bootGuest() (*os.File, error) {
 	// The guest's init survives the guest's OOM killer; the agent proper
 	// gets the same, and its commands do not inherit it.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	// The workload's memory limit is its cgroup's (applyGuest), as on a
+	// host. The kernel's overcommit guess would refuse one allocation
+	// larger than the guest's RAM at once, which the program sees as a
+	// failure of its own (Python's MemoryError) and the host cannot tell
+	// from any other: the allocation is made, charged as it is written,
+	// and the limit's OOM kill ends the command, which its group counts.
+	if err := os.WriteFile("/proc/sys/vm/overcommit_memory", []byte("1"), 0); err != nil {
+		return nil, fmt.Errorf("let the guest's memory be limited by its cgroup alone: %w", err)
+	}
 	port, err := openPort(boot.Port, 20*time.Second)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -439,16 +438,10 @@ func runTerminal(ctx context.Context, s *Session, sb sandbox.Instance, req sandb
 	if err := s.Begin(ctx, send, resize); err != nil {
 		s.cancel()
 	}
-	res, err = p.Wait(ctx)
+	// The caller left, or airlock was told to stop: it is killed, and the
+	// result says so.
+	res, err = sandbox.WaitOrKill(ctx, p)
 	if err != nil && ctx.Err() != nil {
-		// The caller left, or airlock was told to stop: kill it, and wait
-		// a moment for it to say so.
-		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.KillWait)
-		defer kcancel()
-		_ = p.Signal(kctx, syscall.SIGKILL)
-		if res, err = p.Wait(kctx); err != nil {
-			res = sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{}, Message: "the command was killed; the sandbox did not confirm it"}
-		}
 		err = nil
 	}
 	s.End()

@@ -356,6 +356,23 @@ func (s Spec) Validate() error {
 // DegradableLayers are the layers a caller may accept running without.
 var DegradableLayers = []Layer{LayerCgroups, LayerSeccomp, LayerLandlock, LayerCgroupNS}
 
+// WallTimeout is the wall-time limit of r in a sandbox of limits l: the
+// request's own Timeout; when it asks for none, none for a background
+// command or one on a terminal (it runs at a person's pace, and ends with
+// its sandbox), else the sandbox's Timeout (its default when unset). The
+// drivers and the supervisor all resolve it here.
+func (r ExecRequest) WallTimeout(l Limits) time.Duration {
+	switch {
+	case r.Timeout > 0:
+		return r.Timeout
+	case r.Background || r.PTY != nil:
+		return 0
+	case l.Timeout > 0:
+		return l.Timeout
+	}
+	return DefaultTimeout
+}
+
 // Validate checks r before it is sent to a sandbox.
 func (r ExecRequest) Validate() error {
 	if len(r.Argv) == 0 || r.Argv[0] == "" {

@@ -82,29 +82,24 @@ func (r ExecRequest) request() (sandbox.ExecRequest, error) {
 	return req, req.Validate()
 }
 
-// execTimeout is the wall-time limit of an exec that asks for asked: the
-// sandbox's own when it asks for none (none at all for a background
-// process, or one on a terminal). Asking for more than the sandbox's
-// timeout is refused, as a create asking for more than its template is:
-// the sandbox's timeout is what the template and the policy's ceiling
-// allowed.
-func (l *live) execTimeout(asked time.Duration, unbounded, own bool) (time.Duration, error) {
+// execTimeout is the wall-time limit of req in the sandbox
+// (sandbox.ExecRequest.WallTimeout, as its driver resolves it). Asking for
+// more than the sandbox's timeout is refused, as a create asking for more
+// than its template is: the sandbox's timeout is what the template and
+// the policy's ceiling allowed. With own (ExecRequest.OwnTimeout), the
+// caller's timeout stands as it is, zero for none.
+func (l *live) execTimeout(req sandbox.ExecRequest, own bool) (time.Duration, error) {
 	if own {
-		return asked, nil
+		return req.Timeout, nil
 	}
 	l.mu.Lock()
-	limit := l.rec.Spec.Limits.WithDefaults().Timeout
+	limits := l.rec.Spec.Limits.WithDefaults()
 	id := l.rec.ID
 	l.mu.Unlock()
-	switch {
-	case asked > limit:
-		return 0, fmt.Errorf("%w: timeout %s is more than sandbox %s allows (%s): ask for at most that, or create a sandbox with a longer timeout", sandbox.ErrInvalid, asked, id, limit)
-	case asked > 0:
-		return asked, nil
-	case unbounded:
-		return 0, nil
+	if req.Timeout > limits.Timeout {
+		return 0, fmt.Errorf("%w: timeout %s is more than sandbox %s allows (%s): ask for at most that, or create a sandbox with a longer timeout", sandbox.ErrInvalid, req.Timeout, id, limits.Timeout)
 	}
-	return limit, nil
+	return req.WallTimeout(limits), nil
 }
 
 // Exec runs a command in sandbox id to its end and returns its Result.
@@ -129,7 +124,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 		l.touch(s.opts.Now())
 		l.busy.Add(-1)
 	}()
-	timeout, err := l.execTimeout(r.Timeout, r.PTY != nil, r.OwnTimeout)
+	timeout, err := l.execTimeout(req, r.OwnTimeout)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -168,25 +163,33 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	return res, err
 }
 
-// waitOrKill waits for p to end. When ctx ends first it kills p, as
-// sandbox.Run does: the result then says so within sandbox.KillWait.
+// waitOrKill waits for p to end. When ctx ends first it kills p
+// (sandbox.WaitOrKill): the result then says so within sandbox.KillWait.
 func (p *proc) waitOrKill(ctx context.Context) (sandbox.Result, error) {
-	select {
-	case <-p.done:
-		return p.result, p.err
-	case <-ctx.Done():
-	}
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.KillWait)
-	defer cancel()
-	go func() { _ = p.p.Signal(kctx, syscall.SIGKILL) }()
-	select {
-	case <-p.done:
-		return p.result, p.err
-	case <-kctx.Done():
-	}
-	return sandbox.Result{ExitCode: -1, Signal: "SIGKILL", Reason: sandbox.ReasonKilled, LimitsHit: []sandbox.Limit{},
-		Message: "the command was killed; the sandbox did not confirm it"}, fmt.Errorf("exec %s: %w", p.id, ctx.Err())
+	return sandbox.WaitOrKill(ctx, procEnd{p})
 }
+
+// procEnd is p as a sandbox.Process whose end is the one the supervisor
+// records (p.done), not the driver's.
+type procEnd struct{ *proc }
+
+func (e procEnd) ID() string { return e.id }
+
+func (e procEnd) Wait(ctx context.Context) (sandbox.Result, error) {
+	select {
+	case <-e.done:
+		return e.result, e.err
+	default:
+	}
+	select {
+	case <-e.done:
+		return e.result, e.err
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
+}
+
+func (e procEnd) Signal(ctx context.Context, sig syscall.Signal) error { return e.p.Signal(ctx, sig) }
 
 // Files returns the file API of sandbox id, and a func to call when the
 // caller is done with it (it marks the sandbox used).
@@ -278,7 +281,8 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	timeout, err := l.execTimeout(r.Timeout, !r.Foreground || r.PTY != nil, r.OwnTimeout)
+	req.Background = !r.Foreground
+	timeout, err := l.execTimeout(req, r.OwnTimeout)
 	if err != nil {
 		return ProcessInfo{}, err
 	}
@@ -287,7 +291,6 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 		return ProcessInfo{}, err
 	}
 	l.touch(s.opts.Now())
-	req.Background = !r.Foreground
 	if r.Rollback != sandbox.RollbackNever && !r.Foreground {
 		return ProcessInfo{}, fmt.Errorf("%w: rollback applies to execs (foreground), not to background processes, whose work goes on after they return", sandbox.ErrInvalid)
 	}

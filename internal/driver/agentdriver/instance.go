@@ -144,10 +144,7 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	}
 	id := in.execPrefix + strconv.FormatInt(in.execSeq.Add(1), 10)
 	l := in.spec.Limits
-	timeout := req.Timeout
-	if timeout == 0 && !req.Background && req.PTY == nil {
-		timeout = l.Timeout
-	}
+	timeout := req.WallTimeout(l)
 	cpu := req.CPUTime
 	if cpu == 0 {
 		cpu = l.CPUTime

@@ -190,6 +190,10 @@ func (r *Recipe) Create(ctx context.Context, spec sandbox.Spec, s Steps) (sandbo
 	return r.Make(ctx, spec, s.Start)
 }
 
+// SkipSweep takes the sweep as done without running it: a driver made to
+// probe the host removes nothing of other sandboxes.
+func (r *Recipe) SkipSweep() { r.sweepOnce.Do(func() {}) }
+
 // SweepOnce runs the driver's sweep, the first time only: leftovers of
 // airlock processes that died uncleanly (their locks are free) go before
 // the first sandbox (a one-shot `airlock run` cleans up after a killed

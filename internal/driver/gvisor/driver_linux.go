@@ -90,29 +90,54 @@ func (d *Driver) Describe() string {
 	return d.runsc.Describe() + ", platform " + d.platform
 }
 
-// probeTimeout bounds Probe's `runsc do true`.
+// probeTimeout bounds the start of Probe's sandbox.
 var probeTimeout = 30 * time.Second
 
-// Probe checks that this host can run gVisor sandboxes: root, cgroups, and
-// a runsc that really runs one (`runsc do true`, within 30 s: on some hosts
-// a platform hangs instead of failing).
+// Probe checks that this host can run gVisor sandboxes as Create makes
+// them: root, cgroups, and a runsc that starts the agent in a sandbox of
+// the default spec, within 30 s (on some hosts a platform hangs instead
+// of failing). A runsc that runs a bare command but not the agent
+// (Debian's 2022 build: the agent cannot make its root nosuid) fails
+// here, as every Create would. It costs one sandbox's start and close.
 func (d *Driver) Probe(ctx context.Context) error {
 	if _, err := d.layers(nil); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.runsc.Path, "--network=none", "--platform="+d.platform, "do", "true")
-	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	cmd.WaitDelay = 2 * time.Second
-	out, err := cmd.CombinedOutput()
+	err := d.probeStart(ctx)
+	if err == nil {
+		return nil
+	}
+	why := fmt.Sprintf("%s cannot start airlock's agent in a sandbox on platform %s: %v", d.runsc.Describe(), d.platform, err)
+	if ctx.Err() != nil {
+		why = fmt.Sprintf("%s did not finish starting a sandbox on platform %s within %v: %v", d.runsc.Describe(), d.platform, probeTimeout, err)
+	}
+	fix := "build the pinned runsc with `make runsc`, or pick another platform"
+	if d.runsc.Pinned {
+		fix = "see why: every sandbox of this driver fails the same way"
+	}
+	return unsupported(why, fix)
+}
+
+// probeStart starts a sandbox of the default spec as Create does and
+// closes it. It goes through a driver of its own, the same but for its
+// sweep, which is taken as done: a probe removes nothing of other
+// sandboxes (a daemon sweeps once it has reattached to its own).
+func (d *Driver) probeStart(ctx context.Context) error {
+	o := d.opts
+	o.Runsc, o.Platform = d.runsc.Path, d.platform
+	pd, err := New(o)
 	if err != nil {
-		why := fmt.Sprintf("%s cannot run a sandbox on platform %s: %v: %s", d.runsc.Describe(), d.platform, err, lastLine(string(out)))
-		if ctx.Err() != nil {
-			why = fmt.Sprintf("%s did not finish `runsc do true` on platform %s within %v", d.runsc.Describe(), d.platform, probeTimeout)
-		}
-		return unsupported(why, "build the pinned runsc with `make runsc`, or pick another platform")
+		return err
+	}
+	pd.rc.SkipSweep()
+	in, err := pd.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		return err
+	}
+	if err := in.Close(context.WithoutCancel(ctx)); err != nil {
+		d.opts.Logger.Warn("close the gVisor probe's sandbox", "sandbox_id", in.ID(), "err", err)
 	}
 	return nil
 }

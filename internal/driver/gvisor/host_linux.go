@@ -153,7 +153,7 @@ func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []s
 	h.cmd = cmd
 	go h.wait()
 	if err := agent.WriteConfig(stdinW, cfg); err != nil {
-		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
+		return nil, nil, h.startError(err)
 	}
 	client, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
 	if err != nil {
@@ -202,7 +202,7 @@ func (h *host) startPersistent(ctx context.Context, cfg *agent.Config) (*agent.C
 	h.cmd, h.runscPid = cmd, cmd.Process.Pid
 	go h.wait()
 	if err := agent.WriteConfig(stdinW, cfg); err != nil {
-		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.stderr())
+		return nil, nil, h.startError(err)
 	}
 	stdinW.Close()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -314,12 +314,13 @@ func (h *host) startInGroup(cmd *exec.Cmd) error {
 // startError explains why a sandbox did not start: runsc's own words, and
 // whether it ran into the host's process limit.
 func (h *host) startError(err error) error {
+	// Give runsc a moment to fail all the way (its last words reach the
+	// log once it has exited) and count what it hit.
+	select {
+	case <-h.Done():
+	case <-time.After(time.Second):
+	}
 	if h.group != nil {
-		// Give runsc a moment to fail all the way and count what it hit.
-		select {
-		case <-h.Done():
-		case <-time.After(time.Second):
-		}
 		if st, serr := h.group.Stats(); serr == nil && st.PidsMax > 0 {
 			return fmt.Errorf("start the sandbox: gVisor's own processes and threads ran into the host's process limit of %d (pids): %w: %w%s",
 				hostLimitsFor(h.spec.Limits, false).Pids, sandbox.ErrLimit, err, h.stderr())

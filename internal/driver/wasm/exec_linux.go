@@ -60,10 +60,7 @@ type execState struct {
 func newProcess(in *instance, id string, req sandbox.ExecRequest, mod *module, dir string, seed [32]byte) *process {
 	p := &process{in: in, id: id, req: req, mod: mod, dir: dir, seed: seed, done: make(chan struct{})}
 	l := in.spec.Limits
-	p.timeout, p.cpuTime = req.Timeout, req.CPUTime
-	if p.timeout == 0 {
-		p.timeout = l.Timeout
-	}
+	p.timeout, p.cpuTime = req.WallTimeout(l), req.CPUTime
 	if p.cpuTime == 0 {
 		p.cpuTime = l.CPUTime
 	}

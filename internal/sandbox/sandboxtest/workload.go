@@ -51,6 +51,9 @@ type Workload interface {
 	// Alloc allocates memory 16 MiB at a time, writing all of it, and keeps
 	// it, forever.
 	Alloc() sandbox.ExecRequest
+	// AllocBlock allocates one block of size bytes at once, writes all of
+	// it, and keeps it, forever.
+	AllocBlock(size int64) sandbox.ExecRequest
 	// Flood writes "y\n" forever, to standard error when stderr is set and
 	// to standard output otherwise.
 	Flood(stderr bool) sandbox.ExecRequest
@@ -143,6 +146,10 @@ func (ShellWorkload) Sleep(d time.Duration) sandbox.ExecRequest {
 func (ShellWorkload) Spin() sandbox.ExecRequest { return execArgv("python3", "-c", spinProgram) }
 
 func (ShellWorkload) Alloc() sandbox.ExecRequest { return execArgv("python3", "-c", allocProgram) }
+
+func (ShellWorkload) AllocBlock(size int64) sandbox.ExecRequest {
+	return execArgv("python3", "-c", allocBlockProgram, strconv.FormatInt(size, 10))
+}
 
 func (ShellWorkload) Flood(stderr bool) sandbox.ExecRequest { return sh("yes" + redirect(stderr)) }
 
@@ -249,6 +256,10 @@ func (w PythonWorkload) Spin() sandbox.ExecRequest { return w.py(spinProgram) }
 
 func (w PythonWorkload) Alloc() sandbox.ExecRequest { return w.py(allocProgram) }
 
+func (w PythonWorkload) AllocBlock(size int64) sandbox.ExecRequest {
+	return w.py(allocBlockProgram, strconv.FormatInt(size, 10))
+}
+
 func (w PythonWorkload) Flood(stderr bool) sandbox.ExecRequest {
 	return w.py(`import sys
 s = sys.stderr.buffer if sys.argv[1] == "1" else sys.stdout.buffer
@@ -351,6 +362,9 @@ const spinProgram = "while True: pass"
 
 // allocProgram takes 16 MiB at a time, each written, forever.
 const allocProgram = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n"
+
+// allocBlockProgram is Workload.AllocBlock in Python.
+const allocBlockProgram = "import sys, time\nb = b'x' * int(sys.argv[1])\nwhile True:\n    time.sleep(1)\n"
 
 // connectProgram is Workload.Connect in Python.
 const connectProgram = `
