@@ -85,11 +85,14 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := nosuidAll(); err != nil {
 		return 0, err
 	}
+	// The engine's /etc files (its resolver, the container's addresses)
+	// go under every runtime: a kernel of the runtime's own (gVisor) shows
+	// them as the engine bound them too.
+	if err := ownEtc(cfg); err != nil {
+		return 0, err
+	}
 	if g.MaskProc {
 		if err := maskProc(g.Home); err != nil {
-			return 0, err
-		}
-		if err := ownEtc(cfg); err != nil {
 			return 0, err
 		}
 		if err := limitPTYs(); err != nil {

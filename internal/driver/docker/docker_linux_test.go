@@ -108,10 +108,11 @@ var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Time
 // (the same for every runtime).
 func unsupportedCases(rt string) map[string]string {
 	noCow := "the docker driver makes no copy-on-write mounts (Capabilities.CowMounts is false): the engine makes its binds; a cow mount is refused with ErrUnsupported"
+	const noRoot = "the docker driver runs images: a sandbox's root is the image the engine has, never a host directory " +
+		"(which a remote engine could not see); Spec.Root is refused (Capabilities.HostRoot is false)"
 	m := map[string]string{
 		"cow/apply": noCow, "cow/quota": noCow, "cow/hostile": noCow,
-		"mounts/root": "the docker driver runs images: a sandbox's root is the image the engine has, never a host directory " +
-			"(which a remote engine could not see); Spec.Root is refused with ErrInvalid",
+		"mounts/root": noRoot, "mounts/root_symlink_refused": noRoot,
 		"mounts/swap_race": "the engine resolves a bind mount's source path itself when it starts the container, after airlock's " +
 			"check that it is no symlink, and follows a symlink put there meanwhile; do not give docker sandboxes host " +
 			"directories that someone untrusted can change",
@@ -533,10 +534,10 @@ func TestCreateErrors(t *testing.T) {
 		is   error
 		say  string
 	}{
-		{"no image", Options{}, sandbox.Spec{}, sandbox.ErrInvalid, "needs an image"},
+		{"no image", Options{}, sandbox.Spec{}, sandbox.ErrUnsupported, "needs an image"},
 		{"image missing", Options{}, sandbox.Spec{Image: "airlock-test/no-such-image:1"}, sandbox.ErrNotFound, "does not have it"},
 		{"runtime missing", Options{Image: testImage}, sandbox.Spec{Runtime: "no-such-runtime"}, sandbox.ErrUnsupported, "register it with the engine"},
-		{"root directory", Options{Image: testImage}, sandbox.Spec{Root: "/"}, sandbox.ErrInvalid, "runs images"},
+		{"root directory", Options{Image: testImage}, sandbox.Spec{Root: "/"}, sandbox.ErrUnsupported, "runs images"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -132,7 +132,7 @@ func freezeAgent(runtimeClass string) func(*testing.T, sandbox.Instance) func() 
 func unsupportedCases(runtimeClass string) map[string]string {
 	noHostPaths := "a Pod never mounts paths of its node (no hostPath volumes: the issue's hardening); Spec.Mounts is refused with ErrUnsupported"
 	m := map[string]string{
-		"mounts/root":                 "the kubernetes driver runs images: a sandbox's root is its image, never a directory of a node; Spec.Root is refused with ErrInvalid",
+		"mounts/root":                 "the kubernetes driver runs images: a sandbox's root is its image, never a directory of a node; Spec.Root is refused (CheckSpec, ErrUnsupported)",
 		"mounts/read_only":            noHostPaths,
 		"mounts/writable":             noHostPaths,
 		"mounts/symlink_refused":      noHostPaths,
