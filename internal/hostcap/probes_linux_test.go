@@ -437,7 +437,7 @@ func TestRunToolTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = runTool(context.Background(), 100*time.Millisecond, path)
+	_, err = RunTool(context.Background(), 100*time.Millisecond, path)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("runTool error = %v, want a deadline error", err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runsc"
 )
 
-// runTool runs a program under its own timeout and returns its combined
+// RunTool runs a program under its own timeout and returns its combined
 // output, trimmed. A failure includes the output.
-func runTool(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
+func RunTool(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -28,21 +28,21 @@ func runTool(ctx context.Context, timeout time.Duration, path string, args ...st
 			err = fmt.Errorf("%w after %v", ctx.Err(), timeout)
 		}
 		if s != "" {
-			return s, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, lastLine(s))
+			return s, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, LastLine(s))
 		}
 		return s, fmt.Errorf("%s %s: %w", path, strings.Join(args, " "), err)
 	}
 	return s, nil
 }
 
-// firstLine returns the first line of s.
-func firstLine(s string) string {
+// FirstLine returns the first line of s.
+func FirstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return strings.TrimSpace(line)
 }
 
-// lastLine returns the last non-empty line of s, usually the error.
-func lastLine(s string) string {
+// LastLine returns the last non-empty line of s, usually the error.
+func LastLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		return strings.TrimSpace(s[i+1:])
@@ -79,7 +79,7 @@ func probeRunsc(ctx context.Context) Result {
 			args = append(args, "--rootless")
 		}
 		args = append(args, "do", "true")
-		out, err := runTool(ctx, runscTimeout, r.Path, args...)
+		out, err := RunTool(ctx, runscTimeout, r.Path, args...)
 		if err == nil {
 			detail := fmt.Sprintf("runsc %s, platform %s", r.Version, platform)
 			if len(failures) > 0 {
@@ -127,11 +127,11 @@ func probeQEMU(ctx context.Context) Result {
 	if err != nil {
 		return fail(bin+" is not installed (not found on PATH)", fix)
 	}
-	out, err := runTool(ctx, 5*time.Second, path, "--version")
+	out, err := RunTool(ctx, 5*time.Second, path, "--version")
 	if err != nil {
 		return fail(fmt.Sprintf("%s does not run: %v", bin, err), fix)
 	}
-	version := bin + " " + strings.TrimPrefix(firstLine(out), "QEMU emulator version ")
+	version := bin + " " + strings.TrimPrefix(FirstLine(out), "QEMU emulator version ")
 	if bin == "qemu-system-x86_64" {
 		if err := startMicroVM(ctx, path); err != nil {
 			return fail(fmt.Sprintf("%s cannot make a microvm machine: %v", version, err), fix)
@@ -156,9 +156,9 @@ func startMicroVM(ctx context.Context, path string) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("no answer within 10 s")
 	case err != nil:
-		return fmt.Errorf("%w: %s", err, lastLine(s))
+		return fmt.Errorf("%w: %s", err, LastLine(s))
 	case !strings.Contains(s, `"QMP"`) || !strings.Contains(s, `"return"`):
-		return fmt.Errorf("no QMP answer: %s", lastLine(s))
+		return fmt.Errorf("no QMP answer: %s", LastLine(s))
 	}
 	return nil
 }
@@ -171,12 +171,12 @@ func probeBwrap(ctx context.Context) Result {
 	if err != nil {
 		return fail("bwrap is not installed (not found on PATH)", fix)
 	}
-	out, err := runTool(ctx, 5*time.Second, path, "--version")
+	out, err := RunTool(ctx, 5*time.Second, path, "--version")
 	if err != nil {
 		return fail(fmt.Sprintf("bwrap does not run: %v", err), fix)
 	}
-	version := firstLine(out)
-	if _, err := runTool(ctx, 10*time.Second, path,
+	version := FirstLine(out)
+	if _, err := RunTool(ctx, 10*time.Second, path,
 		"--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"); err != nil {
 		why := fmt.Sprintf("%s cannot start a sandbox: %v", version, err)
 		if !isRoot() {

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 )
 
 // probeChromium renders a page in headless Chromium: the test of the
@@ -15,7 +17,7 @@ func probeChromium(ctx context.Context) Result {
 	if err != nil {
 		return fail("chromium is not installed (not found on PATH)", fix)
 	}
-	out, err := runTool(ctx, 25*time.Second, bin, "--headless", "--no-sandbox", "--disable-gpu",
+	out, err := hostcap.RunTool(ctx, 25*time.Second, bin, "--headless", "--no-sandbox", "--disable-gpu",
 		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--dump-dom", "data:text/html,<p>airlock-probe</p>")
 	if err != nil {
@@ -24,6 +26,6 @@ func probeChromium(ctx context.Context) Result {
 	if !strings.Contains(out, "airlock-probe") {
 		return fail("chromium rendered no page", fix)
 	}
-	v, _ := runTool(ctx, 10*time.Second, bin, "--version")
-	return ok(firstLine(v))
+	v, _ := hostcap.RunTool(ctx, 10*time.Second, bin, "--version")
+	return ok(hostcap.FirstLine(v))
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os/exec"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 )
 
 // DebianMirror is where the Debian roots of the package tests come from.
@@ -23,11 +25,11 @@ func probeDebroot(ctx context.Context) Result {
 		if err != nil {
 			return fail(tool[0]+" is not installed (not found on PATH)", fix)
 		}
-		out, err := runTool(ctx, 5*time.Second, path, tool[1:]...)
+		out, err := hostcap.RunTool(ctx, 5*time.Second, path, tool[1:]...)
 		if err != nil {
 			return fail(tool[0]+" does not run: "+err.Error(), fix)
 		}
-		versions = append(versions, firstLine(out))
+		versions = append(versions, hostcap.FirstLine(out))
 	}
 	url := DebianMirror + "/dists/bookworm/InRelease"
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 )
 
 // jupyterPython is the Python whose Jupyter kernel sandboxes run: a
@@ -54,14 +56,14 @@ func probeJupyter(ctx context.Context) Result {
 	s := strings.TrimSpace(string(out))
 	switch {
 	case err != nil:
-		return fail("a Jupyter kernel did not start and evaluate 1+1: "+err.Error()+": "+lastLine(s), fix)
+		return fail("a Jupyter kernel did not start and evaluate 1+1: "+err.Error()+": "+hostcap.LastLine(s), fix)
 	case !strings.Contains(s, "result 2"):
-		return fail("a Jupyter kernel did not answer 1+1 with 2: "+lastLine(s), fix)
+		return fail("a Jupyter kernel did not answer 1+1 with 2: "+hostcap.LastLine(s), fix)
 	}
 	for _, l := range strings.Split(s, "\n") {
 		if strings.HasPrefix(l, "ipykernel ") {
 			return ok(strings.TrimSpace(l))
 		}
 	}
-	return ok(lastLine(s))
+	return ok(hostcap.LastLine(s))
 }

@@ -46,7 +46,7 @@ func probeKubernetes(ctx context.Context) Result {
 		return fail(err.Error(), kubeFix)
 	}
 	for _, name := range []string{kubebin.Kubelet, kubebin.KubeAPIServer, kubebin.Etcd, kubebin.Containerd} {
-		if _, err := runTool(ctx, 15*time.Second, bins.Path(name), "--version"); err != nil {
+		if _, err := hostcap.RunTool(ctx, 15*time.Second, bins.Path(name), "--version"); err != nil {
 			return fail(fmt.Sprintf("%s does not run: %v", name, err), kubeFix)
 		}
 	}
@@ -61,7 +61,7 @@ func probeKubernetes(ctx context.Context) Result {
 	if err := tryOverlay(); err != nil {
 		return fail("containerd's overlayfs snapshots cannot work: "+err.Error(), "use a kernel with CONFIG_OVERLAY_FS")
 	}
-	if _, err := runTool(ctx, 10*time.Second, "unshare", "--net", "sh", "-c",
+	if _, err := hostcap.RunTool(ctx, 10*time.Second, "unshare", "--net", "sh", "-c",
 		"ip link add probe0 type bridge && ip link add probe1 type veth peer name probe2"); err != nil {
 		return fail("cannot make a bridge and a veth pair (the Pods' network): "+err.Error(),
 			"use a kernel with CONFIG_BRIDGE and CONFIG_VETH; install iproute2 and util-linux")

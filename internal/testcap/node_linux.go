@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/hostcap"
 )
 
 // minNodeMajor is the oldest Node.js the npm-based tests support.
@@ -19,11 +21,11 @@ func probeNode(ctx context.Context) Result {
 	if err != nil {
 		return fail("node is not installed (not found on PATH)", fix)
 	}
-	out, err := runTool(ctx, 5*time.Second, node, "-e", "console.log(process.versions.node)")
+	out, err := hostcap.RunTool(ctx, 5*time.Second, node, "-e", "console.log(process.versions.node)")
 	if err != nil {
 		return fail("node does not run: "+err.Error(), fix)
 	}
-	version := firstLine(out)
+	version := hostcap.FirstLine(out)
 	major, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
 	if major < minNodeMajor {
 		return fail("node "+version+" is older than "+strconv.Itoa(minNodeMajor), fix)
@@ -32,9 +34,9 @@ func probeNode(ctx context.Context) Result {
 	if err != nil {
 		return fail("npm is not installed (not found on PATH)", fix)
 	}
-	npmVersion, err := runTool(ctx, 10*time.Second, npm, "--version")
+	npmVersion, err := hostcap.RunTool(ctx, 10*time.Second, npm, "--version")
 	if err != nil {
 		return fail("npm does not run: "+err.Error(), fix)
 	}
-	return ok("node " + version + ", npm " + firstLine(npmVersion))
+	return ok("node " + version + ", npm " + hostcap.FirstLine(npmVersion))
 }

@@ -1,11 +1,8 @@
 package testcap
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
@@ -47,41 +44,3 @@ func notRoot() string {
 
 // rootFix is the fix for a step that needs root.
 const rootFix = "run the tests as root (sudo)"
-
-// runTool runs a program under its own timeout and returns its combined
-// output, trimmed. A failure includes the output.
-func runTool(ctx context.Context, timeout time.Duration, path string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Dir = "/"
-	// Children that keep the output pipe open must not hold us past the timeout.
-	cmd.WaitDelay = 2 * time.Second
-	out, err := cmd.CombinedOutput()
-	s := strings.TrimSpace(string(out))
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w after %v", ctx.Err(), timeout)
-		}
-		if s != "" {
-			return s, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, lastLine(s))
-		}
-		return s, fmt.Errorf("%s %s: %w", path, strings.Join(args, " "), err)
-	}
-	return s, nil
-}
-
-// firstLine returns the first line of s.
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return strings.TrimSpace(line)
-}
-
-// lastLine returns the last non-empty line of s, usually the error.
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return strings.TrimSpace(s[i+1:])
-	}
-	return s
-}
