@@ -30,6 +30,11 @@ type Config struct {
 	GID int `json:"gid"`
 	// Env is added to every command's default environment.
 	Env []string `json:"env,omitempty"`
+	// Home, when set, is sandbox.Spec.Home: the agent binds /workspace
+	// there (a tmpfs over its parent holds the mount point where the root
+	// has none and is read-only), and commands start there with HOME,
+	// USER and PWD to match. Empty: /workspace, USER=sandbox.
+	Home string `json:"home,omitempty"`
 	// OpenFiles is RLIMIT_NOFILE for commands; Pids is their RLIMIT_NPROC
 	// (each sandbox has its own uids, so it counts only this sandbox).
 	OpenFiles int `json:"open_files"`

@@ -198,14 +198,14 @@ func (e *engine) prepare() {
 
 // start starts the command of s with the given standard streams.
 func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
-	env := e.env(s.Env, s.PTY != nil)
+	dir := s.Dir
+	if dir == "" {
+		dir = sandbox.HomeOf(e.cfg.Home)
+	}
+	env := e.env(s.Env, s.PTY != nil, dir)
 	path, err := lookPath(s.Argv[0], env)
 	if err != nil {
 		return nil, err
-	}
-	dir := s.Dir
-	if dir == "" {
-		dir = sandbox.Workspace
 	}
 	sp := e.takeSpawner()
 	err = <-sp.ready
@@ -406,8 +406,13 @@ func lookPath(name string, env []string) (string, error) {
 // env returns a command's environment: the defaults, the sandbox's, then
 // the request's, later entries replacing earlier ones with the same key. A
 // command on a terminal gets TERM too.
-func (e *engine) env(req []string, tty bool) []string {
-	all := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.Workspace, "LANG=C.UTF-8", "USER=sandbox", "HOSTNAME=" + e.cfg.Hostname}
+func (e *engine) env(req []string, tty bool, dir string) []string {
+	all := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.HomeOf(e.cfg.Home), "LANG=C.UTF-8", "USER=" + sandbox.UserOf(e.cfg.Home), "HOSTNAME=" + e.cfg.Hostname}
+	if e.cfg.Home != "" {
+		// As E2B's envd sets it: a shell sets its own, other programs
+		// read it.
+		all = append(all, "PWD="+dir)
+	}
 	if tty {
 		all = append(all, "TERM="+defaultTerm)
 	}

@@ -156,7 +156,7 @@ func TestEngineEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &engine{cfg: &agent.Config{Hostname: "box", Env: tt.sandbox}}
-			got := e.env(tt.req, tt.tty)
+			got := e.env(tt.req, tt.tty, sandbox.Workspace)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("env =\n %q\nwant\n %q", got, tt.want)
 			}
@@ -166,7 +166,7 @@ func TestEngineEnv(t *testing.T) {
 		sb := []string{"A=1"}
 		req := []string{"A=2"}
 		e := &engine{cfg: &agent.Config{Env: sb}}
-		_ = e.env(req, false)
+		_ = e.env(req, false, sandbox.Workspace)
 		if sb[0] != "A=1" || req[0] != "A=2" {
 			t.Errorf("env changed its inputs: %q %q", sb, req)
 		}

@@ -144,7 +144,7 @@ func run() error {
 		if cfg.Contained != nil {
 			// gVisor has no setfsuid: file operations run on threads that are
 			// the workload's uid and gid altogether (see idThreads).
-			s.root, err = fsroot.Open("/", -1, -1, sandbox.Workspace)
+			s.root, err = fsroot.Open("/", -1, -1, sandbox.HomeOf(cfg.Home))
 			s.ids = &idThreads{uid: cfg.UID, gid: cfg.GID}
 			if errors.Is(err, sandbox.ErrUnsupported) {
 				// gVisor before 2023 has no openat2, without which no path
@@ -153,7 +153,7 @@ func run() error {
 				s.root, err = nil, nil
 			}
 		} else {
-			s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.Workspace)
+			s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.HomeOf(cfg.Home))
 		}
 		if err != nil {
 			return fmt.Errorf("open the file API's root: %w", err)

@@ -77,6 +77,11 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 			return 0, fmt.Errorf("give %s to the workload: %w", sandbox.Workspace, err)
 		}
 	}
+	// Before the commands' chroot copies the tree, and while the root may
+	// still be writable.
+	if err := bindHome("/", cfg.Home); err != nil {
+		return 0, err
+	}
 	if g.ReadOnlyRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return 0, fmt.Errorf("make the root read-only: %w", err)

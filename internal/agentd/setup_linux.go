@@ -96,6 +96,9 @@ func setup(cfg *agent.Config) error {
 			return err
 		}
 	}
+	if err := bindHome(staging, cfg.Home); err != nil {
+		return err
+	}
 	if err := pivot(); err != nil {
 		return err
 	}
@@ -561,7 +564,7 @@ func bindBootID(dir, p string) error {
 // next: the config pipe, or standard input in stdio mode),
 // and takes on what may differ from the template's: the host name, the
 // sizes of /workspace, /tmp and /dev/shm, the environment, the file size
-// limit and egress; and it draws a new boot id. The guest's init sets the agent's rlimits (which
+// limit, egress and (where it had none) the home; and it draws a new boot id. The guest's init sets the agent's rlimits (which
 // harden lowered already) from outside.
 func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent.Config, error)) error {
 	if err := ready(); err != nil {
@@ -596,6 +599,18 @@ func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent
 			return err
 		}
 	}
+	// A home is bound now where the template had none (a virtual
+	// machine's template is every sandbox's). A sandbox built ahead in a
+	// runtime chroots its commands into a copy of the tree made at setup,
+	// which would not see it: its pool's shape names the home instead.
+	if next.Home != cfg.Home {
+		if cfg.Home != "" || cfg.Contained != nil {
+			return fmt.Errorf("the sandbox's home %q differs from the one it was built with (%q): %w", next.Home, cfg.Home, sandbox.ErrInvalid)
+		}
+		if err := bindHome("/", next.Home); err != nil {
+			return err
+		}
+	}
 	// The boot id bound at setup is the template's, the same in every
 	// sandbox built ahead from it (every virtual machine restored from one
 	// snapshot): each gets one of its own. /tmp is the sandbox's, and no
@@ -615,7 +630,7 @@ func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent
 			return err
 		}
 	}
-	cfg.Hostname, cfg.Env, cfg.Egress = next.Hostname, next.Env, next.Egress
+	cfg.Hostname, cfg.Env, cfg.Egress, cfg.Home = next.Hostname, next.Env, next.Egress, next.Home
 	cfg.DiskBytes, cfg.TmpBytes, cfg.FileSize, cfg.OpenFiles = next.DiskBytes, next.TmpBytes, next.FileSize, next.OpenFiles
 	cfg.Template = false
 	return nil

@@ -51,6 +51,8 @@ type Capabilities struct {
 	PTY bool `json:"pty"`
 	// Snapshots: the driver can snapshot and restore a sandbox's files.
 	Snapshots bool `json:"snapshots"`
+	// Home: Spec.Home works (the agent binds /workspace there).
+	Home bool `json:"home"`
 	// SurvivesRestart: a sandbox outlives the process that made it, and a
 	// new one reattaches to it (Recoverer).
 	SurvivesRestart bool `json:"survives_restart"`
@@ -76,6 +78,7 @@ const (
 	CapModules      Capability = "modules"
 	CapPTY          Capability = "pty"
 	CapBackground   Capability = "background"
+	CapHome         Capability = "home"
 )
 
 // Lack is why a driver cannot do something, and what to do instead, in
@@ -96,6 +99,7 @@ var general = map[Capability]Lack{
 	CapModules:      {Why: "the %s driver runs no WebAssembly modules", Fix: "use a driver with modules (airlock doctor lists them)"},
 	CapPTY:          {Why: "the %s driver has no terminals", Fix: "run the command without a terminal, or in a sandbox of a driver with pty (airlock doctor lists them)"},
 	CapBackground:   {Why: "the %s driver runs no command in the background", Fix: "run the command in the foreground, or in a sandbox of a driver with background (airlock doctor lists them)"},
+	CapHome:         {Why: "the %s driver has no home directory but /workspace", Fix: "leave home out and use /workspace, or use a driver with home (airlock doctor lists them)"},
 }
 
 // refuse is the error for something (what) that needs capability cap,
@@ -129,6 +133,8 @@ func (c Capabilities) CheckSpec(driver string, spec Spec) error {
 		return c.refuse(driver, CapDefaultImage, "a sandbox without an image")
 	case spec.Module != "" && !c.Modules:
 		return c.refuse(driver, CapModules, "module "+spec.Module)
+	case spec.Home != "" && !c.Home:
+		return c.refuse(driver, CapHome, "home "+spec.Home)
 	}
 	for _, m := range spec.Mounts {
 		if m.Cow && !c.CowMounts {

@@ -61,6 +61,13 @@ type Spec struct {
 	// sandbox with, as its engine names it ("runc", "runsc", "kata").
 	// Empty means the driver's default.
 	Runtime string `json:"runtime,omitempty"`
+	// Home, when set (/home/NAME, see ValidHome), is a second name of
+	// /workspace: the same tmpfs bound at Home, owned by the workload's
+	// user, which is the commands' default working directory, HOME, PWD
+	// and, with USER=NAME, the base of the file API's relative paths, as
+	// E2B's /home/user is. Empty: /workspace is the home, USER=sandbox.
+	// Drivers with Capabilities.Home make it.
+	Home string `json:"home,omitempty"`
 }
 
 // Limits bound a sandbox. A zero field means its default.
@@ -337,6 +344,9 @@ func (s Spec) Validate() error {
 		return invalid("module %q: give the absolute host path of a .wasm file", s.Module)
 	}
 	if err := s.Network.Validate(); err != nil {
+		return err
+	}
+	if err := ValidHome(s.Home); err != nil {
 		return err
 	}
 	if s.Image != "" && !validImage(s.Image) {

@@ -93,8 +93,14 @@ type Template struct {
 	// "runc" (empty), "runsc" or "kata" as registered with the engine; for
 	// kubernetes an image the nodes can pull, and a RuntimeClass
 	// ("gvisor", empty, or "runc" for the nodes' default runtime).
-	Image         string   `toml:"image"`
-	Runtime       string   `toml:"runtime"`
+	Image   string `toml:"image"`
+	Runtime string `toml:"runtime"`
+	// Home is the sandboxes' home, /home/NAME (sandbox.Spec.Home): the
+	// same files as /workspace under a second name, commands' working
+	// directory and HOME, USER=NAME; "/home/user" is E2B's, which the
+	// E2B endpoints give their sandboxes whatever the template says.
+	// Empty: /workspace.
+	Home          string   `toml:"home"`
 	Env           []string `toml:"env"`
 	AllowDegraded []string `toml:"allow_degraded"`
 	// Mounts are host paths every sandbox of the template sees:
@@ -275,6 +281,7 @@ func (t Template) spec() sandbox.Spec {
 		Module:  t.Module,
 		Image:   t.Image,
 		Runtime: t.Runtime,
+		Home:    t.Home,
 		Env:     append([]string(nil), t.Env...),
 		Network: t.Network.defaultNetwork(),
 		Limits: sandbox.Limits{

@@ -185,6 +185,7 @@ func (t Template) badSpecKey() string {
 		{"allow_degraded", func(d *Template) { d.AllowDegraded = t.AllowDegraded }},
 		{"network", func(d *Template) { d.Network = t.Network }},
 		{"mounts", func(d *Template) { d.Mounts = t.Mounts }},
+		{"home", func(d *Template) { d.Home = t.Home }},
 	} {
 		if keep(k.copy) {
 			return k.key

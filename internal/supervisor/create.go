@@ -53,6 +53,9 @@ type CreateRequest struct {
 	// Mounts are host paths added to the template's; each must be named
 	// by the policy's mounts allowlist.
 	Mounts []sandbox.Mount
+	// Home replaces the template's home when set (sandbox.Spec.Home,
+	// /home/NAME): the E2B endpoints ask for sandbox.E2BHome.
+	Home string
 }
 
 // Create makes a sandbox for caller, or claims a ready one from the
@@ -254,6 +257,9 @@ func narrow(t Template, req CreateRequest) (sandbox.Spec, error) {
 		return s, fmt.Errorf("%w: at most 256 environment entries", sandbox.ErrInvalid)
 	}
 	s.Env = append(s.Env, req.Env...)
+	if req.Home != "" {
+		s.Home = req.Home
+	}
 	if err := s.Validate(); err != nil {
 		return s, err
 	}
@@ -261,9 +267,11 @@ func narrow(t Template, req CreateRequest) (sandbox.Spec, error) {
 }
 
 // claimable says a request can be served by a sandbox made from the
-// template as it is: it narrows no limit and adds no environment.
+// template as it is: it narrows no limit, adds no environment and asks for
+// no other home.
 func claimable(t Template, req CreateRequest) bool {
-	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network) && len(req.Mounts) == 0
+	return req.Limits == (sandbox.Limits{}) && len(req.Env) == 0 && zeroNetwork(req.Network) && len(req.Mounts) == 0 &&
+		(req.Home == "" || req.Home == t.Home)
 }
 
 // can says whether driver drv has the capability has reads (see

@@ -37,7 +37,9 @@ type Info struct {
 	Mismatch string
 	Limits   sandbox.Limits
 	Env      []string
-	Layers   []sandbox.Layer
+	// Home is its home (sandbox.Spec.Home): empty for /workspace.
+	Home   string
+	Layers []sandbox.Layer
 	// FromPool says the create was a claim from a warm pool.
 	FromPool bool
 	// DriverRule says what chose the driver: "tier:NAME", "request" or
@@ -180,7 +182,7 @@ func recInfo(r store.Sandbox) Info {
 		ID: r.ID, Owner: r.Owner, Template: r.Template, Driver: r.Driver, State: r.State,
 		Created: r.Created, ExpiresAt: r.ExpiresAt, IdleTimeout: r.IdleTimeout,
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
-		Limits: r.Spec.Limits, Env: r.Spec.Env, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
+		Limits: r.Spec.Limits, Env: r.Spec.Env, Home: r.Spec.Home, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 		Metadata: maps.Clone(r.Metadata), Token: r.Token, Checkpoints: r.Checkpoints,
 	}
 }

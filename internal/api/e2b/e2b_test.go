@@ -545,7 +545,7 @@ func TestFilesAndFilesystem(t *testing.T) {
 		return e.do("POST", "/files?path="+path, h, body)
 	}
 	st, b := post("a/b.txt", strings.NewReader("hello"), "application/octet-stream", nil)
-	if st != 200 || string(bytes.TrimSpace(b)) != `[{"path":"/workspace/a/b.txt","name":"b.txt","type":"file"}]` {
+	if st != 200 || string(bytes.TrimSpace(b)) != `[{"path":"/home/user/a/b.txt","name":"b.txt","type":"file"}]` {
 		t.Fatalf("upload: %d %s", st, b)
 	}
 	st, b = e.do("GET", "/files?path=a/b.txt", hdr, nil)
@@ -555,13 +555,13 @@ func TestFilesAndFilesystem(t *testing.T) {
 	// Multipart: each part's filename is its whole path.
 	var mp bytes.Buffer
 	mw := multipart.NewWriter(&mp)
-	for _, p := range []string{"/workspace/m/one.txt", "/workspace/m/two.txt"} {
+	for _, p := range []string{"/home/user/m/one.txt", "/home/user/m/two.txt"} {
 		fw, _ := mw.CreateFormFile("file", p)
 		_, _ = fw.Write([]byte("content of " + p))
 	}
 	_ = mw.Close()
 	st, b = post("", &mp, mw.FormDataContentType(), nil)
-	if st != 200 || !bytes.Contains(b, []byte(`"/workspace/m/two.txt"`)) {
+	if st != 200 || !bytes.Contains(b, []byte(`"/home/user/m/two.txt"`)) {
 		t.Fatalf("multipart upload: %d %s", st, b)
 	}
 	// Too large, plain and as a gzip bomb: 413, and nothing written.
@@ -590,16 +590,16 @@ func TestFilesAndFilesystem(t *testing.T) {
 	e2bError(t, "a directory", 400, b, st)
 
 	// The Filesystem service.
-	if st, b = e.rpc(sb, "/filesystem.Filesystem/Stat", `{"path":"a/b.txt"}`); st != 200 || !bytes.Contains(b, []byte(`"type":"FILE_TYPE_FILE"`)) || !bytes.Contains(b, []byte(`"size":"5"`)) || !bytes.Contains(b, []byte(`"path":"/workspace/a/b.txt"`)) {
+	if st, b = e.rpc(sb, "/filesystem.Filesystem/Stat", `{"path":"a/b.txt"}`); st != 200 || !bytes.Contains(b, []byte(`"type":"FILE_TYPE_FILE"`)) || !bytes.Contains(b, []byte(`"size":"5"`)) || !bytes.Contains(b, []byte(`"path":"/home/user/a/b.txt"`)) {
 		t.Fatalf("Stat: %d %s", st, b)
 	}
 	if st, b = e.rpc(sb, "/filesystem.Filesystem/MakeDir", `{"path":"a"}`); st != 409 || !bytes.Contains(b, []byte("already_exists")) {
 		t.Fatalf("MakeDir of a directory there is: %d %s", st, b)
 	}
-	if st, b = e.rpc(sb, "/filesystem.Filesystem/Move", `{"source":"a/b.txt","destination":"c/d.txt"}`); st != 200 || !bytes.Contains(b, []byte(`"/workspace/c/d.txt"`)) {
+	if st, b = e.rpc(sb, "/filesystem.Filesystem/Move", `{"source":"a/b.txt","destination":"c/d.txt"}`); st != 200 || !bytes.Contains(b, []byte(`"/home/user/c/d.txt"`)) {
 		t.Fatalf("Move: %d %s", st, b)
 	}
-	if st, b = e.rpc(sb, "/filesystem.Filesystem/ListDir", `{"path":"/workspace","depth":2}`); st != 200 || !bytes.Contains(b, []byte(`"/workspace/c/d.txt"`)) || !bytes.Contains(b, []byte(`"/workspace/m/one.txt"`)) {
+	if st, b = e.rpc(sb, "/filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":2}`); st != 200 || !bytes.Contains(b, []byte(`"/home/user/c/d.txt"`)) || !bytes.Contains(b, []byte(`"/home/user/m/one.txt"`)) {
 		t.Fatalf("ListDir depth 2: %d %s", st, b)
 	}
 	if st, b = e.rpc(sb, "/filesystem.Filesystem/Remove", `{"path":"c"}`); st != 200 {

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"compress/gzip"
+	"context"
 	"errors"
 	"io"
 	"mime"
@@ -22,11 +23,11 @@ import (
 
 // filePath checks a /files path; the connect errors of absPath become
 // E2B's 400.
-func filePath(p string) (string, error) {
+func filePath(ctx context.Context, p string) (string, error) {
 	if p == "" {
 		return "", errorf(http.StatusBadRequest, "path: give the file's path in the sandbox")
 	}
-	ap, err := absPath(p)
+	ap, err := absPath(ctx, p)
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return "", errorf(http.StatusBadRequest, "%s", ce.Message())
@@ -35,7 +36,7 @@ func filePath(p string) (string, error) {
 }
 
 func (h *Handler) readFile(w http.ResponseWriter, r *http.Request, t *target) error {
-	p, err := filePath(r.URL.Query().Get("path"))
+	p, err := filePath(r.Context(), r.URL.Query().Get("path"))
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request, t *target) 
 	}
 	defer done()
 	write := func(p string, data io.Reader) (writtenFile, error) {
-		ap, err := filePath(p)
+		ap, err := filePath(r.Context(), p)
 		if err != nil {
 			return writtenFile{}, err
 		}

@@ -17,13 +17,26 @@ import (
 // This file is envd's Filesystem service over the sandbox's file API
 // (paths resolved inside the sandbox by its agent; writes, moves and
 // removals decided by the policy and audited). A relative path is relative
-// to /workspace, the sandbox's home.
+// to the sandbox's home (homeOf).
 
 // maxListed bounds the entries one ListDir answers.
 const maxListed = 50000
 
-// absPath checks p as the file API does and makes it absolute.
-func absPath(p string) (string, error) {
+// homeOf is the home of the sandbox of a request: E2B's /home/user for
+// the sandboxes the E2B endpoints made, /workspace for the others.
+func homeOf(ctx context.Context) string {
+	if t := targetOf(ctx); t != nil {
+		return t.home()
+	}
+	return sandbox.Workspace
+}
+
+// home is t's home.
+func (t *target) home() string { return sandbox.HomeOf(t.info.Home) }
+
+// absPath checks p as the file API does and makes it absolute, a relative
+// path in the home of ctx's sandbox.
+func absPath(ctx context.Context, p string) (string, error) {
 	if err := api.CheckPath(p); err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) {
@@ -32,7 +45,7 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	if !strings.HasPrefix(p, "/") {
-		p = path.Join("/workspace", p)
+		p = path.Join(homeOf(ctx), p)
 	}
 	return path.Clean(p), nil
 }
@@ -69,7 +82,7 @@ func (h *Handler) files(ctx context.Context) (sandbox.Files, func(), *target, er
 }
 
 func (h *Handler) stat(ctx context.Context, req *connect.Request[pathRequest]) (*connect.Response[entryResponse], error) {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +100,7 @@ func (h *Handler) stat(ctx context.Context, req *connect.Request[pathRequest]) (
 }
 
 func (h *Handler) listDir(ctx context.Context, req *connect.Request[listDirRequest]) (*connect.Response[listDirResponse], error) {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +144,7 @@ func (h *Handler) listDir(ctx context.Context, req *connect.Request[listDirReque
 }
 
 func (h *Handler) makeDir(ctx context.Context, req *connect.Request[pathRequest]) (*connect.Response[entryResponse], error) {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -158,11 +171,11 @@ func (h *Handler) makeDir(ctx context.Context, req *connect.Request[pathRequest]
 }
 
 func (h *Handler) move(ctx context.Context, req *connect.Request[moveRequest]) (*connect.Response[entryResponse], error) {
-	from, err := absPath(req.Msg.Source)
+	from, err := absPath(ctx, req.Msg.Source)
 	if err != nil {
 		return nil, err
 	}
-	to, err := absPath(req.Msg.Destination)
+	to, err := absPath(ctx, req.Msg.Destination)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +209,7 @@ func (h *Handler) ensureParent(ctx context.Context, f sandbox.Files, p string) e
 }
 
 func (h *Handler) remove(ctx context.Context, req *connect.Request[pathRequest]) (*connect.Response[empty], error) {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}

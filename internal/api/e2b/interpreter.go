@@ -150,7 +150,7 @@ func (h *Handler) context(ctx context.Context, t *target, id string) (*kernel, e
 	defer sk.mu.Unlock()
 	k := sk.ctxs[id]
 	if k == nil && id == defaultContext {
-		k = newKernel(defaultContext, "python", "/workspace")
+		k = newKernel(defaultContext, "python", t.home())
 		sk.ctxs[id] = k
 	}
 	if k == nil {
@@ -334,7 +334,7 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, t *targe
 	if err != nil {
 		return err
 	}
-	cwd := "/workspace"
+	cwd := t.home()
 	if body.Cwd != "" {
 		c, err := h.cwd(r.Context(), t, body.Cwd)
 		if err != nil {

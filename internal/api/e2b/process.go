@@ -181,7 +181,7 @@ func deniedProcess(stream *connect.ServerStream[eventResponse], d *policy.Denied
 // envd refuses one that is not.
 func (h *Handler) cwd(ctx context.Context, t *target, dir string) (string, error) {
 	if !strings.HasPrefix(dir, "/") {
-		dir = path.Join("/workspace", dir)
+		dir = path.Join(t.home(), dir)
 	}
 	f, done, err := h.sup.Files(ctx, t.c.sup, t.info.ID)
 	if err != nil {

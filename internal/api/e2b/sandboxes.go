@@ -186,7 +186,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *caller) erro
 	if !ok {
 		return errorf(http.StatusNotFound, "template '%s' not found (this daemon maps %s; see [e2b] templates in its config)", truncate(name, 128), strings.Join(h.templateNames(), ", "))
 	}
-	req := supervisor.CreateRequest{Template: tmpl, Metadata: body.Metadata, Token: newToken()}
+	// E2B's home, which agents' code and prompts name.
+	req := supervisor.CreateRequest{Template: tmpl, Metadata: body.Metadata, Token: newToken(), Home: sandbox.E2BHome}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		if *body.Timeout > int64(365*24*time.Hour/time.Second) {
 			return errorf(http.StatusBadRequest, "timeout %d: give seconds, at most a year", *body.Timeout)

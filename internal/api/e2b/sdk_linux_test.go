@@ -324,7 +324,7 @@ func TestSDKs(t *testing.T) {
 // commands, files and a kernel in a gVisor sandbox's composed root.
 func TestSDKsGVisor(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
-	runSDKTests(t, "gvisor", "^(create with options|commands: (foreground|background|a 30 s)|network: allowOut|files: text|pty|runCode: (create|values|a matplotlib|kill))", 8)
+	runSDKTests(t, "gvisor", "^(create with options|home|commands: (foreground|background|a 30 s)|network: (allowOut|updateNetwork)|files: text|pty|runCode: (create|values|a matplotlib|kill))", 9)
 }
 
 func runSDKTests(t *testing.T, driver, only string, least int) {

@@ -133,7 +133,7 @@ func watchedDir(ctx context.Context, f sandbox.Files, p string) error {
 }
 
 func (h *Handler) watchDir(ctx context.Context, req *connect.Request[watchRequest], stream *connect.ServerStream[watchResponse]) error {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,7 @@ func (ws *watchers) forgetSandbox(sb string) {
 }
 
 func (h *Handler) createWatcher(ctx context.Context, req *connect.Request[watchRequest]) (*connect.Response[createWatcherResponse], error) {
-	p, err := absPath(req.Msg.Path)
+	p, err := absPath(ctx, req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 		Mounts:   mounts,
 		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
-		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
+		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes, Home: spec.Home,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
 			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !contained.IsVMRuntime(runtime),

@@ -59,7 +59,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true}
 }
 
 // Sweep counts.
@@ -104,7 +104,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	d.specs = append(d.specs, spec)
 	d.mu.Unlock()
 	d.Created.Add(1)
-	return &Instance{d: d, spec: spec, done: make(chan struct{}), files: newTree()}, nil
+	return &Instance{d: d, spec: spec, done: make(chan struct{}), files: newTree(spec.Home)}, nil
 }
 
 // Instance is an in-memory sandbox.

@@ -15,7 +15,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// tree is an in-memory file system: /workspace and /tmp, writable.
+// tree is an in-memory file system: /workspace and /tmp, writable, and
+// the home (Spec.Home) when there is one: a directory of its own, not
+// the same files as /workspace as a driver's agent makes it.
 type tree struct {
 	mu    sync.Mutex
 	nodes map[string]*node // clean absolute path → node
@@ -29,13 +31,18 @@ type node struct {
 	mtime  time.Time
 }
 
-func newTree() *tree {
+func newTree(home string) *tree {
 	now := time.Now()
-	return &tree{nodes: map[string]*node{
+	t := &tree{nodes: map[string]*node{
 		"/":          {dir: true, mode: 0o755, mtime: now},
 		"/workspace": {dir: true, mode: 0o755, mtime: now},
 		"/tmp":       {dir: true, mode: 0o1777, mtime: now},
 	}}
+	if home != "" {
+		t.nodes[path.Dir(home)] = &node{dir: true, mode: 0o755, mtime: now}
+		t.nodes[home] = &node{dir: true, mode: 0o755, mtime: now}
+	}
+	return t
 }
 
 var _ sandbox.Files = (*tree)(nil)

@@ -187,7 +187,7 @@ func agentConfig(spec sandbox.Spec) *agent.Config {
 	return &agent.Config{
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
-		FileSize:  l.DiskBytes,
+		FileSize: l.DiskBytes, Home: spec.Home,
 		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
 	}
 }

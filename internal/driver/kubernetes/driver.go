@@ -251,7 +251,7 @@ func (d *Driver) Describe() string {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent,
+		Egress: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent, Home: true,
 		Images: true, NeedsImage: d.opts.Image == "",
 		Lacks: map[sandbox.Capability]sandbox.Lack{
 			sandbox.CapHostRoot:     {Why: "the kubernetes driver runs images, not a root directory of the host", Fix: "name an image instead (--image NAME, or image in the template)"},

@@ -159,7 +159,7 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 	return &agent.Config{
 		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: spec.Env,
-		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes,
+		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes, Home: spec.Home,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
 			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !vm,

@@ -36,7 +36,8 @@ type Pool struct {
 	// letters, digits, "-"), at most 40 characters.
 	Name string
 	// Spec gives the shape: Image, Runtime (a RuntimeClass; empty means
-	// Options.RuntimeClass) and Limits (zero fields take the defaults).
+	// Options.RuntimeClass), Limits (zero fields take the defaults) and
+	// Home.
 	// A create matches when those are the same after defaults.
 	Spec sandbox.Spec
 	// Size is how many ready Pods the pool keeps.
@@ -63,12 +64,13 @@ type shape struct {
 	memory, disk, tmp int64
 	cpuMilli          int64
 	pids              int
+	home              string // its agent binds it before the claim
 }
 
 // shapeOf is spec's shape, with the driver's defaults.
 func (d *Driver) shapeOf(spec sandbox.Spec) shape {
 	l := spec.Limits.WithDefaults()
-	s := shape{image: spec.Image, runtime: spec.Runtime, memory: l.MemoryBytes, disk: l.DiskBytes, tmp: l.TmpBytes, cpuMilli: int64(l.CPUs * 1000), pids: l.Pids}
+	s := shape{image: spec.Image, runtime: spec.Runtime, memory: l.MemoryBytes, disk: l.DiskBytes, tmp: l.TmpBytes, cpuMilli: int64(l.CPUs * 1000), pids: l.Pids, home: spec.Home}
 	if s.image == "" {
 		s.image = d.opts.Image
 	}

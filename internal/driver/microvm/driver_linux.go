@@ -193,7 +193,7 @@ func (d *Driver) layers() ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, PTY: true, Snapshots: true,
+		Egress: true, PTY: true, Snapshots: true, Home: true,
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
 		HostRoot: true, HostMounts: false,
@@ -347,7 +347,7 @@ func (d *Driver) agentConfig(spec sandbox.Spec) *agent.Config {
 	return &agent.Config{
 		Hostname: spec.ID, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
-		FileSize: l.DiskBytes,
+		FileSize: l.DiskBytes, Home: spec.Home,
 		Guest: &agent.GuestConfig{
 			Seed: seed, MachineID: hex.EncodeToString(id),
 			MemoryBytes: l.MemoryBytes, Pids: l.Pids,

@@ -104,7 +104,7 @@ func (d *Driver) layers(allow []sandbox.Layer) ([]sandbox.Layer, error) {
 func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
-		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true,
+		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true, Home: true,
 		SurvivesRestart: d.rc.Persistent,
 	}
 }
@@ -139,7 +139,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 	cfg := agent.Config{
 		Hostname: "sandbox", DiskBytes: spec.Limits.DiskBytes, TmpBytes: spec.Limits.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: spec.Limits.OpenFiles,
-		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true,
+		FileSize: spec.Limits.DiskBytes, KeepExecCgroups: true, Home: spec.Home,
 	}
 	if err := b.Egress(&cfg); err != nil {
 		return nil, nil, err

@@ -22,5 +22,7 @@ var capabilities = sandbox.Capabilities{
 		sandbox.CapBackground: {Why: "a WebAssembly sandbox runs one program per exec and none outlives its exec",
 			Fix: "use --driver native"},
 		sandbox.CapPTY: {Why: "WASI preview 1 has no terminals", Fix: "run without a PTY, or use --driver native"},
+		sandbox.CapHome: {Why: "a WebAssembly sandbox sees only its own /workspace and /tmp: no agent binds a home",
+			Fix: "leave home out and use /workspace, or use --driver native"},
 	},
 }

@@ -68,6 +68,7 @@ func TestConformance(t *testing.T) {
 		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
 		"posture/host_identity", "pools/inotify", "pools/aio", "pools/memfd_secret", "pools/pty")
 	declare("a wasm sandbox runs no background execs (no processes, no fork)", "exec/background", "exec/unread_stdin")
+	declare("a wasm sandbox has no home but /workspace: no agent binds one (Capabilities.Home is false)", "files/home")
 	declare("a wasm sandbox has no terminals: WASI preview 1 has none (a PTY exec is refused with an UnsupportedError)",
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
 	declare("a wasm sandbox has no network at all (WASI preview 1 has no sockets), so no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")

@@ -17,6 +17,7 @@ func fileCases() []testCase {
 		{name: "read_write", needs: []need{needFiles}, run: testReadWrite},
 		{name: "dirs", needs: []need{needFiles}, run: testDirs},
 		{name: "ownership", needs: []need{needShell, needFiles}, run: testOwnership},
+		{name: "home", needs: []need{needShell, needFiles, needHome}, spec: homeSpec, run: testHome},
 	}
 }
 

@@ -101,6 +101,7 @@ const (
 	needSnapshots // Capabilities.Snapshots
 	needKill      // Options.KillAgent
 	needCowMounts // Capabilities.CowMounts
+	needHome      // Capabilities.Home
 )
 
 // missing says which of needs the driver's capabilities or the options
@@ -125,6 +126,8 @@ func missing(caps sandbox.Capabilities, o Options, needs []need) (what string, c
 			return "Capabilities.PTY (commands on a terminal: ExecRequest.PTY)", true
 		case n == needCowMounts && !caps.CowMounts:
 			return "Capabilities.CowMounts (copy-on-write mounts: Mount.Cow)", true
+		case n == needHome && !caps.Home:
+			return "Capabilities.Home (Spec.Home: /workspace bound at /home/NAME)", true
 		case n == needSnapshots && !caps.Snapshots:
 			return "Capabilities.Snapshots (sandbox.Snapshotter: capture and restore the workspace)", true
 		}

@@ -51,7 +51,7 @@ test('commands: foreground, cwd, envs, user', async () => {
   await withSandbox({}, async (sb) => {
     const r = await sb.commands.run('echo out; echo err >&2; pwd')
     assert.equal(r.exitCode, 0)
-    assert.equal(r.stdout, 'out\n/workspace\n')
+    assert.equal(r.stdout, 'out\n/home/user\n')
     assert.equal(r.stderr, 'err\n')
     assert.equal((await sb.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
     assert.equal((await sb.commands.run('echo $A-$B', { envs: { A: '1', B: 'two' } })).stdout, '1-two\n')
@@ -60,6 +60,25 @@ test('commands: foreground, cwd, envs, user', async () => {
     assert.equal((await sb.commands.run('id -u', { user: 'user' })).stdout, '1000\n')
     const e = await rejects(sb.commands.run('pwd', { cwd: '/no/such/dir' }), 'a command in a missing cwd')
     assert.match(e.message, /not a directory/)
+  })
+})
+
+test('home: /home/user is /workspace, the home and working directory', async () => {
+  await withSandbox({}, async (sb) => {
+    const r = await sb.commands.run('echo "$HOME $USER $PWD"; pwd; id -u; stat -c %u /home/user')
+    assert.equal(r.stdout, '/home/user user /home/user\n/home/user\n1000\n1000\n')
+    // Written under one name, read under the other: the same files.
+    await sb.files.write('/home/user/data/x', 'written at /home/user')
+    assert.equal(await sb.files.read('/workspace/data/x'), 'written at /home/user')
+    assert.equal((await sb.commands.run('cat /workspace/data/x')).stdout, 'written at /home/user')
+    await sb.commands.run('mkdir -p /workspace/data && printf from-workspace > /workspace/data/y')
+    assert.equal(await sb.files.read('data/y'), 'from-workspace')
+    assert.equal(await sb.files.read('/home/user/data/y'), 'from-workspace')
+    assert.equal((await sb.commands.run('cat data/y')).stdout, 'from-workspace')
+    // One tmpfs, one quota: the same size and use under both names.
+    const df = await sb.commands.run('stat -f -c "%b %f" /home/user; stat -f -c "%b %f" /workspace')
+    const [a, b] = df.stdout.trim().split('\n')
+    assert.equal(a, b)
   })
 })
 
@@ -194,7 +213,7 @@ test('network: allowOut reaches that address and no other', async () => {
 test('files: text and binary', async () => {
   await withSandbox({}, async (sb) => {
     const info = await sb.files.write('notes/hello.txt', 'hello, files')
-    assert.equal(info.path, '/workspace/notes/hello.txt')
+    assert.equal(info.path, '/home/user/notes/hello.txt')
     assert.equal(await sb.files.read('notes/hello.txt'), 'hello, files')
     assert.equal(await sb.files.read('/workspace/notes/hello.txt'), 'hello, files')
     const bytes = new Uint8Array(256 * 4)
@@ -204,8 +223,8 @@ test('files: text and binary', async () => {
     // Empty files, several at once, gzip both ways.
     await sb.files.write('empty.txt', '')
     assert.equal(await sb.files.read('empty.txt'), '')
-    const many = await sb.files.write([{ path: '/workspace/m/a.txt', data: 'A' }, { path: '/workspace/m/b.txt', data: 'B' }])
-    assert.deepEqual(many.map((f) => f.path).sort(), ['/workspace/m/a.txt', '/workspace/m/b.txt'])
+    const many = await sb.files.write([{ path: '/home/user/m/a.txt', data: 'A' }, { path: '/workspace/m/b.txt', data: 'B' }])
+    assert.deepEqual(many.map((f) => f.path).sort(), ['/home/user/m/a.txt', '/workspace/m/b.txt'])
     await sb.files.write('gz.txt', 'x'.repeat(100_000), { gzip: true })
     assert.equal(await sb.files.read('gz.txt', { gzip: true }), 'x'.repeat(100_000))
     const st = await sb.files.getInfo('bin.dat')
@@ -229,11 +248,11 @@ test('files: list, exists, makeDir, rename, remove', async () => {
     const one = await sb.files.list('d')
     assert.deepEqual(one.map((e) => `${e.name}:${e.type}`).sort(), ['e:dir', 'top.txt:file'])
     const two = await sb.files.list('d', { depth: 2 })
-    assert.deepEqual(two.map((e) => e.path).sort(), ['/workspace/d/e', '/workspace/d/e/f.txt', '/workspace/d/top.txt'])
+    assert.deepEqual(two.map((e) => e.path).sort(), ['/home/user/d/e', '/home/user/d/e/f.txt', '/home/user/d/top.txt'])
     assert.equal(await sb.files.exists('d/e/f.txt'), true)
     assert.equal(await sb.files.exists('d/nope'), false)
     const moved = await sb.files.rename('d/e/f.txt', 'd/g.txt')
-    assert.equal(moved.path, '/workspace/d/g.txt')
+    assert.equal(moved.path, '/home/user/d/g.txt')
     assert.equal(await sb.files.exists('d/e/f.txt'), false)
     assert.equal(await sb.files.read('d/g.txt'), 'f')
     await sb.files.remove('d')
