@@ -165,11 +165,12 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 	lim := p.opts.Limits
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sandbox{
-		p: p, id: id, rules: rules, ctx: ctx, cancel: cancel,
+		p: p, id: id, ctx: ctx, cancel: cancel,
 		limiter: rate.NewLimiter(rate.Limit(lim.RequestsPerSecond), lim.Burst),
 		conns:   map[net.Conn]struct{}{},
 		hosts:   map[string]*HostSummary{},
 	}
+	s.rules.Store(rules)
 	s.dial = p.opts.Dial
 	if s.dial == nil {
 		d := &net.Dialer{Timeout: p.opts.DialTimeout, Control: s.control}
@@ -191,7 +192,7 @@ func (p *Proxy) Sandbox(id string) (*Sandbox, bool) {
 type Sandbox struct {
 	p       *Proxy
 	id      string
-	rules   *Rules
+	rules   atomic.Pointer[Rules] // SetNetwork replaces them
 	dial    DialFunc
 	limiter *rate.Limiter
 	ctx     context.Context // ends when the sandbox is detached
@@ -211,6 +212,26 @@ type Sandbox struct {
 
 // ID names the sandbox.
 func (s *Sandbox) ID() string { return s.id }
+
+// SetNetwork replaces the sandbox's rules with n's (network mode egress)
+// and closes its open connections, which the rules before admitted: what
+// it opens from now on the new rules decide.
+func (s *Sandbox) SetNetwork(n sandbox.Network) error {
+	if n.Mode != sandbox.NetworkEgress {
+		return fmt.Errorf("network of %s: mode %q: %w", s.id, n.Mode, sandbox.ErrInvalid)
+	}
+	rules, err := Compile(n)
+	if err != nil {
+		return err
+	}
+	s.rules.Store(rules)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	return nil
+}
 
 // Close detaches the sandbox and ends its connections.
 func (s *Sandbox) Close() {
@@ -386,7 +407,7 @@ func (s *Sandbox) admit(d *decision) bool {
 		d.refuse(http.StatusTooManyRequests, "rate-limit", fmt.Sprintf("more than %g requests per second", s.p.opts.Limits.RequestsPerSecond))
 		return false
 	}
-	d.v = s.rules.checkName(d.host, d.port)
+	d.v = s.rules.Load().checkName(d.host, d.port)
 	if !d.v.Allow {
 		d.status = http.StatusForbidden
 		return false
@@ -413,7 +434,7 @@ func (s *Sandbox) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return &deniedError{Verdict{Rule: "blocked unparsable address"}}
 	}
-	if v := s.rules.checkAddr(ap); !v.Allow {
+	if v := s.rules.Load().checkAddr(ap); !v.Allow {
 		return &deniedError{v}
 	}
 	return nil
@@ -442,7 +463,7 @@ func (s *Sandbox) connectUpstream(d *decision) (net.Conn, bool) {
 		// address is a.b.c.d, for allow-address and for the blocks alike
 		// (the embedded address is checked either way).
 		ap := netip.AddrPortFrom(ip.Unmap(), uint16(d.port))
-		v := s.rules.checkAddr(ap)
+		v := s.rules.Load().checkAddr(ap)
 		d.ip = ap.Addr().String()
 		if !v.Allow {
 			denied = &v

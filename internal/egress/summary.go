@@ -78,7 +78,7 @@ func (s *Sandbox) Summary() Summary {
 	sum := s.sum
 	sum.SandboxID = s.id
 	sum.Mode = "enforce"
-	if s.rules.report {
+	if s.rules.Load().report {
 		sum.Mode = "report"
 	}
 	sum.BytesSent, sum.BytesReceived = s.sent.Load(), s.recv.Load()

@@ -22,6 +22,7 @@ import (
 //	Recoverer, StateHolder, Detacher,
 //	ProcessAttacher                     Capabilities.SurvivesRestart
 //	Resizer                             Capabilities.PTY
+//	NetworkChanger                      Capabilities.Egress
 //
 // Overheader has no capability either: a driver that is none costs the
 // host nothing beyond its sandboxes' limits.
@@ -37,6 +38,15 @@ import (
 // mounts, containers, locks). A sandbox whose owner lives is never touched.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
+}
+
+// NetworkChanger is an instance whose egress rules can change while it
+// runs (Capabilities.Egress): SetNetwork replaces them with n's, a network
+// in mode egress, and ends the connections the rules before admitted. An
+// instance made without egress refuses with an error wrapping
+// ErrUnsupported.
+type NetworkChanger interface {
+	SetNetwork(n Network) error
 }
 
 // UsageReader is an instance that can say what the whole sandbox uses now.

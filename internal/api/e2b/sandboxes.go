@@ -40,9 +40,10 @@ func (h *Handler) routeControl() {
 	m.HandleFunc("POST /sandboxes/{id}/timeout", h.withKey(h.setTimeout))
 	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.withKey(h.refresh))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", h.withKey(h.metrics))
-	for _, p := range []string{"POST /sandboxes/{id}/pause", "POST /sandboxes/{id}/resume", "POST /sandboxes/{id}/snapshots", "POST /sandboxes/{id}/fork", "PUT /sandboxes/{id}/network"} {
+	m.HandleFunc("PUT /sandboxes/{id}/network", h.withKey(h.updateNetwork))
+	for _, p := range []string{"POST /sandboxes/{id}/pause", "POST /sandboxes/{id}/resume", "POST /sandboxes/{id}/snapshots", "POST /sandboxes/{id}/fork"} {
 		m.HandleFunc(p, h.withKey(func(w http.ResponseWriter, r *http.Request, _ *caller) error {
-			return errorf(http.StatusNotImplemented, "airlock does not pause, resume, snapshot, fork or re-network sandboxes through the E2B API: keep the sandbox running (setTimeout), or kill it and create another")
+			return errorf(http.StatusNotImplemented, "airlock does not pause, resume, snapshot or fork sandboxes through the E2B API: keep the sandbox running (setTimeout), or kill it and create another")
 		}))
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -323,6 +324,43 @@ func egressOf(allowOut, denyOut []string) (sandbox.Network, error) {
 		return n, errorf(http.StatusBadRequest, "network: %v", err)
 	}
 	return n, nil
+}
+
+// networkUpdate is the body of PUT /sandboxes/{id}/network (the SDKs'
+// updateNetwork): the sandbox's whole egress configuration, what is left
+// out cleared.
+type networkUpdate struct {
+	networkBody
+	AllowInternetAccess *bool `json:"allow_internet_access"`
+}
+
+// updateNetwork replaces a running sandbox's egress rules with what the
+// body asks, mapped as a create's network is (network, egressOf): left
+// out, the template's; allow_internet_access false, nothing. The
+// template and the policy bound it as they bound the create, and a
+// request beyond them is refused with the rule (supervisor.SetNetwork).
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, c *caller) error {
+	var body networkUpdate
+	if err := decode(w, r, &body); err != nil {
+		return err
+	}
+	info, err := h.live(r.Context(), c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	nb := newSandbox{AllowInternetAccess: body.AllowInternetAccess, Network: &body.networkBody}
+	if err := nb.unsupported(); err != nil {
+		return err
+	}
+	n, err := h.network(info.Template, nb)
+	if err != nil {
+		return err
+	}
+	if _, err := h.sup.SetNetwork(r.Context(), c.sup, info.ID, n); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // envList turns {"K": "V"} into sorted "K=V" entries.

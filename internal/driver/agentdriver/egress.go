@@ -3,6 +3,7 @@ package agentdriver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -63,6 +64,24 @@ func (in *Instance) EgressSummary() (egress.Summary, bool) {
 		return egress.Summary{}, false
 	}
 	return in.egress.Summary(), true
+}
+
+// SetNetwork replaces the egress rules of a sandbox in network mode
+// egress (sandbox.NetworkChanger). The agent forwards the loopback
+// addresses it was started with and no other, so a loopback address
+// beyond those is refused rather than allowed in vain.
+func (in *Instance) SetNetwork(n sandbox.Network) error {
+	if in.egress == nil {
+		return &sandbox.UnsupportedError{What: "a change of network", Why: "the sandbox was made without network (mode none): it has no tunnel to the egress proxy",
+			Fix: "create a sandbox with egress (a template with network mode egress) and change that one's network"}
+	}
+	have := LoopbackForwards(in.spec.Network)
+	for _, a := range LoopbackForwards(n) {
+		if !slices.Contains(have, a) {
+			return fmt.Errorf("%w: allow address %s: a loopback address reaches a sandbox only if it was allowed at create (the agent forwards those); create the sandbox with it", sandbox.ErrInvalid, a)
+		}
+	}
+	return in.egress.SetNetwork(n)
 }
 
 // LoopbackForwards lists the allowed addresses on the host's loopback that

@@ -74,6 +74,7 @@ var (
 	_ sandbox.EndCause        = (*Instance)(nil)
 	_ sandbox.CowMounter      = (*Instance)(nil)
 	_ egress.Reporter         = (*Instance)(nil)
+	_ sandbox.NetworkChanger  = (*Instance)(nil)
 )
 
 // New returns the sandbox running: its egress tunnels serve, and its

@@ -210,6 +210,35 @@ test('network: allowOut reaches that address and no other', async () => {
   assert.match(e.message, new RegExp(`allow address "${blocked.replace(/\./g, '\\.')}".*does not allow it`))
 }, 90_000)
 
+test('network: updateNetwork changes egress within the template', async () => {
+  const allowed = process.env.AIRLOCK_ALLOWED_ADDR
+  const blocked = process.env.AIRLOCK_BLOCKED_ADDR
+  const get = (addr) => `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://${addr}/", timeout=10).read().decode())'`
+  const sb = await Sandbox.create('egress', { metadata: { run: RUN } })
+  try {
+    assert.equal((await sb.commands.run(get(allowed))).stdout, 'allowed\n')
+    await sb.updateNetwork({ allowInternetAccess: false })
+    const e = await rejects(sb.commands.run(get(allowed)), 'a request after allowInternetAccess: false')
+    assert.ok(e instanceof CommandExitError, `want CommandExitError, got ${e.name}: ${e.message}`)
+    await sb.updateNetwork({ allowOut: [allowed], denyOut: ['0.0.0.0/0'] })
+    assert.equal((await sb.commands.run(get(allowed))).stdout, 'allowed\n')
+    // Beyond the template: refused, named, and the rules stay as they were.
+    const wide = await rejects(sb.updateNetwork({ allowOut: [blocked] }), 'updateNetwork beyond the template')
+    assert.match(wide.message, new RegExp(`allow address "${blocked.replace(/\./g, '\\.')}".*does not allow it`))
+    assert.equal((await sb.commands.run(get(allowed))).stdout, 'allowed\n')
+  } finally {
+    await sb.kill()
+  }
+  // A sandbox made without network has no tunnel to gain it through.
+  const none = await Sandbox.create('egress', { allowInternetAccess: false, metadata: { run: RUN } })
+  try {
+    const e = await rejects(none.updateNetwork({ allowOut: [allowed] }), 'updateNetwork of a sandbox without network')
+    assert.match(e.message, /made without network/)
+  } finally {
+    await none.kill()
+  }
+}, 90_000)
+
 test('files: text and binary', async () => {
   await withSandbox({}, async (sb) => {
     const info = await sb.files.write('notes/hello.txt', 'hello, files')
