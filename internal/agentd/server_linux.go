@@ -188,12 +188,21 @@ func run() error {
 				}
 				next = func() (*agent.Config, error) { return agent.ReadConfig(stdin) }
 			}
+			home := cfg.Home
 			err := awaitSandbox(&cfg, ready, next)
 			if cfgFile != nil {
 				cfgFile.Close()
 			}
 			if err != nil {
 				return err
+			}
+			if cfg.Home != home && s.root != nil {
+				// The sandbox's home is the file API's base of relative
+				// paths (only native agents take on a home: a guest's).
+				s.root.Close()
+				if s.root, err = fsroot.Open("/", cfg.UID, cfg.GID, sandbox.HomeOf(cfg.Home)); err != nil {
+					return fmt.Errorf("open the file API's root: %w", err)
+				}
 			}
 		}
 		if s.egress, err = startEgress(cfg.Egress); err != nil {
