@@ -141,6 +141,7 @@ func New(opts Options) (*Handler, error) {
 	for _, n := range opts.Config.Interpreter {
 		h.warm[n] = true
 	}
+	h.warnPools()
 	h.kernels.by = map[string]*sandboxKernels{}
 	h.watches.by = map[string]*watcher{}
 	h.streams.by = map[string]int{}
@@ -149,6 +150,22 @@ func New(opts Options) (*Handler, error) {
 	h.routeEnvd()
 	h.routeInterpreter()
 	return h, nil
+}
+
+// warnPools says which warm pools the E2B endpoints' creates cannot claim
+// from: a pooled sandbox was built without E2B's home unless its template
+// gives it (home = "/home/user").
+func (h *Handler) warnPools() {
+	mapped := map[string]bool{}
+	for _, t := range h.templates {
+		mapped[t] = true
+	}
+	for _, t := range h.sup.Templates() {
+		if mapped[t.Name] && t.Pool > 0 && t.Home != sandbox.E2BHome {
+			h.log.Warn("the E2B endpoints' sandboxes get E2B's home, which this template's pooled sandboxes lack: E2B creates start a sandbox instead of claiming one; give the template home = \"/home/user\"",
+				"template", t.Name, "home", sandbox.HomeOf(t.Home))
+		}
+	}
 }
 
 // Close stops the handler's background work (kernels being started for

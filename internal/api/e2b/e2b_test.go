@@ -265,6 +265,17 @@ func TestControlAPI(t *testing.T) {
 	}
 	st, b = e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil)
 	e2bError(t, "pause", 501, b, st)
+	// updateNetwork: what airlock does not have is refused, as at create;
+	// a sandbox made without network (the template has none) cannot gain it.
+	st, b = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", key, strings.NewReader(`{"egressProxy":{"address":"p:1080"}}`))
+	e2bError(t, "updateNetwork with an egress proxy", 400, b, st)
+	st, b = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", key, strings.NewReader(`{"allow_internet_access":true}`))
+	e2bError(t, "updateNetwork to the internet on a template without network", 403, b, st)
+	st, b = e.do("PUT", "/sandboxes/sb-000000000000/network", key, strings.NewReader(`{}`))
+	e2bError(t, "updateNetwork of an unknown sandbox", 404, b, st)
+	if st, b = e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", key, strings.NewReader(`{"allow_internet_access":false}`)); st != 204 {
+		t.Fatalf("updateNetwork to no network of a sandbox without network: %d %s", st, b)
+	}
 	st, b = e.do("GET", "/sandboxes/"+sb.SandboxID+"/nope", key, nil)
 	e2bError(t, "an unknown route", 404, b, st)
 	// Kill: once 204, then 404, and the sandbox is gone to every route.

@@ -165,6 +165,7 @@ disk = "%[1]d"
 name = "pooled"
 driver = "%[3]s"
 pool = %[2]d
+home = "/home/user"
 
 [[template]]
 name = "egress"

@@ -36,6 +36,9 @@ test('a template with a warm pool', async () => {
   const sb = await Sandbox.create('pooled', { metadata: { run: RUN } })
   try {
     assert.equal((await sb.commands.run('echo from the pool')).stdout, 'from the pool\n')
+    // The template gives its pooled sandboxes E2B's home, so this one is
+    // claimed from the pool: its home is there too.
+    assert.equal((await sb.commands.run('pwd; echo $HOME')).stdout, '/home/user\n/home/user\n')
     assert.deepEqual((await sb.getInfo()).metadata, { run: RUN })
   } finally {
     await sb.kill()
