@@ -162,6 +162,13 @@ func TestEngineEnv(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a home", func(t *testing.T) {
+		e := &engine{cfg: &agent.Config{Hostname: "box", Home: "/home/user"}}
+		want := []string{"PATH=" + sandbox.DefaultPath, "HOME=/home/user", "LANG=C.UTF-8", "USER=user", "HOSTNAME=box", "PWD=/home/user/src"}
+		if got := e.env(nil, false, "/home/user/src"); !reflect.DeepEqual(got, want) {
+			t.Errorf("env with a home =\n %q\nwant\n %q", got, want)
+		}
+	})
 	t.Run("inputs are not modified", func(t *testing.T) {
 		sb := []string{"A=1"}
 		req := []string{"A=2"}
