@@ -268,10 +268,11 @@ func (p *process) instantiate(alloc *allocator) (exit uint32, cpu time.Duration,
 // standard streams held to the output limit, /workspace and /tmp, the
 // clocks, and a random source seeded for this exec.
 func (p *process) config() wazero.ModuleConfig {
-	argv := append([]string(nil), p.req.Argv...)
-	env := environment(p.in.spec, p.req, p.dir)
-	if p.warm {
-		argv, env = warmArgv(), warmEnv(p.in.spec)
+	// A warm process's exec is not known yet (bind sets it): it starts as
+	// warmArgv and reads its exec from standard input.
+	argv, env := warmArgv(), warmEnv(p.in.spec)
+	if !p.warm {
+		argv, env = append([]string(nil), p.req.Argv...), environment(p.in.spec, p.req, p.dir)
 	}
 	if p.mod.path == p.in.d.opts.Python {
 		argv[0] = "python3"
