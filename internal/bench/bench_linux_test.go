@@ -37,7 +37,7 @@ func wantRows(clients []int) []string {
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
 		"egress/client-direct", "egress/sandbox-latency", "egress/client-direct-download", "egress/sandbox-throughput",
-		"wasm/instantiate", "wasm/python",
+		"wasm/instantiate", "wasm/python", "wasm/python-warm",
 		"snapshots/first", "snapshots/incremental", "snapshots/restore", "snapshots/create", "snapshots/fork", "snapshots/diff",
 		"export/direct", "export/throughput")
 	for _, c := range clients {

@@ -25,6 +25,9 @@ import (
 
 // process is one exec: one instance of a module, run on a goroutine locked
 // to its own thread, so that the thread's CPU clock is the exec's CPU time.
+// A warm process (warm_linux.go) is a python3 started before its exec is
+// known: bind gives it its exec, and its clocks, limits and streams count
+// from then.
 type process struct {
 	in      *instance
 	id      string
@@ -38,6 +41,21 @@ type process struct {
 	ctx    context.Context // the module's; cancelling it stops the module
 	cancel context.CancelFunc
 	stdin  *io.PipeReader
+
+	// warm is set for a python3 started ahead of its exec; its standard
+	// input is stdinW, which bind writes the exec's request to.
+	warm   bool
+	stdinW *io.PipeWriter
+	// tid is the thread the module runs on, set before ready is closed.
+	tid   atomic.Int32
+	ready chan struct{}
+	// bound is closed when the process has its exec; begin is then the
+	// exec's start and cpu0 its thread's CPU time at that moment.
+	bound  chan struct{}
+	begin  time.Time
+	cpu0   atomic.Int64
+	stdout lateWriter
+	stderr lateWriter
 
 	mu       sync.Mutex
 	killedBy sandbox.Reason // the host's reason; "" for a signal of the caller's own
@@ -57,16 +75,34 @@ type execState struct {
 	clocks clocks
 }
 
-func newProcess(in *instance, id string, req sandbox.ExecRequest, mod *module, dir string, seed [32]byte) *process {
-	p := &process{in: in, id: id, req: req, mod: mod, dir: dir, seed: seed, done: make(chan struct{})}
-	l := in.spec.Limits
+// newProcess makes the process of one module; bind gives it its exec.
+func newProcess(in *instance, mod *module, seed [32]byte) *process {
+	p := &process{in: in, mod: mod, seed: seed, ready: make(chan struct{}), bound: make(chan struct{}), done: make(chan struct{})}
+	ctx := context.WithValue(context.Background(), stateKey{}, &execState{clocks: in.clocks})
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	return p
+}
+
+// bind gives p its exec: the request, its id and working directory; its
+// limits, clocks and output count from now. A cold process is bound
+// before it runs; a warm one when an exec takes it.
+func (p *process) bind(id string, req sandbox.ExecRequest, dir string) {
+	p.id, p.req, p.dir = id, req, dir
+	l := p.in.spec.Limits
 	p.timeout, p.cpuTime = req.WallTimeout(l), req.CPUTime
 	if p.cpuTime == 0 {
 		p.cpuTime = l.CPUTime
 	}
-	ctx := context.WithValue(context.Background(), stateKey{}, &execState{clocks: in.clocks})
-	p.ctx, p.cancel = context.WithCancel(ctx)
-	return p
+	p.result.LimitsHit = []sandbox.Limit{}
+	p.stdout.bind(&limitWriter{w: req.Stdout, limit: l.OutputBytes, truncated: &p.result.StdoutTruncated, kill: p.kill})
+	p.stderr.bind(&limitWriter{w: req.Stderr, limit: l.OutputBytes, truncated: &p.result.StderrTruncated, kill: p.kill})
+	if p.warm {
+		<-p.ready
+		p.cpu0.Store(int64(threadClock(int(p.tid.Load()))))
+		go p.feed(warmRequest(req.Argv[1:], environment(p.in.spec, req, dir), dir), req.Stdin)
+	}
+	p.begin = time.Now()
+	close(p.bound)
 }
 
 func (p *process) ID() string { return p.id }
@@ -125,15 +161,26 @@ func (p *process) kill(reason sandbox.Reason, signal string) {
 // run runs the module to its end and settles the result.
 func (p *process) run() {
 	defer close(p.done)
-	defer p.in.forget(p.id)
 	defer p.cancel()
-	start := time.Now()
 	r := &p.result
-	r.LimitsHit = []sandbox.Limit{}
-
-	alloc := &allocator{b: p.in.budget}
+	alloc := &allocator{b: p.in.budget, reclaim: func() bool {
+		// An exec short of memory takes the warm python3's; a warm
+		// python3 not yet an exec's takes nobody's.
+		select {
+		case <-p.bound:
+			return p.in.dropWarm()
+		default:
+			return false
+		}
+	}}
 	exit, cpu, runErr := p.instantiate(alloc)
-	r.Usage.WallMS = time.Since(start).Milliseconds()
+	select {
+	case <-p.bound:
+	default:
+		return // a warm process that no exec took
+	}
+	defer p.in.forget(p.id)
+	r.Usage.WallMS = time.Since(p.begin).Milliseconds()
 	r.Usage.CPUMS = cpu.Milliseconds()
 	r.Usage.MemoryPeakBytes = alloc.peak.Load()
 
@@ -178,8 +225,12 @@ func trapText(err error) string {
 func (p *process) instantiate(alloc *allocator) (exit uint32, cpu time.Duration, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cpu0 := threadCPU()
-	defer func() { cpu = threadCPU() - cpu0 }()
+	p.tid.Store(int32(unix.Gettid()))
+	if !p.warm {
+		p.cpu0.Store(int64(threadCPU()))
+	}
+	close(p.ready)
+	defer func() { cpu = threadCPU() - time.Duration(p.cpu0.Load()) }()
 	defer func() {
 		// wazero turns a trap into an error; anything else that panics
 		// here ends this exec, never the daemon.
@@ -196,15 +247,8 @@ func (p *process) instantiate(alloc *allocator) (exit uint32, cpu time.Duration,
 	}
 	defer alloc.settle()
 
-	cfg := p.config(l)
-	if p.timeout > 0 {
-		t := time.AfterFunc(p.timeout, func() { p.kill(sandbox.ReasonTimeout, "SIGKILL") })
-		defer t.Stop()
-	}
-	if p.cpuTime > 0 {
-		stop := p.watchCPU(unix.Gettid(), p.cpuTime)
-		defer stop()
-	}
+	cfg := p.config()
+	defer p.arm()()
 	ctx := experimental.WithMemoryAllocator(p.ctx, alloc)
 	mod, err := p.in.d.shared.rt.InstantiateModule(ctx, p.mod.compiled, cfg)
 	if mod != nil {
@@ -223,13 +267,21 @@ func (p *process) instantiate(alloc *allocator) (exit uint32, cpu time.Duration,
 // config is the module's view of the world: its arguments and environment,
 // standard streams held to the output limit, /workspace and /tmp, the
 // clocks, and a random source seeded for this exec.
-func (p *process) config(l sandbox.Limits) wazero.ModuleConfig {
-	argv := append([]string(nil), p.req.Argv...)
+func (p *process) config() wazero.ModuleConfig {
+	// A warm process's exec is not known yet (bind sets it): it starts as
+	// warmArgv and reads its exec from standard input.
+	argv, env := warmArgv(), warmEnv(p.in.spec)
+	if !p.warm {
+		argv, env = append([]string(nil), p.req.Argv...), environment(p.in.spec, p.req, p.dir)
+	}
 	if p.mod.path == p.in.d.opts.Python {
 		argv[0] = "python3"
 	}
 	stdin := io.Reader(strings.NewReader(""))
-	if p.req.Stdin != nil {
+	switch {
+	case p.warm:
+		stdin = p.stdin // made with the process: bind feeds it
+	case p.req.Stdin != nil:
 		pr, pw := io.Pipe()
 		p.stdin = pr
 		go func() {
@@ -252,14 +304,14 @@ func (p *process) config(l sandbox.Limits) wazero.ModuleConfig {
 		WithName("").
 		WithArgs(argv...).
 		WithStdin(stdin).
-		WithStdout(&limitWriter{w: p.req.Stdout, limit: l.OutputBytes, truncated: &p.result.StdoutTruncated, kill: p.kill}).
-		WithStderr(&limitWriter{w: p.req.Stderr, limit: l.OutputBytes, truncated: &p.result.StderrTruncated, kill: p.kill}).
+		WithStdout(&p.stdout).
+		WithStderr(&p.stderr).
 		WithFSConfig(fsc).
 		WithWalltime(func() (int64, int32) { return p.in.clocks.walltime() }, 1000).
 		WithNanotime(p.in.clocks.nanotime, 1000).
 		WithNanosleep(func(ns int64) { p.sleep(time.Duration(ns)) }).
 		WithRandSource(rand.NewChaCha8(p.seed))
-	for _, kv := range environment(p.in.spec, p.req, p.dir) {
+	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		cfg = cfg.WithEnv(k, v)
 	}
@@ -298,16 +350,44 @@ func environment(spec sandbox.Spec, req sandbox.ExecRequest, dir string) []strin
 	return out
 }
 
+// arm starts the exec's wall-clock timeout and CPU-time watch once it is
+// bound (at once for a cold process), and returns what stops them.
+func (p *process) arm() (stop func()) {
+	var mu sync.Mutex
+	var stops []func()
+	stopped := false
+	go func() {
+		select {
+		case <-p.bound:
+		case <-p.ctx.Done():
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if p.timeout > 0 {
+			t := time.AfterFunc(p.timeout, func() { p.kill(sandbox.ReasonTimeout, "SIGKILL") })
+			stops = append(stops, func() { t.Stop() })
+		}
+		if p.cpuTime > 0 {
+			stops = append(stops, p.watchCPU(int(p.tid.Load()), p.cpuTime))
+		}
+	}()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
 // watchCPU kills the exec once the thread tid has used limit of CPU time.
 func (p *process) watchCPU(tid int, limit time.Duration) (stop func()) {
-	clock := int32(^tid)<<3 | 6 // the thread's CPUCLOCK_SCHED clock
-	read := func() time.Duration {
-		var ts unix.Timespec
-		if unix.ClockGettime(clock, &ts) != nil {
-			return 0
-		}
-		return time.Duration(ts.Nano())
-	}
+	read := func() time.Duration { return threadClock(tid) }
 	start := read()
 	done := make(chan struct{})
 	go func() {
@@ -328,6 +408,16 @@ func (p *process) watchCPU(tid int, limit time.Duration) (stop func()) {
 	return func() { close(done) }
 }
 
+// threadClock is the CPU time of thread tid (its CPUCLOCK_SCHED clock),
+// which another thread may read.
+func threadClock(tid int) time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(int32(^tid)<<3|6, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
 // threadCPU is the CPU time of the calling thread.
 func threadCPU() time.Duration {
 	var ts unix.Timespec
@@ -335,6 +425,20 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ts.Nano())
+}
+
+// lateWriter is a process's standard stream: until the process is bound to
+// an exec what it writes is dropped (a warm python3 writes nothing as it
+// starts); then it goes to the exec's stream.
+type lateWriter struct{ w atomic.Pointer[limitWriter] }
+
+func (l *lateWriter) bind(w *limitWriter) { l.w.Store(w) }
+
+func (l *lateWriter) Write(b []byte) (int, error) {
+	if w := l.w.Load(); w != nil {
+		return w.Write(b)
+	}
+	return len(b), nil
 }
 
 // limitWriter passes a stream on up to the output limit; past it, it cuts

@@ -37,6 +37,13 @@ type instance struct {
 	execs  map[string]*process
 	rng    *rand.ChaCha8 // made from seed; each exec's source is drawn from it
 	done   chan struct{}
+	// warm is a python3 started for the next exec of python3 (warm_linux.go);
+	// python is set once the sandbox has run python3, and lean once it gave
+	// a warm python3 up for memory.
+	warm     *process
+	python   bool
+	lean     bool
+	warmRuns int // execs that a warm python3 ran
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -151,16 +158,43 @@ func (in *instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if in.closed {
 		return nil, fmt.Errorf("start in sandbox %s: %w", in.spec.ID, sandbox.ErrClosed)
 	}
+	in.next++
+	id := "e" + strconv.Itoa(in.next)
+	var p *process
+	python := mod.path == in.d.opts.Python
+	switch {
+	case python && !in.d.opts.ColdPython && warmable(req.Argv[1:], environment(in.spec, req, dir), warmEnv(in.spec)):
+		// python3 -c CODE and python3 SCRIPT run on a warm python3: the
+		// sandbox's, else one started now.
+		if p = in.takeWarm(); p != nil {
+			in.warmRuns++
+		} else {
+			p = in.newWarm(mod)
+		}
+	default:
+		p = newProcess(in, mod, in.nextSeed())
+	}
+	p.bind(id, req, dir)
+	if !p.warm {
+		go p.run()
+	}
+	in.execs[id] = p
+	if python {
+		in.python = true
+		in.startWarm(mod)
+	}
+	return p, nil
+}
+
+// nextSeed is the seed of a new process's random source, drawn from the
+// sandbox's. The caller holds in.mu.
+func (in *instance) nextSeed() [32]byte {
 	if in.rng == nil {
 		in.rng = rand.NewChaCha8(in.seed)
 	}
 	var seed [32]byte
 	_, _ = in.rng.Read(seed[:])
-	in.next++
-	p := newProcess(in, "e"+strconv.Itoa(in.next), req, mod, dir, seed)
-	in.execs[p.id] = p
-	go p.run()
-	return p, nil
+	return seed
 }
 
 // forget drops an ended exec.
@@ -180,9 +214,13 @@ func (in *instance) Close(ctx context.Context) error {
 		return nil
 	}
 	in.closed = true
-	execs := make([]*process, 0, len(in.execs))
+	execs := make([]*process, 0, len(in.execs)+1)
 	for _, p := range in.execs {
 		execs = append(execs, p)
+	}
+	if in.warm != nil {
+		execs = append(execs, in.warm)
+		in.warm = nil
 	}
 	in.mu.Unlock()
 	for _, p := range execs {

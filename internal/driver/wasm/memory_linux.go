@@ -49,11 +49,24 @@ type allocator struct {
 	// so that its initial memory never fails inside wazero; its first
 	// Reallocate uses it up.
 	prepaid atomic.Int64
+	// reclaim, when set, frees memory the sandbox holds for later (a warm
+	// python3) and reports whether it freed any: an exec's need comes
+	// before a warm interpreter's.
+	reclaim func() bool
+}
+
+// take takes n bytes of the budget, reclaiming memory held for later when
+// the budget is short.
+func (a *allocator) take(n int64) bool {
+	if a.b.take(n) {
+		return true
+	}
+	return a.reclaim != nil && a.reclaim() && a.b.take(n)
 }
 
 // prepay takes n bytes of the budget for the module's initial memory.
 func (a *allocator) prepay(n int64) bool {
-	if !a.b.take(n) {
+	if !a.take(n) {
 		return false
 	}
 	a.prepaid.Add(n)
@@ -108,7 +121,7 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	grow := int64(size - m.size)
 	if pre := m.a.prepaid.Load(); pre >= grow && m.a.prepaid.CompareAndSwap(pre, pre-grow) {
 		// paid for before the instantiation
-	} else if !m.a.b.take(grow) {
+	} else if !m.a.take(grow) {
 		m.a.refused.Store(true)
 		return nil
 	}

@@ -43,6 +43,10 @@ type Options struct {
 	// sandboxes cannot take the daemon's own memory. Zero means half of
 	// the host's memory.
 	MaxMemoryBytes int64
+	// ColdPython starts a python3 for each exec of python3, instead of
+	// giving the exec a python3 started before it (warm_linux.go). For
+	// comparing the two; an operator has no need of it.
+	ColdPython bool
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
 }
