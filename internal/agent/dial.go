@@ -27,11 +27,8 @@ const ProcDial = service + "Dial"
 // DialPortHeader names the port a Dial call connects to, 1 to 65535.
 const DialPortHeader = "Airlock-Dial-Port"
 
-// ErrPortClosed says that no process listens on the port in the sandbox.
-var ErrPortClosed = errors.New("no process listens on that port in the sandbox")
-
 // DialPort connects to port on the sandbox's loopback through the agent.
-// An error wrapping ErrPortClosed says nothing listens there.
+// An error wrapping sandbox.ErrPortClosed says nothing listens there.
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: %w", port, sandbox.ErrInvalid)
@@ -52,7 +49,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
-		return nil, fmt.Errorf("port %d: %w", port, ErrPortClosed)
+		return nil, fmt.Errorf("port %d: %w", port, sandbox.ErrPortClosed)
 	case err != nil:
 		return nil, fmt.Errorf("connect to port %d in the sandbox: %w", port, err)
 	}

@@ -2,8 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"net"
 )
+
+// ErrPortClosed says that no process listens on the port in the sandbox.
+var ErrPortClosed = errors.New("no process listens on that port in the sandbox")
 
 // PortDialer is an instance that can connect to a TCP port on the
 // sandbox's own loopback, from inside its network namespace, for the
@@ -12,6 +16,6 @@ import (
 // namespace gains a route.
 type PortDialer interface {
 	// DialPort connects to port on the sandbox's loopback. An error
-	// wrapping agent.ErrPortClosed says nothing listens there.
+	// wrapping ErrPortClosed says nothing listens there.
 	DialPort(ctx context.Context, port int) (net.Conn, error)
 }

@@ -40,7 +40,7 @@ func (s *Supervisor) ExposePorts(tmpl string) string {
 // caller c (the sandbox's owner: whoever may reach the port was checked
 // before). host is the name the connection was asked by, for the audit
 // log. The connection counts as activity of the sandbox; its end is
-// audited with the bytes each way. An error wrapping agent.ErrPortClosed
+// audited with the bytes each way. An error wrapping sandbox.ErrPortClosed
 // says nothing listens on the port.
 func (s *Supervisor) DialPort(ctx context.Context, c Caller, id string, port int, host string) (net.Conn, error) {
 	l, err := s.lookup(c, id)

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -182,7 +181,7 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			id, port, _ := strings.Cut(r.URL.Host, ":")
 			switch {
-			case errors.Is(err, agent.ErrPortClosed):
+			case errors.Is(err, sandbox.ErrPortClosed):
 				portError(w, http.StatusBadGateway, "no process listens on port %s in sandbox %s: start a server on it (on 0.0.0.0 or 127.0.0.1)", port, id)
 			case errors.Is(err, supervisor.ErrNotExposable):
 				portError(w, http.StatusForbidden, "sandbox %s: its template does not expose ports", id)
