@@ -117,6 +117,16 @@ func (h *Handler) PortsHandler() http.Handler {
 	})
 }
 
+// needsToken says whether r lacks the traffic token that sandbox info's
+// ports take: it was made private, or its template's expose_ports is
+// "token".
+func (h *Handler) needsToken(info supervisor.Info, r *http.Request) bool {
+	if !private(info) && h.sup.ExposePorts(info.Template) != supervisor.ExposeToken {
+		return false
+	}
+	return !trafficMatches(info, r.Header.Get("E2b-Traffic-Access-Token"))
+}
+
 // portTarget is what the proxy's dial needs to know of a request.
 type portTarget struct {
 	c    supervisor.Caller
@@ -137,10 +147,15 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 		h.log.Error("exposed port: sandbox lookup failed", "sandbox", id, "err", err)
 		portError(w, http.StatusInternalServerError, "internal error; the daemon's log has the details")
 		return
+	case (err != nil || info.State != store.StateRunning || h.needsToken(info, r)) && !h.strangers.allow(r.RemoteAddr):
+		// Guessing ids or tokens is rate limited, as on envd's routes.
+		w.Header().Set("Retry-After", "1")
+		portError(w, http.StatusTooManyRequests, "too many requests for sandboxes that are not running or without their traffic token; retry later")
+		return
 	case err != nil || info.State != store.StateRunning:
 		portError(w, http.StatusBadGateway, "no running sandbox %s", truncate(id, 80))
 		return
-	case (private(info) || h.sup.ExposePorts(info.Template) == supervisor.ExposeToken) && !trafficMatches(info, r.Header.Get("E2b-Traffic-Access-Token")):
+	case h.needsToken(info, r):
 		// A sandbox of airlock's own API that no E2B connect gave a token
 		// has no traffic token: nothing opens it.
 		portError(w, http.StatusForbidden, "sandbox %s takes requests with its traffic access token only (network.allowPublicTraffic false, or its template's expose_ports): send its trafficAccessToken in the e2b-traffic-access-token header", id)
@@ -151,7 +166,9 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 		portError(w, http.StatusBadGateway, "%v", err)
 		return
 	}
+	// The sandbox's server gets none of the sandbox's tokens.
 	r.Header.Del("E2b-Traffic-Access-Token")
+	r.Header.Del("X-Access-Token")
 	ctx := context.WithValue(r.Context(), portTargetKey{}, &portTarget{c: c.sup, host: truncate(r.Host, 255)})
 	r = r.WithContext(ctx)
 	// The proxy dials "ID:PORT": its pool keeps each sandbox's port's
@@ -165,8 +182,11 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
 		DialContext:         h.dialPort,
 		MaxIdleConnsPerHost: 32,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
+		// Each is a stream on the sandbox's agent connection (at most
+		// agent.MaxStreams): one port cannot take them all.
+		MaxConnsPerHost:    128,
+		IdleConnTimeout:    30 * time.Second,
+		DisableCompression: true,
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
