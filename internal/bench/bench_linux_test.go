@@ -257,11 +257,18 @@ func TestOnlyPorts(t *testing.T) {
 	if want := []string{"ports/direct", "ports/latency", "ports/direct-download", "ports/throughput"}; !slices.Equal(ids, want) {
 		t.Fatalf("rows %v, want %v", ids, want)
 	}
+	for _, row := range r.Rows {
+		if row.Value != nil {
+			t.Logf("%s: %.1f %s", row.ID, *row.Value, row.Unit)
+		} else {
+			t.Logf("%s: p50 %.3f %s", row.ID, row.Stats.P50, row.Unit)
+		}
+	}
 	for _, id := range []string{"ports/latency", "ports/throughput"} {
 		if row, _ := r.Row(id); row.Compare[0].Ratio == nil || *row.Compare[0].Ratio <= 0 {
 			t.Errorf("%s has no ratio to direct: %+v", id, row.Compare)
 		} else {
-			t.Logf("%s: %.3f (%s), %.2f× direct", id, *row.Value, row.Detail, *row.Compare[0].Ratio)
+			t.Logf("%s: %.2f× direct (%s)", id, *row.Compare[0].Ratio, row.Detail)
 		}
 	}
 }

@@ -36,6 +36,7 @@ chunk = b"x" * (1 << 20)
 small = b"y" * 1024
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def log_message(self, *a):
         pass
     def do_GET(self):
@@ -74,8 +75,10 @@ func portsTemplate() []Row {
 
 func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, progress func(string, ...any)) []Row {
 	rows := portsTemplate()
+	// fail marks every row failed (from 0), or the exposed ones (from 1:
+	// rows 1 and 3, beside their measured baselines).
 	fail := func(from int, err error) []Row {
-		for i := from; i < len(rows); i++ {
+		for i := from; i < len(rows); i += from + 1 {
 			rows[i].Status, rows[i].Detail = StatusFailed, err.Error()
 		}
 		return rows
@@ -148,7 +151,8 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 		return "", err
 	}
 	defer st.Close()
-	cfg := supervisor.Config{Templates: []supervisor.Template{{Name: "default"}}}
+	l := liveSpec().Limits
+	cfg := supervisor.Config{Templates: []supervisor.Template{{Name: "default", CPUs: l.CPUs, Pids: l.Pids}}}
 	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: cfg, Metrics: supervisor.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		return "", err
@@ -179,7 +183,7 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 		return "", err
 	}
 	c := api.KeyCaller(k)
-	info, err := sup.Create(ctx, c, supervisor.CreateRequest{Template: "default", Limits: liveSpec().Limits})
+	info, err := sup.Create(ctx, c, supervisor.CreateRequest{Template: "default"})
 	if err != nil {
 		return "", err
 	}

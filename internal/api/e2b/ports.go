@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -197,7 +198,8 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		},
 		Transport:     tr,
 		FlushInterval: -1,
-		ErrorLog:      nil,
+		// The agent sends up to 256 KiB a message: copy as much a write.
+		BufferPool: portBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			id, port, _ := strings.Cut(r.URL.Host, ":")
 			switch {
@@ -214,6 +216,14 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		},
 	}
 }
+
+// portBuffers are the proxy's copy buffers.
+type portBuffers struct{}
+
+var portBufferPool = sync.Pool{New: func() any { return make([]byte, 256<<10) }}
+
+func (portBuffers) Get() []byte  { return portBufferPool.Get().([]byte) }
+func (portBuffers) Put(b []byte) { portBufferPool.Put(b) }
 
 // dialPort connects the proxy to "ID:PORT" of the request's sandbox.
 func (h *Handler) dialPort(ctx context.Context, _, addr string) (net.Conn, error) {
