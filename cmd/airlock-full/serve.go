@@ -157,19 +157,36 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
 	// The E2B SDKs' API shares the listener (internal/api/e2b).
 	var handler http.Handler = srv
 	if !cfg.E2B.Disabled {
-		eh, err := e2b.New(e2b.Options{Supervisor: sup, Store: st, API: srv, Config: cfg.E2B, Logger: log})
+		// Exposed ports' names end in the domain, with the port of the
+		// listener that serves them (internal/api/e2b/ports.go).
+		portsAddr := ln.Addr().String()
+		var pln net.Listener
+		if cfg.E2B.PortsListen != "" {
+			if pln, err = net.Listen("tcp", cfg.E2B.PortsListen); err != nil {
+				return fmt.Errorf("listen for exposed ports (e2b.ports_listen): %w", err)
+			}
+			portsAddr = pln.Addr().String()
+		}
+		domain := e2b.DomainFor(cfg.E2B.Domain, portsAddr)
+		eh, err := e2b.New(e2b.Options{Supervisor: sup, Store: st, API: srv, Config: cfg.E2B, Logger: log, Domain: domain})
 		if err != nil {
 			return err
 		}
 		defer eh.Close(context.Background())
 		handler = eh
-	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		if pln != nil {
+			ps := &http.Server{Handler: eh.PortsHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
+			go func() { _ = ps.Serve(pln) }()
+			defer ps.Close()
+			log.Info("serving exposed ports", "addr", pln.Addr().String(), "domain", domain)
+		}
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
 	runCtx, stopRun := context.WithCancel(context.Background())

@@ -112,12 +112,22 @@ func (c *Client) ServeEgress(ctx context.Context, serve func(net.Conn)) error {
 // openEgress opens an Egress stream and waits until the agent has a
 // command's connection for it.
 func (c *Client) openEgress(ctx context.Context) (*streamConn, error) {
+	return c.openStream(ctx, ProcEgress, nil)
+}
+
+// openStream opens a stream of procedure proc (Egress or Dial) in the
+// egress wire, with the request headers hdr, and waits for the agent's
+// "accepted".
+func (c *Client) openStream(ctx context.Context, proc string, hdr http.Header) (*streamConn, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	body := newEgressBody()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, baseURL+ProcEgress, body)
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, baseURL+proc, body)
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	req.ContentLength = -1
 	req.Header.Set("Content-Type", egressContentType)

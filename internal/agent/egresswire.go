@@ -92,6 +92,13 @@ func readEgressEnd(r io.Reader, n uint32) error {
 	if err := code.UnmarshalText([]byte(end.Error.Code)); err != nil {
 		code = connect.CodeUnknown
 	}
+	// The end carries no class header: its code says the class (a Dial
+	// to a closed port ends not_found).
+	for _, c := range classes {
+		if c.code == code && code != connect.CodePermissionDenied {
+			return &classedError{msg: truncate512(end.Error.Message), class: c.err}
+		}
+	}
 	return hostError(connect.NewError(code, errors.New(end.Error.Message)))
 }
 

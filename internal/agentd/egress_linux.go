@@ -136,6 +136,13 @@ func (e *egressServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	carry(st, c)
+	end(0, nil)
+}
+
+// carry copies a stream's bytes to c and c's to the stream until both
+// halves end.
+func carry(st *rawStream, c net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -183,7 +190,6 @@ func (e *egressServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Ending the call ends the stream, so wait for the host's half first.
 	wg.Wait()
-	end(0, nil)
 }
 
 // rawStream is the agent's side of an Egress call: the request body's

@@ -387,6 +387,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcList, connect.NewUnaryHandlerSimple(agent.ProcList, s.list, o...))
 	mux.Handle(agent.ProcForget, connect.NewUnaryHandlerSimple(agent.ProcForget, s.forget, o...))
 	s.egress.register(mux)
+	mux.Handle(agent.ProcDial, http.HandlerFunc(serveDial))
 	s.registerSnapshots(mux)
 	return mux
 }

@@ -27,7 +27,7 @@ var auditKinds = []audit.Kind{
 	audit.KindCreate, audit.KindDestroy, audit.KindExec, audit.KindFileWrite, audit.KindFileDelete,
 	audit.KindSnapshot, audit.KindRestore, audit.KindSnapshotDelete, audit.KindFork,
 	audit.KindEgress, audit.KindPolicy, audit.KindApproval, audit.KindCheckpoint, audit.KindRecover,
-	audit.KindCowApply, audit.KindCowDiscard, audit.KindCowRecover,
+	audit.KindCowApply, audit.KindCowDiscard, audit.KindCowRecover, audit.KindExpose,
 }
 
 // auditQuery reads the query parameters of GET /v1/audit.

@@ -70,6 +70,9 @@ const (
 	// KindExport records a sandbox's file stored in an object store (or
 	// refused: Decision "deny").
 	KindExport Kind = "export"
+	// KindExpose records a connection to a sandbox's exposed port, its
+	// bytes each way at its end (Port; Host is the name it was asked by).
+	KindExpose Kind = "expose"
 	// KindCowApply records changes of a copy-on-write mount written to
 	// the host (Decision "apply", or "conflict" when the host had changed
 	// and nothing was written); KindCowDiscard changes dropped;

@@ -68,7 +68,8 @@ type Options struct {
 	Progress io.Writer
 	// Only, when not empty, names the sections to measure (start, exec,
 	// docker, microvm, density, egress, wasm, snapshots, export,
-	// throughput, restart, e2b); the report then has only their rows.
+	// throughput, restart, e2b, ports); the report then has only their
+	// rows.
 	Only []string
 	// E2BSDK is the npm project with the official E2B SDKs installed
 	// (internal/api/e2b/sdktest after `npm ci`) that the e2b rows drive
@@ -95,7 +96,7 @@ func (o *Options) SetRuns(n int) {
 }
 
 // Sections are the sections Options.Only may name.
-var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b"}
+var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b", "ports"}
 
 // want says whether any of sections is to be measured.
 func (o Options) want(sections ...string) bool {
@@ -181,7 +182,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var drv sandbox.Driver
 	var drvErr error
-	if o.want("exec", "throughput", "density", "snapshots", "export", "restart", "e2b") {
+	if o.want("exec", "throughput", "density", "snapshots", "export", "restart", "e2b", "ports") {
 		// The native driver as the daemon makes it: its sandboxes outlive the
 		// process (the agent holds them; nothing else runs per sandbox).
 		d, err := native.New(native.Options{Persistent: true})
@@ -250,6 +251,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.want("e2b") {
 		add("e2b", e2bRows(ctx, o, drv, drvErr, progress))
+	}
+	if o.want("ports") {
+		add("ports", portsRows(ctx, o, drv, drvErr, progress))
 	}
 	if steps != nil {
 		r.Density = steps

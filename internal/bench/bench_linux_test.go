@@ -51,6 +51,7 @@ func wantRows(clients []int) []string {
 	ids = append(ids, "restart/reattach")
 	ids = append(ids, "e2b/create-run-cold", "e2b/create-run-pool", "e2b/run-code",
 		"e2b/published-e2b", "e2b/published-computesdk", "e2b/published-cubesandbox")
+	ids = append(ids, "ports/direct", "ports/latency", "ports/direct-download", "ports/throughput")
 	return ids
 }
 
@@ -231,5 +232,43 @@ func TestOnlyEgress(t *testing.T) {
 	}
 	if row, _ := r.Row("egress/sandbox-throughput"); row.Compare[0].Ratio == nil || *row.Compare[0].Ratio <= 0 {
 		t.Errorf("the tunnel's download has no ratio to direct: %+v", row.Compare)
+	}
+}
+
+// TestOnlyPorts runs the ports section alone: a server in a native
+// sandbox answers through its exposed port, every byte of the download,
+// beside the same server on the host.
+func TestOnlyPorts(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1")
+	o := Defaults(true)
+	o.SetRuns(3)
+	o.Only = []string{"ports"}
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, row := range r.Rows {
+		ids = append(ids, row.ID)
+		if row.Section != "ports" || row.Status != StatusOK {
+			t.Errorf("%s: section %s, status %s (%s); want ports, ok", row.ID, row.Section, row.Status, row.Detail)
+		}
+	}
+	if want := []string{"ports/direct", "ports/latency", "ports/direct-download", "ports/throughput"}; !slices.Equal(ids, want) {
+		t.Fatalf("rows %v, want %v", ids, want)
+	}
+	for _, row := range r.Rows {
+		if row.Value != nil {
+			t.Logf("%s: %.1f %s", row.ID, *row.Value, row.Unit)
+		} else {
+			t.Logf("%s: p50 %.3f %s", row.ID, row.Stats.P50, row.Unit)
+		}
+	}
+	for _, id := range []string{"ports/latency", "ports/throughput"} {
+		if row, _ := r.Row(id); row.Compare[0].Ratio == nil || *row.Compare[0].Ratio <= 0 {
+			t.Errorf("%s has no ratio to direct: %+v", id, row.Compare)
+		} else {
+			t.Logf("%s: %.2f× direct (%s)", id, *row.Compare[0].Ratio, row.Detail)
+		}
 	}
 }

@@ -136,6 +136,12 @@ type Template struct {
 	// Network is the sandboxes' default network and the most a create may
 	// ask for (see TemplateNetwork). Zero: none, and nothing more.
 	Network TemplateNetwork `toml:"network"`
+	// ExposePorts says who may reach a server in the sandboxes from
+	// outside through the daemon (exposed ports, E2B's getHost): "all"
+	// (empty), whoever reaches the listener unless the sandbox was made
+	// private; "token", only a request with the sandbox's traffic token;
+	// "none", nobody.
+	ExposePorts string `toml:"expose_ports"`
 	// ExportTypes are the content types the sandboxes' files may be
 	// exported as ("text/csv", "image/png", "application/pdf", "image/*"),
 	// as their bytes say, never their names. None: no export.
@@ -241,6 +247,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if err := t.Network.check(); err != nil {
 			return c, keyErr(key("network"), fmt.Errorf("template %q: %w", t.Name, err))
+		}
+		switch t.ExposePorts {
+		case "":
+			t.ExposePorts = ExposeAll
+		case ExposeAll, ExposeToken, ExposeNone:
+		default:
+			return c, keyErr(key("expose_ports"), fmt.Errorf("template %q: expose_ports %q: give \"all\", \"token\" or \"none\"", t.Name, t.ExposePorts))
 		}
 		if k, err := t.checkExport(); err != nil {
 			return c, keyErr(key(k), fmt.Errorf("template %q: %w", t.Name, err))

@@ -27,6 +27,15 @@ type E2BConfig struct {
 	// code; the others start a kernel at their first runCode. Empty:
 	// code-interpreter-v1.
 	Interpreter []string `toml:"interpreter"`
+	// Domain is what the names of sandboxes' exposed ports end in
+	// (PORT-SANDBOXID.DOMAIN, E2B's getHost), with the port clients reach
+	// the daemon on when it is not 80: a wildcard DNS name that points at
+	// the daemon, or under .localhost. Empty: sandbox.localhost and the
+	// port of ports_listen, else of listen.
+	Domain string `toml:"domain"`
+	// PortsListen is a second listener that serves exposed ports only.
+	// Empty: none (the daemon's listener serves them).
+	PortsListen string `toml:"ports_listen"`
 }
 
 // DefaultE2BTemplates are the E2B template names mapped to

@@ -27,6 +27,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -34,7 +35,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httputil"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +86,10 @@ type Options struct {
 	// MaxUpload bounds one upload to /files (the sandbox's disk bounds it
 	// further). Zero: 1 GiB.
 	MaxUpload int64
+	// Domain is what exposed ports' names end in (ports.go), as the
+	// create answers name it: "sandbox.localhost:7070", "sbx.example.com".
+	// Empty: Config.Domain, else DefaultDomain.
+	Domain string
 }
 
 // Handler serves the E2B endpoints and passes everything else to the
@@ -113,6 +120,10 @@ type Handler struct {
 	bg     sync.WaitGroup
 	stop   chan struct{}
 	closed sync.Once
+
+	// domain is Options.Domain; domainHost, its host name, lower case.
+	domain, domainHost string
+	proxy              *httputil.ReverseProxy
 }
 
 // New makes the handler.
@@ -138,6 +149,13 @@ func New(opts Options) (*Handler, error) {
 		control: http.NewServeMux(), envd: http.NewServeMux(), interp: http.NewServeMux(),
 		stop: make(chan struct{}),
 	}
+	h.domain = cmp.Or(opts.Domain, opts.Config.Domain, DefaultDomain)
+	h.domainHost = h.domain
+	if hh, _, err := net.SplitHostPort(h.domain); err == nil {
+		h.domainHost = hh
+	}
+	h.domainHost = strings.ToLower(strings.TrimSuffix(h.domainHost, "."))
+	h.proxy = h.newPortProxy()
 	for _, n := range opts.Config.Interpreter {
 		h.warm[n] = true
 	}
@@ -184,6 +202,10 @@ func (h *Handler) Close(ctx context.Context) error {
 
 // ServeHTTP routes E2B's requests and passes the rest to the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if port, id, ok := h.exposedHost(r.Host); ok {
+		h.servePort(w, r, id, port)
+		return
+	}
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if id == "" && !controlPath(r.URL.Path) {
 		h.api.ServeHTTP(w, r)

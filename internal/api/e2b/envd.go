@@ -97,7 +97,13 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	case interpreterPort:
 		mux = h.interp
 	default:
-		h.writeError(w, r, errorf(http.StatusBadGateway, "port %s of a sandbox is not reachable: airlock serves envd (49983) and the code interpreter (49999), and exposes no other port", truncate(r.Header.Get("E2b-Sandbox-Port"), 10)))
+		// Another port: the sandbox's server on it (ports.go).
+		port, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port"))
+		if err != nil || port < 1 || port > 65535 {
+			h.writeError(w, r, errorf(http.StatusBadRequest, "E2b-Sandbox-Port %q: give a port, 1 to 65535", truncate(r.Header.Get("E2b-Sandbox-Port"), 10)))
+			return
+		}
+		h.servePort(w, r, id, port)
 		return
 	}
 	// The token is checked first: an id that is unknown, ended, pooled or
@@ -144,7 +150,7 @@ func (h *Handler) authorized(r *http.Request, info supervisor.Info, interp bool)
 	if supervisor.TokenMatches(info, r.Header.Get("X-Access-Token")) {
 		return true
 	}
-	if interp && supervisor.TokenMatches(info, r.Header.Get("E2b-Traffic-Access-Token")) {
+	if tok := r.Header.Get("E2b-Traffic-Access-Token"); interp && (trafficMatches(info, tok) || supervisor.TokenMatches(info, tok)) {
 		return true
 	}
 	q := r.URL.Query()

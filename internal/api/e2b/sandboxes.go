@@ -130,10 +130,11 @@ type sandboxJSON struct {
 	Domain             *string `json:"domain"`
 }
 
-func wireSandbox(in supervisor.Info) sandboxJSON {
-	// The token is also the traffic token: the code interpreter's context
-	// calls carry only that one (E2B-Traffic-Access-Token).
-	return sandboxJSON{TemplateID: in.Template, SandboxID: in.ID, ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: in.Token, TrafficAccessToken: in.Token}
+func (h *Handler) wireSandbox(in supervisor.Info) sandboxJSON {
+	// The traffic token opens the code interpreter (its context calls
+	// carry only that one, E2B-Traffic-Access-Token) and a private
+	// sandbox's exposed ports, not envd (ports.go).
+	return sandboxJSON{TemplateID: in.Template, SandboxID: in.ID, ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: in.Token, TrafficAccessToken: trafficToken(in), Domain: &h.domain}
 }
 
 // listedSandbox is a sandbox in E2B's lists; sandboxDetail, in its get.
@@ -189,6 +190,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *caller) erro
 	}
 	// E2B's home, which agents' code and prompts name.
 	req := supervisor.CreateRequest{Template: tmpl, Metadata: body.Metadata, Token: newToken(), Home: sandbox.E2BHome}
+	if n := body.Network; n != nil && n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic {
+		// Its exposed ports take the traffic token (ports.go).
+		req.Token = privatePrefix + req.Token
+	}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		if *body.Timeout > int64(365*24*time.Hour/time.Second) {
 			return errorf(http.StatusBadRequest, "timeout %d: give seconds, at most a year", *body.Timeout)
@@ -214,7 +219,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *caller) erro
 	if h.warm[name] {
 		h.warmKernel(c, info.ID)
 	}
-	writeJSON(w, http.StatusCreated, wireSandbox(info))
+	writeJSON(w, http.StatusCreated, h.wireSandbox(info))
 	return nil
 }
 
@@ -242,8 +247,6 @@ func (b newSandbox) unsupported() error {
 	}
 	if n := b.Network; n != nil {
 		switch {
-		case n.AllowPublicTraffic != nil && *n.AllowPublicTraffic:
-			return errorf(http.StatusBadRequest, "airlock exposes no port of a sandbox: leave allowPublicTraffic out")
 		case len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null", len(n.Rules) > 0 && string(n.Rules) != "null", len(n.MaskRequestHost) > 0 && string(n.MaskRequestHost) != "null":
 			return errorf(http.StatusBadRequest, "of network, airlock takes allowOut (host names like example.com or *.example.com, and IP:PORT addresses) and denyOut")
 		}
@@ -418,7 +421,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c *caller) err
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, wireSandbox(info))
+	writeJSON(w, http.StatusOK, h.wireSandbox(info))
 	return nil
 }
 
@@ -439,7 +442,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: listed(info), EnvdAccessToken: info.Token})
+	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: listed(info), EnvdAccessToken: info.Token, Domain: &h.domain})
 	return nil
 }
 

@@ -325,7 +325,7 @@ func TestSDKs(t *testing.T) {
 // commands, files and a kernel in a gVisor sandbox's composed root.
 func TestSDKsGVisor(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
-	runSDKTests(t, "gvisor", "^(create with options|home|commands: (foreground|background|a 30 s)|network: (allowOut|updateNetwork)|files: text|pty|runCode: (create|values|a matplotlib|kill))", 9)
+	runSDKTests(t, "gvisor", "^(create with options|home|commands: (foreground|background|a 30 s)|network: (allowOut|updateNetwork)|files: text|pty|runCode: (create|values|a matplotlib|kill)|ports: )", 9)
 }
 
 func runSDKTests(t *testing.T, driver, only string, least int) {
@@ -334,7 +334,7 @@ func runSDKTests(t *testing.T, driver, only string, least int) {
 	d.settled(t)
 	g0, f0 := d.goroutines(t), d.fds()
 
-	n := runNode(t, dir, d, nodeEnv{key: key, other: other, only: only}, "sdk.test.mjs", "interpreter.test.mjs", "agents.test.mjs")
+	n := runNode(t, dir, d, nodeEnv{key: key, other: other, only: only}, "sdk.test.mjs", "interpreter.test.mjs", "agents.test.mjs", "ports.test.mjs")
 	if n < least && os.Getenv("AIRLOCK_E2B_ONLY") == "" {
 		t.Fatalf("node run.mjs reported %d tests, want at least %d", n, least)
 	}

@@ -16,6 +16,7 @@ func networkCases() []testCase {
 		{name: "none", run: testNetworkNone},
 		{name: "none_loopback_only", needs: []need{needShell}, run: testLoopbackOnly},
 		{name: "none_has_no_proxy", run: testNoProxy},
+		{name: "exposed_port", run: testExposedPort},
 	}
 }
 
