@@ -1,0 +1,312 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Interception.
+//
+// A CONNECT to a host with a secret or a method and path rule is answered
+// with a 200 like any other, and then the proxy is the TLS server: it
+// shows a certificate for the CONNECT's host signed by the daemon's CA
+// (which only the sandbox's own trust store holds), negotiates HTTP/2 or
+// HTTP/1.1, and serves each request as the plain-HTTP path does (the
+// rules, the placeholders, the secrets, the log) before sending it to the
+// CONNECT's host (whatever Host the request names) over a TLS connection
+// of its own, verified against the system's roots or Options.UpstreamRoots.
+// Nothing falls back to a tunnel: a client that refuses the certificate
+// fails, and so does an upstream the proxy cannot verify.
+
+// SandboxCABundle is where the sandbox finds the bundle it trusts: its own
+// system bundle and the daemon's CA (the agent writes it; see
+// agent.EgressConfig.CA). CAEnv are the variables that point tools at it.
+const SandboxCABundle = "/tmp/.airlock-ca-bundle.pem"
+
+// CAEnv names the variables set to SandboxCABundle.
+var CAEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
+
+// Env is what the sandbox's commands get in their environment besides the
+// proxy's address: where the CA bundle is, when the proxy intercepts, and
+// AIRLOCK_SECRET_<NAME>, a placeholder, for each named secret.
+func (s *Sandbox) Env() []string {
+	var env []string
+	if s.p.opts.CA != nil {
+		for _, k := range CAEnv {
+			env = append(env, k+"="+SandboxCABundle)
+		}
+	}
+	for name, tok := range s.placeholders {
+		env = append(env, SecretEnvPrefix+name+"="+tok)
+	}
+	slices.Sort(env)
+	return env
+}
+
+// CAPEM is the certificate of the CA the sandbox must trust, or nil when
+// the proxy does not intercept.
+func (s *Sandbox) CAPEM() []byte {
+	if s.p.opts.CA == nil {
+		return nil
+	}
+	return s.p.opts.CA.CertPEM()
+}
+
+// intercept serves a CONNECT to a host the proxy decrypts. d is admitted.
+func (s *Sandbox) intercept(c net.Conn, br *bufio.Reader, d *decision) {
+	d.intercepted = true
+	ca := s.p.opts.CA
+	if ca == nil {
+		d.refuse(http.StatusForbidden, "intercept-unavailable", "the host has a secret or method and path rules, which need the daemon's egress CA to be seen over HTTPS; the daemon has none, and the host is never tunnelled unseen")
+		s.finish(d, c)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	cc := &interceptedConn{Conn: c, r: br, done: done}
+	tc := tls.Server(cc, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return ca.leaf(d.host)
+		},
+	})
+	hctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	err := tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		// The client would not take the CA's certificate (it pins, or has
+		// a trust store of its own), or went away: it fails, closed.
+		d.v = Verdict{Rule: "intercept-handshake"}
+		d.status, d.reason = http.StatusBadGateway, "the client did not complete TLS with the proxy (a client that pins certificates or does not trust the sandbox's CA bundle cannot reach an intercepted host)"
+		s.conclude(d)
+		tc.Close()
+		return
+	}
+	srv := &http.Server{
+		Handler:           s.interceptHandler(d.host, d.port),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+	}
+	ln := &oneConnListener{c: tc, closed: make(chan struct{})}
+	go func() { _ = srv.Serve(ln) }()
+	select {
+	case <-done:
+	case <-s.ctx.Done():
+	}
+	srv.Close()
+	tc.Close()
+}
+
+// decisionKey carries an intercepted request's decision to the dialer
+// and the reverse proxy's hooks.
+type decisionKey struct{}
+
+func decisionOf(ctx context.Context) *decision {
+	d, _ := ctx.Value(decisionKey{}).(*decision)
+	if d == nil {
+		d = &decision{}
+	}
+	return d
+}
+
+// interceptHandler serves the requests of one intercepted connection to
+// host:port.
+func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
+	authority := host
+	if ip, ok := ParseIP(host); ok && ip.Is6() {
+		authority = "[" + host + "]"
+	}
+	if port != 443 {
+		authority = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", authority, authority
+		},
+		Transport: s.transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			d := decisionOf(resp.Request.Context())
+			d.status, d.answered = resp.StatusCode, true
+			maskSecrets(resp.Header, s.secretsFor(host))
+			resp.Body = &countingBody{ReadCloser: resp.Body, n: &d.recv}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			d := decisionOf(r.Context())
+			if d.answered {
+				return // the body broke off: the status is out already
+			}
+			var de *upstreamError
+			var ve *tls.CertificateVerificationError
+			switch {
+			case errors.As(err, &de):
+				d.v, d.status, d.reason, d.ip = de.d.v, de.d.status, de.d.reason, de.d.ip
+			case errors.As(err, &ve):
+				d.status, d.reason = http.StatusBadGateway, "the destination's certificate is not trusted (the proxy verifies it against the system's roots or the configured bundle)"
+			default:
+				d.status, d.reason = http.StatusBadGateway, "the destination did not answer over HTTPS"
+			}
+			s.conclude(d)
+			writeHTTPRefusal(w, d)
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := &decision{method: r.Method, host: host, port: port, intercepted: true, path: r.URL.Path}
+		if !s.admit(d) || !s.vet(d, r.Method, r.URL, r.Header) {
+			if r.Body != nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
+			}
+			s.conclude(d)
+			writeHTTPRefusal(w, d)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &countingBody{ReadCloser: r.Body, n: &d.sent}
+		}
+		ctx := context.WithValue(r.Context(), decisionKey{}, d)
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+			if a, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
+				d.ip = a.IP.String()
+			}
+		}})
+		rp.ServeHTTP(w, r.WithContext(ctx))
+		if d.answered {
+			s.conclude(d)
+		}
+	})
+}
+
+// writeHTTPRefusal answers a refused intercepted request.
+func writeHTTPRefusal(w http.ResponseWriter, d *decision) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Airlock-Egress-Rule", strconv.Quote(d.v.Rule))
+	w.WriteHeader(d.status)
+	_, _ = io.WriteString(w, refusalBody(d))
+}
+
+// upstreamError is a dial the rules refused or that failed; d says how.
+type upstreamError struct{ d *decision }
+
+func (e *upstreamError) Error() string { return "egress: " + e.d.reason }
+
+// newTransport makes the transport intercepted requests go upstream on:
+// every connection through the guarded dialer, counted against the
+// sandbox's budget, TLS verified, never through another proxy.
+func (s *Sandbox) newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, ps, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(ps)
+			if err != nil {
+				return nil, err
+			}
+			dd := &decision{host: host, port: port, v: s.rules.checkName(host, port)}
+			if !dd.v.Allow {
+				dd.status = http.StatusForbidden
+				return nil, &upstreamError{dd}
+			}
+			up, ok := s.connectUpstream(dd)
+			if !ok {
+				if dd.status == 0 {
+					dd.status, dd.reason = http.StatusBadGateway, "the destination cannot be reached"
+				}
+				return nil, &upstreamError{dd}
+			}
+			return s.counted(up, dd), nil
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: s.p.opts.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // what the client asked for, as it asked
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      64 << 10,
+	}
+}
+
+// countingBody counts the bytes read through it.
+type countingBody struct {
+	io.ReadCloser
+	n *int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	atomic.AddInt64(b.n, int64(n))
+	return n, err
+}
+
+// interceptedConn is the client's connection after CONNECT: what the
+// proxy already buffered comes first, and closing it says the
+// interception is over.
+type interceptedConn struct {
+	net.Conn
+	r    *bufio.Reader
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *interceptedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *interceptedConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}
+
+// oneConnListener hands an http.Server one connection, then waits until
+// it is closed.
+type oneConnListener struct {
+	c      net.Conn
+	mu     sync.Mutex
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.c
+	l.c = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return dummyAddr{} }
+
+type dummyAddr struct{}
+
+func (dummyAddr) Network() string { return "tcp" }
+func (dummyAddr) String() string  { return "sandbox" }
