@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -137,6 +138,16 @@ func serial() *big.Int {
 		panic(err) // crypto/rand does not fail
 	}
 	return n
+}
+
+// placeholderKey is the key placeholders are derived with: the CA key's,
+// hashed apart from any use of the key itself.
+func (ca *CA) placeholderKey() []byte {
+	h := sha256.New()
+	h.Write([]byte("airlock egress placeholder key\x00"))
+	b, _ := ca.key.Bytes()
+	h.Write(b)
+	return h.Sum(nil)
 }
 
 // CertPEM is the CA's certificate, what sandboxes trust.

@@ -1,7 +1,9 @@
 package egress
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -207,6 +209,9 @@ const SecretEnvPrefix = "AIRLOCK_SECRET_"
 
 var secretName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
+// ValidSecretName reports whether name may name a secret.
+func ValidSecretName(name string) bool { return secretName.MatchString(name) }
+
 func compileSecrets(secrets []Secret) ([]compiledSecret, error) {
 	var out []compiledSecret
 	names := map[string]bool{}
@@ -235,17 +240,26 @@ func compileSecrets(secrets []Secret) ([]compiledSecret, error) {
 	return out, nil
 }
 
-// newPlaceholders makes a sandbox's placeholders: name to an opaque
-// token, unguessable, the same length whatever the secret.
-func newPlaceholders(secrets []compiledSecret) map[string]string {
+// newPlaceholders makes sandbox id's placeholders: name to an opaque
+// token, unguessable, the same length whatever the secret. With a CA they
+// are derived from its key, so that a sandbox keeps its placeholders when
+// the daemon restarts and attaches it again; without one, random.
+func newPlaceholders(ca *CA, id string, secrets []compiledSecret) map[string]string {
 	ph := map[string]string{}
 	for _, s := range secrets {
 		if s.Name == "" {
 			continue
 		}
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		ph[s.Name] = "airlock-placeholder-" + strings.ToLower(s.Name) + "-" + hex.EncodeToString(b[:])
+		var b []byte
+		if ca != nil {
+			m := hmac.New(sha256.New, ca.placeholderKey())
+			m.Write([]byte(id + "\x00" + s.Name))
+			b = m.Sum(nil)[:16]
+		} else {
+			b = make([]byte, 16)
+			_, _ = rand.Read(b)
+		}
+		ph[s.Name] = "airlock-placeholder-" + strings.ToLower(s.Name) + "-" + hex.EncodeToString(b)
 	}
 	return ph
 }

@@ -217,7 +217,7 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 		conns:   map[net.Conn]struct{}{},
 		hosts:   map[string]*HostSummary{},
 
-		placeholders: newPlaceholders(p.secrets),
+		placeholders: newPlaceholders(p.opts.CA, id, p.secrets),
 	}
 	s.dial = p.opts.Dial
 	if s.dial == nil {

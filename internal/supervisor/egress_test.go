@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	egresspkg "github.com/airlock-sandbox/airlock/internal/egress"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,3 +99,69 @@ allow_hosts = ["*.pypi.org:443"]
 		}
 	}
 }
+
+// TestEgressInterceptConfig: named secrets with their value in the
+// daemon's environment, method and path rules, and the CA the daemon
+// makes in its state directory once either is configured.
+func TestEgressInterceptConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("AIRLOCK_TEST_TOKEN", "tok-from-env")
+	c, err := LoadConfig(write(`
+[[egress.secret]]
+name = "GH"
+hosts = ["api.github.com", "uploads.github.com"]
+header = "Authorization"
+template = "Bearer {}"
+value_env = "AIRLOCK_TEST_TOKEN"
+[[egress.rule]]
+host = "api.github.com"
+allow = ["GET /repos/**"]
+deny = ["* /admin/**"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Egress.ProxyOptions(nil)
+	if len(o.Secrets) != 1 || string(o.Secrets[0].Value) != "tok-from-env" || o.Secrets[0].Name != "GH" || len(o.Secrets[0].Hosts) != 2 || len(o.Rules) != 1 {
+		t.Fatalf("proxy options %+v", o)
+	}
+	state := t.TempDir()
+	if err := c.Egress.Intercept(&o, state); err != nil || o.CA == nil {
+		t.Fatalf("intercept: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(state, "egress-ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("CA key: %v", err)
+	}
+	var none EgressConfig
+	var o2 egressOptions
+	if err := none.Intercept(&o2, state); err != nil || o2.CA != nil {
+		t.Fatalf("no secrets or rules, yet a CA: %v", err)
+	}
+	for _, bad := range []string{
+		"[[egress.secret]]\nname = \"gh\"\nhosts = [\"a.com\"]\nvalue = \"x\"\n",
+		"[[egress.secret]]\nname = \"GH\"\nhosts = [\"a.com\"]\nvalue_env = \"AIRLOCK_TEST_UNSET_VAR\"\n",
+		"[[egress.secret]]\nname = \"GH\"\nvalue = \"x\"\n",
+		"[[egress.rule]]\nhost = \"a.com\"\nallow = [\"GET repos\"]\n",
+		"[egress]\nupstream_ca_bundle = \"/nonexistent\"\n[[egress.rule]]\nhost = \"a.com\"\n",
+	} {
+		c, err := LoadConfig(write(bad))
+		if err == nil {
+			var o egressOptions
+			err = c.Egress.Intercept(&o, t.TempDir())
+		}
+		if err == nil {
+			t.Errorf("config accepted:\n%s", bad)
+		}
+	}
+}
+
+// egressOptions is the proxy's options (the package's tests name a local
+// variable egress).
+type egressOptions = egresspkg.Options
