@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -77,8 +78,8 @@ func (s *Sandbox) intercept(c net.Conn, br *bufio.Reader, d *decision) {
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	done := make(chan struct{})
-	cc := &interceptedConn{Conn: c, r: br, done: done}
+	cc := newInterceptedConn(c, br)
+	done := cc.done
 	tc := tls.Server(cc, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"},
@@ -263,15 +264,103 @@ func (b *countingBody) Read(p []byte) (int, error) {
 
 // interceptedConn is the client's connection after CONNECT: what the
 // proxy already buffered comes first, and closing it says the
-// interception is over.
+// interception is over. Its reads honour read deadlines whatever the
+// connection underneath does (the agent's tunnel ignores them): the HTTP
+// server sets one to stop its background read after each request, and
+// would otherwise wait for the client's next bytes before it answers
+// "Connection: close" with the end of the connection.
 type interceptedConn struct {
 	net.Conn
-	r    *bufio.Reader
 	done chan struct{}
 	once sync.Once
+
+	data    chan []byte // from pump; closed after the first error
+	rerr    error       // pump's error, set before data is closed
+	pending []byte      // what the last read left of a chunk
+
+	mu       sync.Mutex
+	deadline time.Time
+	wake     chan struct{} // closed when the deadline changes
 }
 
-func (c *interceptedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func newInterceptedConn(c net.Conn, r *bufio.Reader) *interceptedConn {
+	ic := &interceptedConn{Conn: c, done: make(chan struct{}), data: make(chan []byte), wake: make(chan struct{})}
+	go ic.pump(r)
+	return ic
+}
+
+func (c *interceptedConn) pump(r io.Reader) {
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := r.Read(buf)
+		if n > 0 {
+			select {
+			case c.data <- buf[:n]:
+			case <-c.done:
+				return
+			}
+		}
+		if err != nil {
+			c.rerr = err
+			close(c.data)
+			return
+		}
+	}
+}
+
+func (c *interceptedConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	for {
+		c.mu.Lock()
+		dl, wake := c.deadline, c.wake
+		c.mu.Unlock()
+		var timeout <-chan time.Time
+		stop := func() bool { return false }
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			timeout, stop = t.C, t.Stop
+		}
+		select {
+		case b, ok := <-c.data:
+			stop()
+			if !ok {
+				return 0, c.rerr
+			}
+			n := copy(p, b)
+			c.pending = b[n:]
+			return n, nil
+		case <-timeout:
+			return 0, os.ErrDeadlineExceeded
+		case <-wake:
+			stop()
+		case <-c.done:
+			stop()
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+func (c *interceptedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	close(c.wake)
+	c.wake = make(chan struct{})
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *interceptedConn) SetDeadline(t time.Time) error {
+	_ = c.Conn.SetWriteDeadline(t)
+	return c.SetReadDeadline(t)
+}
 
 func (c *interceptedConn) Close() error {
 	c.once.Do(func() { close(c.done) })

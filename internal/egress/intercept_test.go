@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,7 +124,15 @@ type interceptFixture struct {
 	url     *url.URL
 	logs    *syncBuffer
 	decided chan Decision
+	// noDeadlines makes the sandbox's connections ignore read deadlines,
+	// as the agent's tunnel does.
+	noDeadlines atomic.Bool
 }
+
+type noDeadlineConn struct{ net.Conn }
+
+func (noDeadlineConn) SetReadDeadline(time.Time) error { return nil }
+func (noDeadlineConn) SetDeadline(time.Time) error     { return nil }
 
 const realSecret = "real-secret-9d2e"
 
@@ -180,6 +189,9 @@ func newInterceptFixture(t *testing.T, edit func(o *Options)) *interceptFixture 
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if f.noDeadlines.Load() {
+				c = noDeadlineConn{c}
 			}
 			go sb.ServeConn(c)
 		}
@@ -432,5 +444,33 @@ func TestL7Patterns(t *testing.T) {
 		if _, err := ParseL7(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestInterceptConnectionClose: a client without ALPN that sends
+// "Connection: close" and reads to the end (as Node's tls.connect does)
+// gets the answer and then the end of the connection, also over a
+// connection that ignores read deadlines (the agent's tunnel).
+func TestInterceptConnectionClose(t *testing.T) {
+	f := newInterceptFixture(t, nil)
+	f.noDeadlines.Store(true)
+	c, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	target := fmt.Sprintf("api.test:%d", f.srv.port)
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	var buf [64]byte
+	n, err := c.Read(buf[:])
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+		t.Fatalf("CONNECT: %q %v", buf[:n], err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: f.sandboxRoots()})
+	fmt.Fprintf(tc, "GET /repos/o/close HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
+	out, err := io.ReadAll(tc)
+	if err != nil || !strings.HasSuffix(string(out), "hello GET /repos/o/close") {
+		t.Fatalf("read to the end: %v\n%s", err, out)
 	}
 }

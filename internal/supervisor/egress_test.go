@@ -1,13 +1,13 @@
 package supervisor
 
 import (
-	egresspkg "github.com/airlock-sandbox/airlock/internal/egress"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	egresspkg "github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
