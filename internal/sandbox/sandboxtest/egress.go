@@ -68,7 +68,7 @@ func startEgress(t *testing.T) *egressEnv {
 // allowed server's address.
 func (ee *egressEnv) network() sandbox.Network {
 	return sandbox.Network{
-		Mode:           sandbox.NetworkEgress,
+		Mode: sandbox.NetworkEgress,
 		AllowHosts: []string{fmt.Sprintf("allowed.test:%d", ee.a.port), fmt.Sprintf("b.test:%d", ee.b.port),
 			fmt.Sprintf("api.test:%d", ee.tls.port), fmt.Sprintf("other.test:%d", ee.tls.port), fmt.Sprintf("tunnel.test:%d", ee.tls.port)},
 		AllowAddresses: []string{fmt.Sprintf("127.0.0.1:%d", ee.a.port), fmt.Sprintf("127.0.0.1:%d", ee.tls.port)},
