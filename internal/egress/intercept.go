@@ -148,7 +148,12 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 			d := decisionOf(resp.Request.Context())
 			d.status, d.answered = resp.StatusCode, true
 			maskSecrets(resp.Header, s.secretsFor(host))
-			resp.Body = &countingBody{ReadCloser: resp.Body, n: &d.recv}
+			if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+				// An upgrade (101): the reverse proxy writes to it too.
+				resp.Body = &countingRWBody{countingBody{ReadCloser: rw, n: &d.recv}, rw}
+			} else {
+				resp.Body = &countingBody{ReadCloser: resp.Body, n: &d.recv}
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -261,6 +266,15 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	atomic.AddInt64(b.n, int64(n))
 	return n, err
 }
+
+// countingRWBody is an upgraded connection's body: counted reads, and
+// writes.
+type countingRWBody struct {
+	countingBody
+	w io.Writer
+}
+
+func (b *countingRWBody) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // interceptedConn is the client's connection after CONNECT: what the
 // proxy already buffered comes first, and closing it says the

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -101,6 +102,18 @@ func startTLSServer(t *testing.T, pki *testPKI) *tlsServer {
 		s.got = append(s.got, seen{r.Method, r.URL.Path, r.Proto, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key")})
 		s.mu.Unlock()
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		if r.Header.Get("Upgrade") == "websocket" {
+			// Not a real WebSocket: the upgrade, then an echo of bytes.
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw)
+			return
+		}
 		if r.URL.Path == "/big" {
 			w.Write(make([]byte, 1<<20))
 			return
@@ -472,5 +485,67 @@ func TestInterceptConnectionClose(t *testing.T) {
 	out, err := io.ReadAll(tc)
 	if err != nil || !strings.HasSuffix(string(out), "hello GET /repos/o/close") {
 		t.Fatalf("read to the end: %v\n%s", err, out)
+	}
+}
+
+// TestInterceptWebSocket: an HTTP/1.1 upgrade to an intercepted host
+// passes (with the secret put in), and bytes then flow both ways.
+func TestInterceptWebSocket(t *testing.T) {
+	f := newInterceptFixture(t, nil)
+	f.noDeadlines.Store(true)
+	c, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	target := fmt.Sprintf("api.test:%d", f.srv.port)
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	var buf [64]byte
+	if n, err := c.Read(buf[:]); err != nil || !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200") {
+		t.Fatalf("CONNECT: %q %v", buf[:n], err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: f.sandboxRoots(), NextProtos: []string{"http/1.1"}})
+	fmt.Fprintf(tc, "GET /repos/ws HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nAuthorization: Bearer %s\r\n\r\n", f.placeholder(t, "GH"))
+	br := bufio.NewReader(tc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v; the server got %s", resp, err, f.srv.all())
+	}
+	if got := f.srv.last(); got.Auth != "Bearer "+realSecret || got.Path != "/repos/ws" {
+		t.Fatalf("the server got %+v", got)
+	}
+	for _, msg := range []string{"ping", "pong and more"} {
+		if _, err := io.WriteString(tc, msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo: %q %v", got, err)
+		}
+	}
+}
+
+// TestPlaceholdersStable: a sandbox attached again (the daemon restarted
+// and reattached it) keeps its placeholders; another sandbox's differ.
+func TestPlaceholdersStable(t *testing.T) {
+	dir := t.TempDir()
+	secrets := []Secret{{Name: "GH", Host: "api.test", Value: "v"}}
+	env := func(id string) string {
+		ca, err := LoadCA(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := New(Options{CA: ca, Secrets: secrets})
+		sb, err := p.Attach(id, sandbox.Network{Mode: sandbox.NetworkEgress, AllowHosts: []string{"api.test"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		return strings.Join(sb.Env(), " ")
+	}
+	a, again, b := env("sb-a"), env("sb-a"), env("sb-b")
+	if a != again || a == b || !strings.Contains(a, "AIRLOCK_SECRET_GH=airlock-placeholder-gh-") || strings.Contains(a, "=v ") {
+		t.Fatalf("placeholders: %s / %s / %s", a, again, b)
 	}
 }
