@@ -36,7 +36,7 @@ type testPKI struct {
 	caPEM  []byte
 }
 
-func newTestPKI(t *testing.T, names ...string) *testPKI {
+func newTestPKI(t testing.TB, names ...string) *testPKI {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "test root"}, NotBefore: time.Now().Add(-time.Hour),
@@ -94,7 +94,7 @@ func (s *tlsServer) all() string {
 // startTLSServer serves HTTPS (HTTP/2 and HTTP/1.1) on 127.0.0.1 with
 // pki's certificate; it echoes the Authorization header it got in
 // X-Echo, as a careless server might.
-func startTLSServer(t *testing.T, pki *testPKI) *tlsServer {
+func startTLSServer(t testing.TB, pki *testPKI) *tlsServer {
 	t.Helper()
 	s := &tlsServer{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +149,7 @@ func (noDeadlineConn) SetDeadline(time.Time) error     { return nil }
 
 const realSecret = "real-secret-9d2e"
 
-func newInterceptFixture(t *testing.T, edit func(o *Options)) *interceptFixture {
+func newInterceptFixture(t testing.TB, edit func(o *Options)) *interceptFixture {
 	t.Helper()
 	f := &interceptFixture{pki: newTestPKI(t, "api.test", "other.test", "tunnel.test"), logs: &syncBuffer{}, decided: make(chan Decision, 100)}
 	f.srv = startTLSServer(t, f.pki)
