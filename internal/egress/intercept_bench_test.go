@@ -13,7 +13,10 @@ func BenchmarkInterceptGet(b *testing.B) {
 	for _, c := range []struct{ name, host string }{{"tunnel", "tunnel.test"}, {"intercept", "api.test"}} {
 		for _, h2 := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/h2=%v", c.name, h2), func(b *testing.B) {
-				f := newInterceptFixture(b, func(o *Options) { o.Logger, o.Decided = nil, nil; o.Limits.RequestsPerSecond, o.Limits.Burst = 1e9, 1 << 30 })
+				f := newInterceptFixture(b, func(o *Options) {
+					o.Logger, o.Decided = nil, nil
+					o.Limits.RequestsPerSecond, o.Limits.Burst = 1e9, 1<<30
+				})
 				roots := f.pki.pool
 				if c.host == "api.test" {
 					roots = f.sandboxRoots()
