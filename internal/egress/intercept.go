@@ -120,13 +120,23 @@ func (s *Sandbox) intercept(c net.Conn, br *bufio.Reader, d *decision) {
 // and the reverse proxy's hooks.
 type decisionKey struct{}
 
-func decisionOf(ctx context.Context) *decision {
-	d, _ := ctx.Value(decisionKey{}).(*decision)
-	if d == nil {
-		d = &decision{}
-	}
-	return d
+// reqState is an intercepted request's decision and its bodies' byte
+// counts, which an upgraded connection's copiers may still add to after
+// the handler has returned.
+type reqState struct {
+	d          *decision
+	sent, recv atomic.Int64
 }
+
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(decisionKey{}).(*reqState)
+	if st == nil {
+		st = &reqState{d: &decision{}}
+	}
+	return st
+}
+
+func decisionOf(ctx context.Context) *decision { return stateOf(ctx).d }
 
 // interceptHandler serves the requests of one intercepted connection to
 // host:port.
@@ -145,22 +155,24 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 		Transport: s.transport,
 		ErrorLog:  log.New(io.Discard, "", 0),
 		ModifyResponse: func(resp *http.Response) error {
-			d := decisionOf(resp.Request.Context())
-			d.status, d.answered = resp.StatusCode, true
+			st := stateOf(resp.Request.Context())
+			st.d.status, st.d.answered = resp.StatusCode, true
 			maskSecrets(resp.Header, s.secretsFor(host))
 			if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
 				// An upgrade (101): the reverse proxy writes to it too.
-				resp.Body = &countingRWBody{countingBody{ReadCloser: rw, n: &d.recv}, rw}
+				resp.Body = &countingRWBody{countingBody{ReadCloser: rw, n: &st.recv}, rw}
 			} else {
-				resp.Body = &countingBody{ReadCloser: resp.Body, n: &d.recv}
+				resp.Body = &countingBody{ReadCloser: resp.Body, n: &st.recv}
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			d := decisionOf(r.Context())
+			st := stateOf(r.Context())
+			d := st.d
 			if d.answered {
 				return // the body broke off: the status is out already
 			}
+			d.sent = st.sent.Load()
 			var de *upstreamError
 			var ve *tls.CertificateVerificationError
 			switch {
@@ -185,10 +197,11 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 			writeHTTPRefusal(w, d)
 			return
 		}
+		st := &reqState{d: d}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &countingBody{ReadCloser: r.Body, n: &d.sent}
+			r.Body = &countingBody{ReadCloser: r.Body, n: &st.sent}
 		}
-		ctx := context.WithValue(r.Context(), decisionKey{}, d)
+		ctx := context.WithValue(r.Context(), decisionKey{}, st)
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
 			if a, ok := ci.Conn.RemoteAddr().(*net.TCPAddr); ok {
 				d.ip = a.IP.String()
@@ -196,6 +209,8 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 		}})
 		rp.ServeHTTP(w, r.WithContext(ctx))
 		if d.answered {
+			// An upgraded connection's bytes so far: it may outlive this.
+			d.sent, d.recv = st.sent.Load(), st.recv.Load()
 			s.conclude(d)
 		}
 	})
@@ -248,6 +263,9 @@ func (s *Sandbox) newTransport() *http.Transport {
 		ForceAttemptHTTP2:   true,
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 8,
+		// As many upstream connections as the sandbox may have to the
+		// proxy: HTTP/2 streams from the sandbox do not multiply them.
+		MaxConnsPerHost: s.p.opts.Limits.MaxConns,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // what the client asked for, as it asked
 		WriteBufferSize:     64 << 10,
@@ -258,12 +276,12 @@ func (s *Sandbox) newTransport() *http.Transport {
 // countingBody counts the bytes read through it.
 type countingBody struct {
 	io.ReadCloser
-	n *int64
+	n *atomic.Int64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	atomic.AddInt64(b.n, int64(n))
+	b.n.Add(int64(n))
 	return n, err
 }
 
