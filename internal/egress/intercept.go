@@ -265,11 +265,11 @@ func (s *Sandbox) newTransport() *http.Transport {
 		MaxIdleConnsPerHost: 8,
 		// As many upstream connections as the sandbox may have to the
 		// proxy: HTTP/2 streams from the sandbox do not multiply them.
-		MaxConnsPerHost: s.p.opts.Limits.MaxConns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true, // what the client asked for, as it asked
-		WriteBufferSize:     64 << 10,
-		ReadBufferSize:      64 << 10,
+		MaxConnsPerHost:    s.p.opts.Limits.MaxConns,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true, // what the client asked for, as it asked
+		WriteBufferSize:    64 << 10,
+		ReadBufferSize:     64 << 10,
 	}
 }
 
