@@ -152,8 +152,9 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", authority, authority
 		},
-		Transport: s.transport,
-		ErrorLog:  log.New(io.Discard, "", 0),
+		Transport:  s.transport,
+		ErrorLog:   log.New(io.Discard, "", 0),
+		BufferPool: copyBuffers{},
 		ModifyResponse: func(resp *http.Response) error {
 			st := stateOf(resp.Request.Context())
 			st.d.status, st.d.answered = resp.StatusCode, true
@@ -270,6 +271,18 @@ func (s *Sandbox) newTransport() *http.Transport {
 		DisableCompression: true, // what the client asked for, as it asked
 		WriteBufferSize:    64 << 10,
 		ReadBufferSize:     64 << 10,
+	}
+}
+
+// copyBuffers lends the reverse proxy the proxy's large copy buffers.
+type copyBuffers struct{}
+
+func (copyBuffers) Get() []byte { return *buffers.Get().(*[]byte) }
+
+func (copyBuffers) Put(b []byte) {
+	if cap(b) == copyBuffer {
+		b = b[:copyBuffer]
+		buffers.Put(&b)
 	}
 }
 
