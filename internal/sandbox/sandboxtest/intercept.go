@@ -112,6 +112,24 @@ echo "urllib: $(python3 -c '
 import os, sys, urllib.request
 r = urllib.request.Request(sys.argv[1] + "/repos/o/urllib", headers={"Authorization": "Bearer " + os.environ["AIRLOCK_SECRET_GH"]})
 print(urllib.request.urlopen(r, timeout=10).read().decode())' $A 2>&1 | tail -1)"
+python3 - $A https://other.test:$P https://tunnel.test:$P <<'PY'
+import os, ssl, sys, urllib.request, urllib.error
+a, other, tunnel = sys.argv[1:4]
+ph = {"Authorization": "Bearer " + os.environ["AIRLOCK_SECRET_GH"]}
+real = ssl.create_default_context(cafile="/tmp/real-ca.pem")
+def get(key, url, method="GET", headers={}, context=None):
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, method=method, headers=headers), timeout=10, context=context)
+        print("%s: %s" % (key, r.read().decode()))
+    except urllib.error.HTTPError as e:
+        print("%s: %d %s" % (key, e.code, e.read().decode().strip()))
+    except Exception as e:
+        print("%s: error %s" % (key, str(e)[:80]))
+get("py_post", a + "/repos/o/r", method="POST")
+get("py_other", other + "/x", headers=ph)
+get("py_pinned", a + "/repos/o/pinned", context=real)
+get("py_tunnel", tunnel + "/t", context=real)
+PY
 echo "requests: $(python3 -c '
 import os, sys
 try:
@@ -169,6 +187,10 @@ func testIntercept(t *testing.T, e *env) {
 		"requests":            "hello GET /repos/o/requests",
 		"node":                "hello GET /repos/o/node",
 		"secret_files":        "",
+		"py_post":             `403 airlock egress: POST api.test:` + fmt.Sprint(ee.tls.port) + `/repos/o/r refused by rule "l7 api.test allow"`,
+		"py_other":            `403 airlock egress: GET other.test:` + fmt.Sprint(ee.tls.port) + `/x refused by rule "secret-host GH"`,
+		"py_pinned":           "error <urlopen error [SSL: CERTIFICATE_VERIFY_FAILED]",
+		"py_tunnel":           "hello GET /t",
 	}
 	for k, w := range want {
 		g, ok := got[k]
