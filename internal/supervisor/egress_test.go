@@ -1,14 +1,22 @@
 package supervisor
 
 import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	egresspkg "github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 func TestTemplateNetworkCeiling(t *testing.T) {
@@ -165,3 +173,47 @@ deny = ["* /admin/**"]
 // egressOptions is the proxy's options (the package's tests name a local
 // variable egress).
 type egressOptions = egresspkg.Options
+
+// TestRecordEgressIntercepted: an intercepted request's audit event names
+// its method, path and the secrets put into it.
+func TestRecordEgressIntercepted(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	al, err := audit.Open(filepath.Join(dir, "audit.log"), audit.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}}, Audit: al,
+		MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	sup.RecordEgress(egresspkg.Decision{SandboxID: "sb-1", Method: "GET", Host: "api.test", Port: 443, Path: "/repos/o/r",
+		Outcome: "allow", Status: 200, Intercepted: true, Secrets: []string{"GH"}})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p, err := al.Query(context.Background(), audit.Query{Kinds: []audit.Kind{audit.KindEgress}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) == 1 {
+			var ev audit.Event
+			if err := json.Unmarshal(p.Events[0], &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Method != "GET" || ev.Path != "/repos/o/r" || len(ev.Secrets) != 1 || ev.Secrets[0] != "GH" || ev.Host != "api.test" {
+				t.Fatalf("audit event %+v", ev)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no egress event: %+v", p)
+		}
+	}
+}
