@@ -158,12 +158,14 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 		ModifyResponse: func(resp *http.Response) error {
 			st := stateOf(resp.Request.Context())
 			st.d.status, st.d.answered = resp.StatusCode, true
-			maskSecrets(resp.Header, s.secretsFor(host))
+			secrets := s.secretsFor(host)
+			maskSecrets(resp.Header, secrets)
 			if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
 				// An upgrade (101): the reverse proxy writes to it too.
 				resp.Body = &countingRWBody{countingBody{ReadCloser: rw, n: &st.recv}, rw}
 			} else {
 				resp.Body = &countingBody{ReadCloser: resp.Body, n: &st.recv}
+				redactBody(resp, secrets)
 			}
 			return nil
 		},

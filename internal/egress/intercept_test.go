@@ -23,6 +23,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -116,6 +117,10 @@ func startTLSServer(t testing.TB, pki *testPKI) *tlsServer {
 		}
 		if r.URL.Path == "/big" {
 			w.Write(make([]byte, 1<<20))
+			return
+		}
+		if r.URL.Path == "/repos/echo" {
+			fmt.Fprintf(w, "you sent %s, and again: %s.", r.Header.Get("Authorization"), r.Header.Get("Authorization"))
 			return
 		}
 		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.Path)
@@ -287,6 +292,10 @@ func TestInterceptSecretsAndRules(t *testing.T) {
 			}
 			if r.echo != "Bearer [REDACTED]" {
 				t.Fatalf("an echoed secret reached the client: %q", r.echo)
+			}
+			r = do(t, c, "GET", base+"/repos/echo", map[string]string{"Authorization": "Bearer " + ph})
+			if want := "you sent Bearer " + strings.Repeat("*", len(realSecret)) + ", and again: Bearer " + strings.Repeat("*", len(realSecret)) + "."; r.body != want {
+				t.Fatalf("an echoing body reached the client as %q, want %q", r.body, want)
 			}
 			// A POST to a path the allow list does not name.
 			n := f.srv.count()
@@ -547,5 +556,29 @@ func TestPlaceholdersStable(t *testing.T) {
 	a, again, b := env("sb-a"), env("sb-a"), env("sb-b")
 	if a != again || a == b || !strings.Contains(a, "AIRLOCK_SECRET_GH=airlock-placeholder-gh-") || strings.Contains(a, "=v ") {
 		t.Fatalf("placeholders: %s / %s / %s", a, again, b)
+	}
+}
+
+// TestRedactor: a secret's value is masked in a body whatever the reads
+// split it across, and the length stays.
+func TestRedactor(t *testing.T) {
+	body := "a secret-one b secret-onesecret-one c secret-tw secret-two! secret-on"
+	want := "a ********** b ******************** c secret-tw **********! secret-on"
+	for _, one := range []bool{false, true} {
+		var r io.Reader = strings.NewReader(body)
+		if one {
+			r = iotest.OneByteReader(r)
+		}
+		resp := &http.Response{Header: http.Header{}, Body: io.NopCloser(r)}
+		redactBody(resp, []compiledSecret{{Secret: Secret{Value: "secret-one"}}, {Secret: Secret{Value: "secret-two"}}})
+		got, err := io.ReadAll(iotest.OneByteReader(resp.Body))
+		if err != nil || string(got) != want {
+			t.Fatalf("one byte reads %v: %q %v, want %q", one, got, err, want)
+		}
+	}
+	gz := &http.Response{Header: http.Header{"Content-Encoding": {"gzip"}}, Body: io.NopCloser(strings.NewReader("x"))}
+	redactBody(gz, []compiledSecret{{Secret: Secret{Value: "x"}}})
+	if _, ok := gz.Body.(*redactor); ok {
+		t.Fatal("a compressed body was wrapped")
 	}
 }

@@ -644,6 +644,7 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 		resp.Header.Del(h)
 	}
 	maskSecrets(resp.Header, secrets)
+	redactBody(resp, secrets)
 	// Whether the client's connection stays open is the client's business
 	// (and Write's, for bodies of unknown length), not upstream's.
 	resp.Close = clientClose
