@@ -119,6 +119,11 @@ func startTLSServer(t testing.TB, pki *testPKI) *tlsServer {
 			w.Write(make([]byte, 1<<20))
 			return
 		}
+		if r.URL.Path == "/v1/chat" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "got %d bytes", n)
+			return
+		}
 		if r.URL.Path == "/repos/echo" {
 			fmt.Fprintf(w, "you sent %s, and again: %s.", r.Header.Get("Authorization"), r.Header.Get("Authorization"))
 			return
@@ -580,5 +585,27 @@ func TestRedactor(t *testing.T) {
 	redactBody(gz, []compiledSecret{{Secret: Secret{Value: "x"}}})
 	if _, ok := gz.Body.(*redactor); ok {
 		t.Fatal("a compressed body was wrapped")
+	}
+}
+
+// TestInterceptUpload: a large request body streams through an
+// intercepted host, over HTTP/2 and HTTP/1.1, and is counted.
+func TestInterceptUpload(t *testing.T) {
+	f := newInterceptFixture(t, nil)
+	for _, h2 := range []bool{true, false} {
+		c := f.client(f.sandboxRoots(), h2)
+		req, _ := http.NewRequest("POST", fmt.Sprintf("https://api.test:%d/v1/chat", f.srv.port), strings.NewReader(strings.Repeat("x", 5<<20)))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != fmt.Sprintf("got %d bytes", 5<<20) {
+			t.Fatalf("h2=%v: %d %q", h2, resp.StatusCode, b)
+		}
+	}
+	if !strings.Contains(f.logs.waitFor(`"bytes_sent":5242880`), `"bytes_sent":5242880`) {
+		t.Fatalf("the upload's bytes are not logged:\n%s", f.logs)
 	}
 }
