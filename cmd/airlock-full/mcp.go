@@ -173,6 +173,10 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 	// here; the policy decides each request.
 	var sup *supervisor.Supervisor
 	popts := cfg.Egress.ProxyOptions(log)
+	if err := cfg.Egress.Intercept(&popts, dir); err != nil {
+		done()
+		return nil, nil, err
+	}
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}

@@ -105,6 +105,11 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	defer alog.Close()
 	// The egress proxy runs in the daemon; secrets stay here.
 	popts := cfg.Egress.ProxyOptions(log)
+	// Hosts with secrets or method and path rules are intercepted with
+	// the daemon's CA (STATE/egress-ca.key).
+	if err := cfg.Egress.Intercept(&popts, f.stateDir); err != nil {
+		return err
+	}
 	// The supervisor, made below, records each decision in the audit log
 	// (with the sandbox's owner), and the policy decides each egress
 	// request too.

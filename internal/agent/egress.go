@@ -60,6 +60,13 @@ type EgressConfig struct {
 	// host, although NO_PROXY sends 127.0.0.1 past the proxy; the
 	// sandbox's own loopback stays its own on every other port.
 	Forward []string `json:"forward,omitempty"`
+	// CA, when set, is the certificate (PEM) of the host's egress CA,
+	// which intercepts the HTTPS of hosts with secrets or method and path
+	// rules. The agent writes the sandbox's own system bundle and CA to
+	// CABundle, a path inside the sandbox, where the variables the host
+	// sets point (SSL_CERT_FILE and others).
+	CA       string `json:"ca,omitempty"`
+	CABundle string `json:"ca_bundle,omitempty"`
 }
 
 // egressIdle is how many streams the host keeps waiting in the agent.

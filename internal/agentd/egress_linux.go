@@ -339,3 +339,34 @@ func connectForward(st *rawStream, c net.Conn, addr string) (bool, error) {
 		}
 	}
 }
+
+// caBundles are where a root's system bundle may be (Debian, Red Hat,
+// Alpine); the first found is the one the sandbox's CA is added to.
+var caBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// writeCABundle writes cfg.CABundle inside the sandbox: the root's own
+// system bundle and the host's egress CA, which the variables the host
+// set (SSL_CERT_FILE and others) point at. Without it, intercepted hosts
+// fail TLS: closed.
+func (s *server) writeCABundle(cfg *agent.EgressConfig) error {
+	if cfg == nil || cfg.CA == "" || cfg.CABundle == "" {
+		return nil
+	}
+	return s.files(func() error {
+		var b bytes.Buffer
+		for _, p := range caBundles {
+			if _, err := s.root.ReadFile(p, 0, 16<<20, &b); err == nil {
+				break
+			}
+			b.Reset()
+		}
+		if b.Len() > 0 && !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
+			b.WriteByte('\n')
+		}
+		b.WriteString(cfg.CA)
+		if _, err := s.root.WriteFile(cfg.CABundle, &b, 0o644, 0); err != nil {
+			return fmt.Errorf("write the egress CA bundle %s: %w", cfg.CABundle, err)
+		}
+		return nil
+	})
+}

@@ -208,6 +208,9 @@ func run() error {
 		if s.egress, err = startEgress(cfg.Egress); err != nil {
 			return err
 		}
+		if err := s.writeCABundle(cfg.Egress); err != nil && s.rootErr == nil {
+			return err
+		}
 		s.snap = newSnapState()
 		if s.rootErr == nil {
 			if err := s.recoverRestores(); err != nil {

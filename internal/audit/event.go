@@ -113,8 +113,12 @@ type Event struct {
 	Language string   `json:"language,omitempty"`
 	Path     string   `json:"path,omitempty"`
 	Host     string   `json:"host,omitempty"`
-	Port     int      `json:"port,omitempty"`
-	IP       string   `json:"ip,omitempty"`
+	// Method is an egress request's method; Secrets name the secrets the
+	// proxy put into it.
+	Method  string   `json:"method,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
+	Port    int      `json:"port,omitempty"`
+	IP      string   `json:"ip,omitempty"`
 	// Decision is allow, deny or ask (policy), allow, deny or would_deny
 	// (egress: would_deny is a request report mode let through), or
 	// approve or deny (approval).

@@ -31,7 +31,7 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 			Compare: []Comparison{{Baseline: "egress/direct-download", Name: "direct"}}},
 	}
 	fail := func(err error) []Row {
-		rows = append(rows, tunnelTemplate()...)
+		rows = append(append(rows, tunnelTemplate()...), interceptTemplate()...)
 		for i := range rows {
 			rows[i].Status, rows[i].Detail = StatusFailed, err.Error()
 		}
@@ -130,5 +130,6 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	if rows[0].Status == StatusOK && rows[1].Status == StatusOK {
 		rows[1].Detail = fmt.Sprintf("adds %.3f ms at p50", rows[1].Stats.P50-rows[0].Stats.P50)
 	}
-	return append(rows, tunnelRows(ctx, o, srvLn.Addr().String(), size, progress)...)
+	rows = append(rows, tunnelRows(ctx, o, srvLn.Addr().String(), size, progress)...)
+	return append(rows, interceptRows(ctx, o, progress)...)
 }

@@ -17,6 +17,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -85,15 +86,35 @@ func (SecretValue) LogValue() slog.Value { return slog.StringValue("REDACTED") }
 // String keeps the secret out of formatted output.
 func (SecretValue) String() string { return "REDACTED" }
 
-// Secret is a header the proxy adds to plain-HTTP requests for one host.
-// HTTPS (CONNECT) traffic is end-to-end encrypted and never gets it.
+// Secret is a value the proxy puts into requests for its hosts, which the
+// sandbox never sees. A host with a secret is intercepted: its HTTPS is
+// decrypted by the proxy (with Options.CA) so that the secret goes in
+// there too; without a CA such a host is refused, never tunnelled.
 type Secret struct {
-	// Host is the exact host name (lower case) the header is for.
-	Host string `toml:"host" json:"host"`
-	// Header is the header's name, e.g. "Authorization".
-	Header string `toml:"header" json:"header"`
-	// Value replaces whatever value the sandbox sent.
+	// Name, when set, gives the sandbox a placeholder for the secret:
+	// AIRLOCK_SECRET_<Name> in its environment holds an opaque token that
+	// the proxy replaces with Value wherever it appears in the headers of
+	// a request to one of the secret's hosts. A request that carries it
+	// to any other host is refused.
+	Name string `toml:"name" json:"name,omitempty"`
+	// Host and Hosts are the exact host names the secret is for.
+	Host  string   `toml:"host" json:"host,omitempty"`
+	Hosts []string `toml:"hosts" json:"hosts,omitempty"`
+	// Header, when set, is set on every request to the hosts (replacing
+	// what the sandbox sent) to Template with "{}" replaced by Value
+	// ("Bearer {}"); an empty Template is the value alone.
+	Header   string `toml:"header" json:"header,omitempty"`
+	Template string `toml:"template" json:"template,omitempty"`
+	// Value is the secret.
 	Value SecretValue `toml:"value" json:"-"`
+}
+
+// label names the secret in logs and summaries.
+func (s Secret) label() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return "header " + s.Header
 }
 
 // Options configure a Proxy. The zero value is ready to use.
@@ -108,8 +129,16 @@ type Options struct {
 	Dial DialFunc
 	// Limits apply to each sandbox.
 	Limits Limits
-	// Secrets are added to plain-HTTP requests for their hosts.
+	// Secrets are put into requests for their hosts.
 	Secrets []Secret
+	// Rules restrict the methods and paths of requests to their hosts.
+	Rules []HostRule
+	// CA signs the certificates of intercepted hosts (hosts with a secret
+	// or a rule). Nil: such hosts are refused over CONNECT.
+	CA *CA
+	// UpstreamRoots verify intercepted hosts' certificates. Nil: the
+	// system's roots.
+	UpstreamRoots *x509.CertPool
 	// DialTimeout bounds resolving and connecting. 10 s.
 	DialTimeout time.Duration
 	// Decided, when set, is told every logged decision (the daemon writes
@@ -124,9 +153,13 @@ type Options struct {
 
 // Proxy is the egress proxy shared by all sandboxes of one process.
 type Proxy struct {
-	opts Options
-	mu   sync.Mutex
-	sbs  map[string]*Sandbox
+	opts    Options
+	secrets []compiledSecret
+	l7      []l7Rule
+	// err is what is wrong with the options; every Attach fails with it.
+	err error
+	mu  sync.Mutex
+	sbs map[string]*Sandbox
 }
 
 // New returns a proxy.
@@ -141,10 +174,21 @@ func New(opts Options) *Proxy {
 		opts.DialTimeout = 10 * time.Second
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	for i, s := range opts.Secrets {
-		opts.Secrets[i].Host = strings.ToLower(strings.TrimSuffix(s.Host, "."))
+	p := &Proxy{opts: opts, sbs: map[string]*Sandbox{}}
+	p.secrets, p.err = compileSecrets(opts.Secrets)
+	if p.err == nil {
+		p.l7, p.err = compileL7(opts.Rules)
 	}
-	return &Proxy{opts: opts, sbs: map[string]*Sandbox{}}
+	return p
+}
+
+// CheckOptions says what is wrong with the secrets and rules of opts.
+func CheckOptions(opts Options) error {
+	if _, err := compileSecrets(opts.Secrets); err != nil {
+		return err
+	}
+	_, err := compileL7(opts.Rules)
+	return err
 }
 
 // Attach registers sandbox id with its network policy and returns the
@@ -152,6 +196,9 @@ func New(opts Options) *Proxy {
 func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 	if n.Mode != sandbox.NetworkEgress {
 		return nil, fmt.Errorf("attach %s to the egress proxy: network mode is %q: %w", id, n.Mode, sandbox.ErrInvalid)
+	}
+	if p.err != nil {
+		return nil, fmt.Errorf("attach %s to the egress proxy: %w", id, p.err)
 	}
 	rules, err := Compile(n)
 	if err != nil {
@@ -169,6 +216,8 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 		limiter: rate.NewLimiter(rate.Limit(lim.RequestsPerSecond), lim.Burst),
 		conns:   map[net.Conn]struct{}{},
 		hosts:   map[string]*HostSummary{},
+
+		placeholders: newPlaceholders(p.opts.CA, id, p.secrets),
 	}
 	s.rules.Store(rules)
 	s.dial = p.opts.Dial
@@ -176,6 +225,7 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 		d := &net.Dialer{Timeout: p.opts.DialTimeout, Control: s.control}
 		s.dial = d.DialContext
 	}
+	s.transport = s.newTransport()
 	p.sbs[id] = s
 	return s, nil
 }
@@ -208,6 +258,11 @@ type Sandbox struct {
 
 	limitLogged     time.Time // see sampleLimit
 	limitSuppressed int64
+
+	// placeholders are the sandbox's tokens for named secrets.
+	placeholders map[string]string
+	// transport carries intercepted requests upstream.
+	transport *http.Transport
 }
 
 // ID names the sandbox.
@@ -241,6 +296,7 @@ func (s *Sandbox) Close() {
 	}
 	s.p.mu.Unlock()
 	s.cancel()
+	s.transport.CloseIdleConnections()
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.conns {
@@ -341,6 +397,12 @@ type Decision struct {
 	Status int
 	// BytesSent and BytesReceived count bytes to and from the destination.
 	BytesSent, BytesReceived int64
+	// Path is the request's path, without its query (plain HTTP and
+	// intercepted HTTPS only); Intercepted says the request came over a
+	// CONNECT the proxy decrypted; Secrets name the secrets put into it.
+	Path        string
+	Intercepted bool
+	Secrets     []string
 }
 
 // decision is one request's outcome, logged once.
@@ -356,6 +418,10 @@ type decision struct {
 	sent, recv   int64
 	// answered says the client got upstream's answer (or the tunnel).
 	answered bool
+	// path, intercepted, secrets: see Decision.
+	path        string
+	intercepted bool
+	secrets     []string
 }
 
 func (s *Sandbox) newDecision(req *http.Request) *decision {
@@ -500,8 +566,14 @@ func (s *Sandbox) connectUpstream(d *decision) (net.Conn, bool) {
 // connect serves a CONNECT: a 200 and a byte tunnel, or a refusal.
 func (s *Sandbox) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	d := s.newDecision(req)
+	admitted := s.admit(d)
+	if admitted && s.p.intercepts(d.host) {
+		// Never tunnelled: its requests are seen, or it is refused.
+		s.intercept(c, br, d)
+		return
+	}
 	defer s.finish(d, c)
-	if !s.admit(d) {
+	if !admitted {
 		return
 	}
 	up, ok := s.connectUpstream(d)
@@ -559,11 +631,13 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	if !s.admit(d) {
 		return !req.Close && drain(req)
 	}
-	secrets := s.secretsFor(d.host)
-	if len(secrets) > 0 && !secretMethods[req.Method] {
-		d.refuse(http.StatusForbidden, "secret-method", fmt.Sprintf("%s requests are not sent to %s, which gets an injected secret (a server may reflect them); use GET, HEAD, POST, PUT, PATCH or DELETE", req.Method, d.host))
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	if !s.vet(d, req.Method, req.URL, req.Header) {
 		return !req.Close && drain(req)
 	}
+	secrets := s.secretsFor(d.host)
 	up, ok := s.connectUpstream(d)
 	if !ok {
 		return !req.Close && drain(req)
@@ -571,12 +645,6 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	defer up.Close()
 	cu := s.counted(up, d)
 	clientClose := req.Close || !req.ProtoAtLeast(1, 1)
-	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
-	for _, sec := range secrets {
-		req.Header.Set(sec.Header, string(sec.Value))
-	}
 	req.Host = req.URL.Host
 	req.Close = true // one upstream connection per request
 	if err := req.Write(cu); err != nil {
@@ -597,6 +665,7 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 		resp.Header.Del(h)
 	}
 	maskSecrets(resp.Header, secrets)
+	redactBody(resp, secrets)
 	// Whether the client's connection stays open is the client's business
 	// (and Write's, for bodies of unknown length), not upstream's.
 	resp.Close = clientClose
@@ -623,11 +692,11 @@ var secretMethods = map[string]bool{
 	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
 }
 
-// secretsFor returns the secrets injected into requests to host.
-func (s *Sandbox) secretsFor(host string) []Secret {
-	var out []Secret
-	for _, sec := range s.p.opts.Secrets {
-		if sec.Host == host {
+// secretsFor returns the secrets that may be put into requests to host.
+func (s *Sandbox) secretsFor(host string) []compiledSecret {
+	var out []compiledSecret
+	for _, sec := range s.p.secrets {
+		if sec.forHost(host) {
 			out = append(out, sec)
 		}
 	}
@@ -638,7 +707,7 @@ func (s *Sandbox) secretsFor(host string) []Secret {
 // headers of an answer. (Bodies are passed on as they are: a server that
 // echoes its request in a body can still hand the secret back; the README
 // says so.)
-func maskSecrets(h http.Header, secrets []Secret) {
+func maskSecrets(h http.Header, secrets []compiledSecret) {
 	for _, sec := range secrets {
 		v := string(sec.Value)
 		if v == "" {
@@ -684,6 +753,15 @@ func drain(req *http.Request) bool {
 
 // finish answers a refusal, logs the decision and adds it to the summary.
 func (s *Sandbox) finish(d *decision, c net.Conn) {
+	s.conclude(d)
+	// A refusal is logged and counted before the client hears of it.
+	if !d.answered {
+		writeRefusal(c, d)
+	}
+}
+
+// conclude logs the decision and adds it to the summary.
+func (s *Sandbox) conclude(d *decision) {
 	if d.status == 0 {
 		d.status = http.StatusBadGateway
 		d.reason = "the destination cannot be reached"
@@ -703,17 +781,15 @@ func (s *Sandbox) finish(d *decision, c net.Conn) {
 			"sandbox_id", s.id, "method", d.method, "host", d.host, "port", d.port, "ip", d.ip,
 			"rule", d.v.Rule, "decision", outcome, "status", d.status,
 			"bytes_sent", d.sent, "bytes_received", d.recv, "reason", d.reason,
+			"path", d.path, "intercepted", d.intercepted, "secrets", d.secrets,
 			"suppressed", suppressed)
 		if f := s.p.opts.Decided; f != nil {
 			f(Decision{SandboxID: s.id, Method: d.method, Host: d.host, Port: d.port, IP: d.ip, Rule: d.v.Rule, Reason: d.reason,
-				Outcome: outcome, Status: d.status, BytesSent: d.sent, BytesReceived: d.recv})
+				Outcome: outcome, Status: d.status, BytesSent: d.sent, BytesReceived: d.recv,
+				Path: d.path, Intercepted: d.intercepted, Secrets: d.secrets})
 		}
 	}
 	s.record(d, outcome)
-	// A refusal is logged and counted before the client hears of it.
-	if !d.answered {
-		writeRefusal(c, d)
-	}
 }
 
 // sampleLimit keeps a sandbox that storms the proxy from flooding the log:
@@ -744,14 +820,24 @@ func writeRefusal(c net.Conn, d *decision) {
 			d.status, http.StatusText(d.status), len(body), strconv.Quote(d.v.Rule), body)
 		return
 	}
-	body := fmt.Sprintf("airlock egress: %s %s:%d refused", d.method, d.host, d.port)
+	body := refusalBody(d)
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Airlock-Egress-Rule: %s\r\n\r\n%s",
+		d.status, http.StatusText(d.status), len(body), strconv.Quote(d.v.Rule), body)
+}
+
+// refusalBody is the body of a refusal: what was refused, by which rule,
+// and why, for a person or a model to read.
+func refusalBody(d *decision) string {
+	what := fmt.Sprintf("%s:%d", d.host, d.port)
+	if d.path != "" {
+		what += d.path
+	}
+	body := fmt.Sprintf("airlock egress: %s %s refused", d.method, what)
 	if d.v.Rule != "" {
 		body += " by rule " + strconv.Quote(d.v.Rule)
 	}
 	if d.reason != "" {
 		body += ": " + d.reason
 	}
-	body += "\n"
-	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Airlock-Egress-Rule: %s\r\n\r\n%s",
-		d.status, http.StatusText(d.status), len(body), strconv.Quote(d.v.Rule), body)
+	return body + "\n"
 }

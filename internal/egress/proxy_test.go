@@ -45,7 +45,7 @@ func (r *stubResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.A
 // recorder dials only loopback addresses for real and records every
 // address it was asked for; anything else fails the test.
 type recorder struct {
-	t     *testing.T
+	t     testing.TB
 	mu    sync.Mutex
 	dials []string
 }

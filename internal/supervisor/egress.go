@@ -2,8 +2,10 @@ package supervisor
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
@@ -37,35 +39,84 @@ type TemplateNetwork struct {
 //	burst = 40
 //	max_conns = 32             # concurrent connections per sandbox
 //	max_bytes = "1G"           # per sandbox, both directions
+//	upstream_ca_bundle = ""    # PEM file verifying intercepted hosts (default: the system's roots)
 //
-//	[[egress.secret]]          # added to plain-HTTP GET, HEAD, POST, PUT, PATCH and DELETE only
-//	host = "api.example.com"
-//	header = "Authorization"
-//	value = "Bearer ..."
+//	[[egress.secret]]          # GET, HEAD, POST, PUT, PATCH and DELETE only
+//	name = "GITHUB"            # sandboxes get AIRLOCK_SECRET_GITHUB, a placeholder
+//	hosts = ["api.github.com"]
+//	header = "Authorization"   # optional: set on every request to the hosts
+//	template = "Bearer {}"
+//	value_env = "GITHUB_TOKEN" # or value = "..."
+//
+//	[[egress.rule]]            # method and path rules for a host
+//	host = "api.github.com"
+//	allow = ["GET /repos/**"]
+//	deny = ["* /admin/**"]
+//
+// A host with a secret or a rule is intercepted: the proxy decrypts its
+// HTTPS with a CA of the daemon's (STATE/egress-ca.key).
 type EgressConfig struct {
-	RequestsPerSecond float64        `toml:"requests_per_second"`
-	Burst             int            `toml:"burst"`
-	MaxConns          int            `toml:"max_conns"`
-	MaxBytes          Size           `toml:"max_bytes"`
-	Secrets           []EgressSecret `toml:"secret"`
+	RequestsPerSecond float64           `toml:"requests_per_second"`
+	Burst             int               `toml:"burst"`
+	MaxConns          int               `toml:"max_conns"`
+	MaxBytes          Size              `toml:"max_bytes"`
+	UpstreamCABundle  string            `toml:"upstream_ca_bundle"`
+	Secrets           []EgressSecret    `toml:"secret"`
+	Rules             []egress.HostRule `toml:"rule"`
 }
 
-// EgressSecret binds a header to a host.
+// EgressSecret is a secret for some hosts (see egress.Secret).
 type EgressSecret struct {
-	Host   string             `toml:"host"`
-	Header string             `toml:"header"`
-	Value  egress.SecretValue `toml:"value"`
+	Name     string             `toml:"name"`
+	Host     string             `toml:"host"`
+	Hosts    []string           `toml:"hosts"`
+	Header   string             `toml:"header"`
+	Template string             `toml:"template"`
+	Value    egress.SecretValue `toml:"value"`
+	// ValueEnv names the daemon's environment variable the value is in.
+	ValueEnv string `toml:"value_env"`
 }
 
 // ProxyOptions returns the egress proxy's options for this configuration.
+// Interception (the CA, the upstream roots) is Intercept's.
 func (c EgressConfig) ProxyOptions(log *slog.Logger) egress.Options {
 	o := egress.Options{Logger: log, Limits: egress.Limits{
 		RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst, MaxConns: c.MaxConns, MaxBytes: int64(c.MaxBytes),
-	}}
+	}, Rules: c.Rules}
 	for _, s := range c.Secrets {
-		o.Secrets = append(o.Secrets, egress.Secret{Host: s.Host, Header: s.Header, Value: s.Value})
+		v := s.Value
+		if s.ValueEnv != "" {
+			v = egress.SecretValue(os.Getenv(s.ValueEnv))
+		}
+		o.Secrets = append(o.Secrets, egress.Secret{Name: s.Name, Host: s.Host, Hosts: s.Hosts, Header: s.Header, Template: s.Template, Value: v})
 	}
 	return o
+}
+
+// Intercept sets up o's interception when the configuration has secrets
+// or rules: the CA in stateDir (made the first time) and the roots that
+// verify upstreams.
+func (c EgressConfig) Intercept(o *egress.Options, stateDir string) error {
+	if len(c.Secrets) == 0 && len(c.Rules) == 0 {
+		return nil
+	}
+	ca, err := egress.LoadCA(stateDir)
+	if err != nil {
+		return err
+	}
+	o.CA = ca
+	if c.UpstreamCABundle != "" {
+		b, err := os.ReadFile(c.UpstreamCABundle)
+		if err != nil {
+			return keyErr("egress.upstream_ca_bundle", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return keyErr("egress.upstream_ca_bundle", fmt.Errorf("%s holds no PEM certificate", c.UpstreamCABundle))
+		}
+		o.UpstreamRoots = pool
+	}
+	return nil
 }
 
 // check says what is wrong with the egress section.
@@ -80,15 +131,38 @@ func (c EgressConfig) check() error {
 	}
 	for i, s := range c.Secrets {
 		key := func(k string) string { return fmt.Sprintf("egress.secret[%d].%s", i, k) }
-		if _, _, err := sandbox.ParseHostPattern(s.Host); err != nil || strings.ContainsAny(s.Host, "*:") {
-			return keyErr(key("host"), fmt.Errorf("egress secret for %q: give one host name, without wildcard or port", s.Host))
+		hosts := s.Hosts
+		if s.Host != "" {
+			hosts = append([]string{s.Host}, hosts...)
 		}
-		if s.Header == "" || strings.ContainsAny(s.Header, " :\r\n") {
-			return keyErr(key("header"), fmt.Errorf("egress secret for %q: give a header name", s.Host))
+		if len(hosts) == 0 {
+			return keyErr(key("hosts"), fmt.Errorf("egress secret %q: give its hosts", s.Name))
 		}
-		if strings.ContainsAny(string(s.Value), "\r\n") {
-			return keyErr(key("value"), fmt.Errorf("egress secret for %q: give a one-line value", s.Host))
+		for j, h := range hosts {
+			if _, _, err := sandbox.ParseHostPattern(h); err != nil || strings.ContainsAny(h, "*:") {
+				k := key("hosts")
+				if j == 0 && s.Host != "" {
+					k = key("host")
+				}
+				return keyErr(k, fmt.Errorf("egress secret for %q: give host names, without wildcard or port", h))
+			}
 		}
+		if (s.Header == "" && s.Name == "") || strings.ContainsAny(s.Header, " :\r\n") {
+			return keyErr(key("header"), fmt.Errorf("egress secret for %q: give a header name, or a name (for a placeholder), or both", hosts[0]))
+		}
+		if s.Name != "" && !egress.ValidSecretName(s.Name) {
+			return keyErr(key("name"), fmt.Errorf("egress secret %q: a name is upper-case letters, digits and _, starting with a letter", s.Name))
+		}
+		if strings.ContainsAny(string(s.Value)+s.Template, "\r\n") {
+			return keyErr(key("value"), fmt.Errorf("egress secret for %q: give a one-line value", hosts[0]))
+		}
+		if s.ValueEnv != "" && (s.Value != "" || os.Getenv(s.ValueEnv) == "") {
+			return keyErr(key("value_env"), fmt.Errorf("egress secret for %q: give value or value_env (a variable set in the daemon's environment), not both", hosts[0]))
+		}
+	}
+	opts := c.ProxyOptions(nil)
+	if err := egress.CheckOptions(opts); err != nil {
+		return keyErr("egress", err)
 	}
 	return nil
 }
@@ -225,7 +299,8 @@ func (s *Supervisor) RecordEgress(d egress.Decision) {
 	}
 	s.mu.Unlock()
 	ev := audit.Event{Kind: audit.KindEgress, Key: owner, Sandbox: d.SandboxID, Host: d.Host, Port: d.Port, IP: d.IP,
-		Rule: d.Rule, Reason: d.Reason, Decision: d.Outcome, BytesSent: d.BytesSent, BytesReceived: d.BytesReceived}
+		Rule: d.Rule, Reason: d.Reason, Decision: d.Outcome, BytesSent: d.BytesSent, BytesReceived: d.BytesReceived,
+		Method: d.Method, Path: d.Path, Secrets: d.Secrets}
 	// The audit log fsyncs; the request does not wait for it.
 	go s.recordAfter(context.Background(), ev)
 }

@@ -1,13 +1,22 @@
 package supervisor
 
 import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
+	egresspkg "github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 func TestTemplateNetworkCeiling(t *testing.T) {
@@ -95,6 +104,116 @@ allow_hosts = ["*.pypi.org:443"]
 	} {
 		if _, err := LoadConfig(write(bad)); err == nil {
 			t.Errorf("config accepted:\n%s", bad)
+		}
+	}
+}
+
+// TestEgressInterceptConfig: named secrets with their value in the
+// daemon's environment, method and path rules, and the CA the daemon
+// makes in its state directory once either is configured.
+func TestEgressInterceptConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("AIRLOCK_TEST_TOKEN", "tok-from-env")
+	c, err := LoadConfig(write(`
+[[egress.secret]]
+name = "GH"
+hosts = ["api.github.com", "uploads.github.com"]
+header = "Authorization"
+template = "Bearer {}"
+value_env = "AIRLOCK_TEST_TOKEN"
+[[egress.rule]]
+host = "api.github.com"
+allow = ["GET /repos/**"]
+deny = ["* /admin/**"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Egress.ProxyOptions(nil)
+	if len(o.Secrets) != 1 || string(o.Secrets[0].Value) != "tok-from-env" || o.Secrets[0].Name != "GH" || len(o.Secrets[0].Hosts) != 2 || len(o.Rules) != 1 {
+		t.Fatalf("proxy options %+v", o)
+	}
+	state := t.TempDir()
+	if err := c.Egress.Intercept(&o, state); err != nil || o.CA == nil {
+		t.Fatalf("intercept: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(state, "egress-ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("CA key: %v", err)
+	}
+	var none EgressConfig
+	var o2 egressOptions
+	if err := none.Intercept(&o2, state); err != nil || o2.CA != nil {
+		t.Fatalf("no secrets or rules, yet a CA: %v", err)
+	}
+	for _, bad := range []string{
+		"[[egress.secret]]\nname = \"gh\"\nhosts = [\"a.com\"]\nvalue = \"x\"\n",
+		"[[egress.secret]]\nname = \"GH\"\nhosts = [\"a.com\"]\nvalue_env = \"AIRLOCK_TEST_UNSET_VAR\"\n",
+		"[[egress.secret]]\nname = \"GH\"\nvalue = \"x\"\n",
+		"[[egress.rule]]\nhost = \"a.com\"\nallow = [\"GET repos\"]\n",
+		"[egress]\nupstream_ca_bundle = \"/nonexistent\"\n[[egress.rule]]\nhost = \"a.com\"\n",
+	} {
+		c, err := LoadConfig(write(bad))
+		if err == nil {
+			var o egressOptions
+			err = c.Egress.Intercept(&o, t.TempDir())
+		}
+		if err == nil {
+			t.Errorf("config accepted:\n%s", bad)
+		}
+	}
+}
+
+// egressOptions is the proxy's options (the package's tests name a local
+// variable egress).
+type egressOptions = egresspkg.Options
+
+// TestRecordEgressIntercepted: an intercepted request's audit event names
+// its method, path and the secrets put into it.
+func TestRecordEgressIntercepted(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	al, err := audit.Open(filepath.Join(dir, "audit.log"), audit.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.Close()
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": &fake.Driver{}}, Audit: al,
+		MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	sup.RecordEgress(egresspkg.Decision{SandboxID: "sb-1", Method: "GET", Host: "api.test", Port: 443, Path: "/repos/o/r",
+		Outcome: "allow", Status: 200, Intercepted: true, Secrets: []string{"GH"}})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p, err := al.Query(context.Background(), audit.Query{Kinds: []audit.Kind{audit.KindEgress}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) == 1 {
+			var ev audit.Event
+			if err := json.Unmarshal(p.Events[0], &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Method != "GET" || ev.Path != "/repos/o/r" || len(ev.Secrets) != 1 || ev.Secrets[0] != "GH" || ev.Host != "api.test" {
+				t.Fatalf("audit event %+v", ev)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no egress event: %+v", p)
 		}
 	}
 }

@@ -26,8 +26,13 @@ func AttachEgress(proxy *egress.Proxy, spec sandbox.Spec, cfg *agent.Config) (*e
 		return nil, err
 	}
 	cfg.Egress = &agent.EgressConfig{Forward: LoopbackForwards(spec.Network)}
+	if ca := sb.CAPEM(); ca != nil {
+		// The proxy intercepts some hosts: the sandbox trusts its CA.
+		cfg.Egress.CA, cfg.Egress.CABundle = string(ca), egress.SandboxCABundle
+	}
 	// The sandbox's own Env comes after, so a caller may override these.
-	cfg.Env = append(append([]string(nil), agent.EgressEnv...), cfg.Env...)
+	// sb.Env holds where the CA bundle is and the secrets' placeholders.
+	cfg.Env = append(append(append([]string(nil), agent.EgressEnv...), sb.Env()...), cfg.Env...)
 	return sb, nil
 }
 

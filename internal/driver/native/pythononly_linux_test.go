@@ -33,7 +33,7 @@ func TestConformanceWithoutShell(t *testing.T) {
 		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
 		"posture/host_identity", "pools/inotify", "pools/aio", "pools/memfd_secret", "pools/pty")
 	declare("a Python-only sandbox runs no background execs", "exec/background", "exec/unread_stdin")
-	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
+	declare("a Python-only sandbox has no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients", "egress/intercept")
 	declare("a Python-only sandbox has no terminals (as the Wasm driver's has none)",
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
 	declare("a Python-only sandbox shows no host paths",

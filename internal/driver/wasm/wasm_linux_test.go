@@ -71,7 +71,7 @@ func TestConformance(t *testing.T) {
 	declare("a wasm sandbox has no home but /workspace: no agent binds one (Capabilities.Home is false)", "files/home")
 	declare("a wasm sandbox has no terminals: WASI preview 1 has none (a PTY exec is refused with an UnsupportedError)",
 		"pty/python_repl", "pty/shell", "pty/own_terminals", "pty/output_limit", "pty/timeout", "pty/owns_its_tree", "pty/resize_without_pty")
-	declare("a wasm sandbox has no network at all (WASI preview 1 has no sockets), so no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients")
+	declare("a wasm sandbox has no network at all (WASI preview 1 has no sockets), so no egress", "egress/allow_and_refuse", "egress/unread_download", "egress/loopback_clients", "egress/intercept")
 	// Not in the list of what may be declared (a shell, fork, a
 	// network): reported to the lead rather than weakened here. Both are
 	// covered by TestMemoryLimit and TestDiskLimits below instead.

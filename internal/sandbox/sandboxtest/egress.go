@@ -25,6 +25,7 @@ func egressCases() []testCase {
 		{name: "allow_and_refuse", needs: []need{needShell, needEgress}, run: testEgress},
 		{name: "unread_download", needs: []need{needShell, needEgress}, run: testUnreadDownload},
 		{name: "loopback_clients", needs: []need{needShell, needEgress}, run: testLoopbackClients},
+		{name: "intercept", needs: []need{needShell, needEgress}, run: testIntercept},
 	}
 }
 
@@ -39,15 +40,25 @@ type egressEnv struct {
 	proxy *egress.Proxy
 	a, b  *egressServer
 	logs  syncBuffer
+	// tls is the HTTPS server the interception cases reach (intercept.go).
+	tls *tlsServer
 }
 
 func startEgress(t *testing.T) *egressEnv {
 	t.Helper()
-	ee := &egressEnv{a: startEgressServer(t, "127.0.0.1"), b: startEgressServer(t, "127.0.0.2")}
+	ee := &egressEnv{a: startEgressServer(t, "127.0.0.1"), b: startEgressServer(t, "127.0.0.2"), tls: startTLSServer(t)}
+	ca, err := egress.LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ee.proxy = egress.New(egress.Options{
-		Logger:   slog.New(slog.NewJSONHandler(&ee.logs, nil)),
-		Resolver: nameResolver{"allowed.test": "127.0.0.1", "b.test": "127.0.0.2", "unlisted.test": "127.0.0.1"},
-		Secrets:  []egress.Secret{{Host: "allowed.test", Header: "Authorization", Value: egressSecret}},
+		Logger: slog.New(slog.NewJSONHandler(&ee.logs, nil)),
+		Resolver: nameResolver{"allowed.test": "127.0.0.1", "b.test": "127.0.0.2", "unlisted.test": "127.0.0.1",
+			"api.test": "127.0.0.1", "other.test": "127.0.0.1", "tunnel.test": "127.0.0.1"},
+		Secrets:       append([]egress.Secret{{Host: "allowed.test", Header: "Authorization", Value: egressSecret}}, interceptSecrets...),
+		Rules:         interceptRules,
+		CA:            ca,
+		UpstreamRoots: ee.tls.pool,
 	})
 	return ee
 }
@@ -57,9 +68,10 @@ func startEgress(t *testing.T) *egressEnv {
 // allowed server's address.
 func (ee *egressEnv) network() sandbox.Network {
 	return sandbox.Network{
-		Mode:           sandbox.NetworkEgress,
-		AllowHosts:     []string{fmt.Sprintf("allowed.test:%d", ee.a.port), fmt.Sprintf("b.test:%d", ee.b.port)},
-		AllowAddresses: []string{fmt.Sprintf("127.0.0.1:%d", ee.a.port)},
+		Mode: sandbox.NetworkEgress,
+		AllowHosts: []string{fmt.Sprintf("allowed.test:%d", ee.a.port), fmt.Sprintf("b.test:%d", ee.b.port),
+			fmt.Sprintf("api.test:%d", ee.tls.port), fmt.Sprintf("other.test:%d", ee.tls.port), fmt.Sprintf("tunnel.test:%d", ee.tls.port)},
+		AllowAddresses: []string{fmt.Sprintf("127.0.0.1:%d", ee.a.port), fmt.Sprintf("127.0.0.1:%d", ee.tls.port)},
 	}
 }
 
