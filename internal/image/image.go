@@ -185,10 +185,34 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 	}
 	o := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithPlatform(s.platform),
 		remote.WithUserAgent("airlock")}
-	if s.opts.Transport != nil {
-		o = append(o, remote.WithTransport(s.opts.Transport))
+	base := s.opts.Transport
+	if base == nil {
+		base = remote.DefaultTransport
 	}
-	return o
+	return append(o, remote.WithTransport(&httpGuard{base: base, insecure: s.opts.Insecure}))
+}
+
+// httpGuard refuses plain-HTTP requests to a registry not configured as
+// insecure: go-containerregistry itself falls back to HTTP for loopback,
+// private (RFC 1918) and .local registries, and follows redirects and
+// token realms wherever they point.
+type httpGuard struct {
+	base     http.RoundTripper
+	insecure []string
+}
+
+// ErrInsecure is what a plain-HTTP request to a registry not configured as
+// insecure fails with.
+var ErrInsecure = errors.New("plain HTTP to a registry not configured as insecure")
+
+func (g *httpGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !slices.Contains(g.insecure, req.URL.Host) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("%s %s: %w (add it to the insecure registries to allow it)", req.Method, req.URL.Redacted(), ErrInsecure)
+	}
+	return g.base.RoundTrip(req)
 }
 
 // Get returns the image ref names from the cache, pulling it first when the
@@ -543,6 +567,7 @@ func (s *Store) evict(keep string) error {
 type progressReader struct {
 	r      io.Reader
 	n      int64
+	sent   int64
 	last   time.Time
 	report func(done int64)
 }
@@ -550,8 +575,8 @@ type progressReader struct {
 func (r *progressReader) Read(b []byte) (int, error) {
 	n, err := r.r.Read(b)
 	r.n += int64(n)
-	if now := time.Now(); err != nil || now.Sub(r.last) > 100*time.Millisecond {
-		r.last = now
+	if now := time.Now(); r.n != r.sent && (err != nil || now.Sub(r.last) > 100*time.Millisecond) {
+		r.last, r.sent = now, r.n
 		r.report(r.n)
 	}
 	return n, err

@@ -36,14 +36,19 @@ type Registry struct {
 // Run starts the registry with its storage and config in dir, and waits
 // until it answers.
 func Run(ctx context.Context, dir string) (*Registry, error) {
-	if _, err := os.Stat(Bin); err != nil {
-		return nil, fmt.Errorf("the registry is not installed: %w", err)
-	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	host := "127.0.0.1:" + strconv.Itoa(port)
+	return RunOn(ctx, dir, "127.0.0.1:"+strconv.Itoa(port))
+}
+
+// RunOn starts the registry as Run does, listening on host (a loopback
+// "ADDRESS:PORT"): a test restarts one on the same address and storage.
+func RunOn(ctx context.Context, dir, host string) (*Registry, error) {
+	if _, err := os.Stat(Bin); err != nil {
+		return nil, fmt.Errorf("the registry is not installed: %w", err)
+	}
 	cfg := fmt.Sprintf(`version: 0.1
 log:
   level: warn
