@@ -66,6 +66,12 @@ type driverAbout struct {
 	flags map[string]string
 }
 
+// imageRootFlags are the flags of a driver that runs an image from its
+// root unpacked on the host (Capabilities.ImageRoot).
+var imageRootFlags = map[string]string{
+	"image": "pulled into airlock's image cache (airlock image pull) and shown read-only as the root, with its Env and WorkingDir",
+}
+
 // driverAbouts lists the drivers this build knows of.
 var driverAbouts []driverAbout
 
