@@ -1,71 +1,13 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
-	"os"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
 )
-
-// smallImage is an image whose root is the host's dash as /bin/sh with
-// the C library it needs, a /srv working directory and an environment of
-// its own.
-func smallImage(t *testing.T) v1.Image {
-	t.Helper()
-	var b bytes.Buffer
-	gz := gzip.NewWriter(&b)
-	tw := tar.NewWriter(gz)
-	for _, d := range []string{"bin/", "lib/", "lib/x86_64-linux-gnu/", "lib64/", "srv/", "etc/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []struct{ host, in string }{
-		{"/bin/dash", "bin/sh"},
-		{"/lib/x86_64-linux-gnu/libc.so.6", "lib/x86_64-linux-gnu/libc.so.6"},
-		{"/lib64/ld-linux-x86-64.so.2", "lib64/ld-linux-x86-64.so.2"},
-	} {
-		body, err := os.ReadFile(f.host)
-		if err != nil {
-			t.Skipf("the test image needs %s: %v", f.host, err)
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.in, Mode: 0o755, Size: int64(len(body))}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(body)
-	}
-	tw.Close()
-	gz.Close()
-	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(b.Bytes(), types.DockerLayer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, _ := img.ConfigFile()
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/bin", "GREETING=from the image"}
-	cf.Config.WorkingDir = "/srv"
-	cf.Config.User = "root"
-	cf.Config.Cmd = []string{"/bin/false"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
 
 // TestE2EImage: an image pushed to a registry on loopback is pulled by
 // `airlock image pull` (and by `airlock run --image`), runs on native and
@@ -79,9 +21,12 @@ func TestE2EImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Stop()
-	ref := r.Host + "/test/small:1"
-	nr, _ := name.ParseReference(ref, name.Insecure)
-	if err := remote.Write(nr, smallImage(t)); err != nil {
+	img, err := registry.SmallImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := r.Push("test/small:1", img)
+	if err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"AIRLOCK_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}

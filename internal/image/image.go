@@ -333,6 +333,10 @@ func (s *Store) unpackImage(ctx context.Context, ref string, d v1.Hash, img v1.I
 		if err != nil {
 			return nil, fmt.Errorf("image %s: layer %d: %w", ref, i+1, err)
 		}
+		diffID, err := l.DiffID()
+		if err != nil {
+			return nil, fmt.Errorf("image %s: layer %d (%s): diff ID: %w", ref, i+1, ld, err)
+		}
 		size, _ := l.Size()
 		rc, err := l.Compressed()
 		if err != nil {
@@ -343,7 +347,7 @@ func (s *Store) unpackImage(ctx context.Context, ref string, d v1.Hash, img v1.I
 				p(Event{Phase: "layer", Ref: ref, Digest: d.String(), Layer: i + 1, Layers: len(layers), Done: done, Total: size})
 			}
 		}}
-		err = u.layer(pr, ld)
+		err = u.layer(pr, ld, diffID)
 		rc.Close()
 		if err != nil {
 			return nil, fmt.Errorf("image %s: layer %d (%s): %w", ref, i+1, ld, err)

@@ -51,8 +51,9 @@ func newUnpacker(dir string, lim Limits) (*unpacker, error) {
 func (u *unpacker) close() { u.root.Close() }
 
 // layer applies one layer read from r, compressed as its first bytes say
-// (gzip, zstd or none), and checks that what r held has the digest want.
-func (u *unpacker) layer(r io.Reader, want v1.Hash) error {
+// (gzip, zstd or none), and checks that what r held has the digest want,
+// and the tar in it the diff ID diffID (as the image's config lists it).
+func (u *unpacker) layer(r io.Reader, want, diffID v1.Hash) error {
 	var h hash.Hash
 	if want.Algorithm == "sha256" {
 		h = sha256.New()
@@ -78,6 +79,11 @@ func (u *unpacker) layer(r io.Reader, want v1.Hash) error {
 		dr = zr
 	}
 	// What the tar stream may expand to: the files' bytes, and headers.
+	var dh hash.Hash
+	if diffID.Algorithm == "sha256" {
+		dh = sha256.New()
+		dr = io.TeeReader(dr, dh)
+	}
 	budget := &capReader{r: dr, left: u.lim.MaxTotalBytes - u.bytes + int64(u.lim.MaxEntries)*1024 + 1<<20}
 	u.seen = map[string]bool{}
 	tr := tar.NewReader(budget)
@@ -97,6 +103,15 @@ func (u *unpacker) layer(r io.Reader, want v1.Hash) error {
 				return fmt.Errorf("entry %q: the layer expands past %d bytes (a decompression bomb?): %w", hdr.Name, u.lim.MaxTotalBytes, ErrRefused)
 			}
 			return err
+		}
+	}
+	if dh != nil {
+		// The tar's end (its padding) is part of what the diff ID covers.
+		if _, err := io.Copy(io.Discard, budget); err != nil {
+			return fmt.Errorf("read the layer's end: %w", err)
+		}
+		if got := hex.EncodeToString(dh.Sum(nil)); got != diffID.Hex {
+			return fmt.Errorf("the layer's content is sha256:%s, not the diff ID %s of the image's config: %w", got, diffID, ErrRefused)
 		}
 	}
 	if h != nil {

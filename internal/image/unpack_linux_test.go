@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -68,7 +70,7 @@ func imageOf(t *testing.T, layers ...[]byte) v1.Image {
 	img := empty.Image
 	for _, l := range layers {
 		var err error
-		if img, err = mutate.AppendLayers(img, static.NewLayer(l, types.DockerLayer)); err != nil {
+		if img, err = mutate.AppendLayers(img, layerOf(t, l)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -282,4 +284,30 @@ func sparseLayer(t *testing.T, base string) []byte {
 		t.Fatalf("the sparse layer is %d bytes: not sparse", len(out))
 	}
 	return out
+}
+
+// layerOf is the layer of a gzipped tar, its diff ID that of the tar.
+func layerOf(t *testing.T, gz []byte) v1.Layer {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestUnpackDiffID: a layer whose tar is not the one the image's config
+// names (its diff ID) is refused, as the engines refuse it.
+func TestUnpackDiffID(t *testing.T) {
+	s, base := testStore(t, Limits{})
+	// A static layer's diff ID is its compressed digest: wrong.
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(tarOf(t, file("a", "a", 0o644)), types.DockerLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.add(context.Background(), "test/diffid", img, nil)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "diff ID") {
+		t.Errorf("got %v, want the diff ID refused", err)
+	}
+	onlyCache(t, base)
 }

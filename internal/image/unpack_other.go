@@ -18,6 +18,6 @@ func newUnpacker(string, Limits) (*unpacker, error) {
 	return nil, fmt.Errorf("unpack an image: needs Linux: %w", sandbox.ErrUnsupported)
 }
 
-func (u *unpacker) close()                         {}
-func (u *unpacker) layer(io.Reader, v1.Hash) error { return nil }
-func (u *unpacker) finish() error                  { return nil }
+func (u *unpacker) close()                                  {}
+func (u *unpacker) layer(io.Reader, v1.Hash, v1.Hash) error { return nil }
+func (u *unpacker) finish() error                           { return nil }
