@@ -62,6 +62,11 @@ func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli
 	if err != nil {
 		return cli.ImageRoot{}, err
 	}
+	// Held until this process (the one-shot run) ends: not evicted or
+	// removed under its sandbox.
+	if _, err := s.Hold(img); err != nil {
+		return cli.ImageRoot{}, err
+	}
 	return cli.ImageRoot{Root: img.Root, Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir}, nil
 }
 

@@ -31,6 +31,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -500,8 +501,27 @@ func (s *Store) touch(img *Image) {
 	img.Used = now
 }
 
+// ErrInUse is what removing an image a sandbox runs on fails with.
+var ErrInUse = errors.New("in use by a running sandbox")
+
+// Hold marks img as in use until release (or this process's end): neither
+// Remove nor eviction removes it meanwhile, as a sandbox's root mount
+// shows the very files they would delete. It is a shared lock on the
+// image's "used" file, so it holds across processes.
+func (s *Store) Hold(img *Image) (release func(), err error) {
+	f, err := os.Open(filepath.Join(filepath.Dir(img.Root), "used"))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("image %s: hold: %w", img.Digest, err)
+	}
+	return func() { f.Close() }, nil
+}
+
 // Remove removes the image named ref (a reference or digest) from the
-// cache. A sandbox already running on it keeps its mount.
+// cache, unless a sandbox runs on it (ErrInUse).
 func (s *Store) Remove(ref string) error {
 	img, err := s.lookup(ref)
 	if err != nil {
@@ -520,6 +540,14 @@ func (s *Store) Remove(ref string) error {
 // removeDir moves a root out of roots/ first, so that no reader finds it
 // half removed.
 func (s *Store) removeDir(dir string) error {
+	// Held (Hold) by a sandbox: not now. The lock stays taken until the
+	// root is gone, so that no sandbox starts on it meanwhile.
+	if used, err := os.Open(filepath.Join(dir, "used")); err == nil {
+		defer used.Close()
+		if err := syscall.Flock(int(used.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			return fmt.Errorf("remove image sha256:%s: %w", filepath.Base(dir), ErrInUse)
+		}
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.opts.Dir, "tmp"), "rm-")
 	if err != nil {
 		return err
@@ -558,7 +586,9 @@ func (s *Store) evict(keep string) error {
 			continue
 		}
 		s.log.Info("image cache: evict", "digest", img.Digest, "refs", img.Refs, "size", img.Size)
-		if err := s.removeDir(filepath.Dir(img.Root)); err != nil {
+		if err := s.removeDir(filepath.Dir(img.Root)); errors.Is(err, ErrInUse) {
+			continue
+		} else if err != nil {
 			return err
 		}
 		total -= img.Size

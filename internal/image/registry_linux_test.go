@@ -346,4 +346,27 @@ func TestEvict(t *testing.T) {
 	if len(all) != 1 || all[0].Digest != b.Digest {
 		t.Errorf("after a pull past the cap: %d images, want only the newest (%s, not %s)", len(all), b.Digest, a.Digest)
 	}
+
+	// An image a sandbox holds is neither evicted nor removed.
+	release, err := s.Hold(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.add(context.Background(), "test/c", imageOf(t, tarOf(t, ent{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "c", Mode: 0o644, Size: int64(len(mb))}, body: mb})), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := s.List(); len(all) != 2 {
+		t.Errorf("a held image was evicted: %d images left", len(all))
+	}
+	if err := s.Remove("test/b"); !errors.Is(err, ErrInUse) {
+		t.Errorf("remove a held image: %v, want ErrInUse", err)
+	}
+	release()
+	if err := s.Remove("test/b"); err != nil {
+		t.Errorf("remove once released: %v", err)
+	}
+	if all, _ := s.List(); len(all) != 1 || all[0].Digest != c.Digest {
+		t.Errorf("after rm: %+v", all)
+	}
 }
