@@ -41,7 +41,7 @@ func symlink(name, target string) ent {
 }
 
 // tarOf is a gzipped tar of es.
-func tarOf(t *testing.T, es ...ent) []byte {
+func tarOf(t testing.TB, es ...ent) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	gz := gzip.NewWriter(&b)
