@@ -2,11 +2,20 @@ package main
 
 import (
 	"context"
+	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
 )
 
 // TestE2EImage: an image pushed to a registry on loopback is pulled by
@@ -75,4 +84,82 @@ func TestE2EImage(t *testing.T) {
 	if o = image("ls"); strings.Contains(o.stdout, ref) {
 		t.Errorf("image ls after rm: %q", o.stdout)
 	}
+}
+
+// TestE2EImagePython: an image of a Debian root with python3 (the test
+// rigs' debootstrap root, pushed as one layer) is pulled once and runs
+// python3 with the image's environment and working directory on native
+// and gVisor. It logs what the pull and a cached run take, beside a run
+// on the composed root.
+func TestE2EImagePython(t *testing.T) {
+	requireE2E(t)
+	testcap.Require(t, "registry", "debroot")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := rootimage.Ensure(ctx, testrig.CacheDir(), rootimage.Spec{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := registry.Run(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	layer, err := tarball.LayerFromFile(root.Path, tarball.WithCompressionLevel(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GREETING=from the image"}
+	cf.Config.WorkingDir = "/srv"
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := r.Push("test/python:3", img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _ := layer.Size()
+	env := []string{"AIRLOCK_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}
+	start := time.Now()
+	o := airlockRun(t, invocation{args: []string{"image", "pull", "--quiet", ref}, env: env})
+	if o.code != 0 {
+		t.Fatalf("image pull: %d %q", o.code, o.stderr)
+	}
+	t.Logf("pull and unpack of a %d MB image (one layer, %d MB unpacked): %v", size>>20, fileSize(t, root.Path)>>20, time.Since(start).Round(time.Millisecond))
+	script := `import os, sys; print(sys.version_info[0], os.environ["GREETING"], os.getcwd())`
+	for _, driver := range []string{"native", "gvisor"} {
+		t.Run(driver, func(t *testing.T) {
+			if driver == "gvisor" {
+				testcap.Require(t, "runsc")
+			}
+			o := airlockRun(t, invocation{args: []string{"run", "--driver", driver, "--image", ref, "--", "python3", "-c", script}, env: env})
+			if o.code != 0 || o.stdout != "3 from the image /srv\n" {
+				t.Fatalf("python3 on %s: %d %q %q", driver, o.code, o.stdout, o.stderr)
+			}
+			var cached, composed time.Duration
+			for range 3 {
+				o := airlockRun(t, invocation{args: []string{"run", "--driver", driver, "--image", ref, "--", "python3", "-c", "pass"}, env: env})
+				cached += o.took
+				o = airlockRun(t, invocation{args: []string{"run", "--driver", driver, "--", "python3", "-c", "pass"}, env: env})
+				composed += o.took
+			}
+			t.Logf("%s: python3 -c pass, 3 runs: image (cached) %v, composed root %v (%.2fx)", driver,
+				cached.Round(time.Millisecond), composed.Round(time.Millisecond), float64(cached)/float64(composed))
+		})
+	}
+}
+
+func fileSize(t *testing.T, p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }
