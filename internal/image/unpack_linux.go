@@ -203,7 +203,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	if strings.HasPrefix(base, ".wh.") {
 		return refuse(hdr.Name, "a file named like a whiteout")
 	}
-	parent, err := u.openDir(hdr.Name, dir)
+	parent, err := u.openDir(hdr.Name, dir, true)
 	if err != nil {
 		return err
 	}
@@ -284,8 +284,10 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return refuse(hdr.Name, fmt.Sprintf("a hard link to %q, outside the image", hdr.Linkname))
 		}
 		tdir, tbase := path.Split(trel)
-		tparent, err := u.openDir(hdr.Name, strings.TrimSuffix(tdir, "/"))
-		if err != nil {
+		tparent, err := u.openDir(hdr.Name, strings.TrimSuffix(tdir, "/"), false)
+		if errors.Is(err, unix.ENOENT) {
+			return refuse(hdr.Name, fmt.Sprintf("a hard link to %q, which the image does not have", hdr.Linkname))
+		} else if err != nil {
 			return err
 		}
 		defer tparent.Close()
@@ -329,11 +331,40 @@ func sticky(mode uint32) os.FileMode {
 
 // openDir opens the directory rel beneath the root, refusing any path that
 // leaves it or passes through a symlink; name is the entry's, for errors.
-func (u *unpacker) openDir(name, rel string) (*os.File, error) {
+// With create, missing directories on the way are made (mode 0755), as a
+// layer need not list its entries' parents.
+func (u *unpacker) openDir(name, rel string, create bool) (*os.File, error) {
 	if rel == "" {
 		rel = "."
 	}
-	fd, err := unix.Openat2(int(u.root.Fd()), rel, &unix.OpenHow{
+	f, err := u.openBeneath(name, int(u.root.Fd()), rel)
+	if !create || !errors.Is(err, unix.ENOENT) {
+		return f, err
+	}
+	// Component by component, each opened beneath the one before.
+	cur, err := u.openBeneath(name, int(u.root.Fd()), ".")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range strings.Split(rel, "/") {
+		if err := unix.Mkdirat(int(cur.Fd()), c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			cur.Close()
+			return nil, fmt.Errorf("entry %q: make its parent %q: %w", name, rel, err)
+		}
+		next, err := u.openBeneath(name, int(cur.Fd()), c)
+		cur.Close()
+		if err != nil {
+			return nil, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// openBeneath opens the directory rel beneath the directory dirfd, which
+// is the root or beneath it.
+func (u *unpacker) openBeneath(name string, dirfd int, rel string) (*os.File, error) {
+	fd, err := unix.Openat2(dirfd, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	})
@@ -342,7 +373,7 @@ func (u *unpacker) openDir(name, rel string) (*os.File, error) {
 		return nil, refuse(name, fmt.Sprintf("its parent %q is (or passes through) a symlink", rel))
 	case errors.Is(err, unix.EXDEV):
 		return nil, refuse(name, fmt.Sprintf("its parent %q leaves the root", rel))
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+	case errors.Is(err, unix.ENOTDIR):
 		return nil, fmt.Errorf("entry %q: its parent %q is not a directory of the image: %w", name, rel, ErrRefused)
 	case err != nil:
 		return nil, fmt.Errorf("entry %q: open %q: %w", name, rel, err)
@@ -381,8 +412,10 @@ func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) 
 // remove applies a whiteout of rel.
 func (u *unpacker) remove(name, rel string) error {
 	dir, base := path.Split(rel)
-	parent, err := u.openDir(name, strings.TrimSuffix(dir, "/"))
-	if err != nil {
+	parent, err := u.openDir(name, strings.TrimSuffix(dir, "/"), false)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // nothing there to hide
+	} else if err != nil {
 		return err
 	}
 	defer parent.Close()
@@ -391,7 +424,7 @@ func (u *unpacker) remove(name, rel string) error {
 
 // opaque empties dir of what earlier layers put in it.
 func (u *unpacker) opaque(name, dir string) error {
-	d, err := u.openDir(name, dir)
+	d, err := u.openDir(name, dir, true)
 	if err != nil {
 		return err
 	}

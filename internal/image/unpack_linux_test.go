@@ -128,7 +128,8 @@ func TestUnpackLayers(t *testing.T) {
 		ent{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "a/hard", Linkname: "a/x"}})
 	l2 := tarOf(t, dir("a/"), file("a/.wh..wh..opq", "", 0o644), file("a/z", "z", 0o644),
 		file(".wh.b", "", 0o644), file("keep/new", "new", 0o644), file(".wh.gone", "", 0o644),
-		symlink("link", "/etc/passwd"), file("./dot", "dot", 0o600))
+		symlink("link", "/etc/passwd"), file("./dot", "dot", 0o600),
+		file("no/parents/listed", "deep", 0o644), file("nowhere/.wh.x", "", 0o644))
 	img, err := s.add(context.Background(), "test/layers", imageOf(t, l1, l2), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +141,7 @@ func TestUnpackLayers(t *testing.T) {
 	}{
 		{"a/x", ""}, {"a/y", ""}, {"a/hard", ""}, {"a/z", "z"}, {"b", ""}, {"gone", ""},
 		{"keep/old", "old"}, {"keep/new", "new"}, {"dot", "dot"}, {"bin/su", "setuid"},
+		{"no/parents/listed", "deep"}, {"nowhere", ""},
 	} {
 		b, err := os.ReadFile(filepath.Join(root, tc.path))
 		switch {
@@ -216,6 +218,12 @@ func TestUnpackHostile(t *testing.T) {
 		{"hard link climbing to /etc/shadow", func(string) [][]byte {
 			return [][]byte{tarOf(t, ent{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "shadow", Linkname: "../../../../../../etc/shadow"}})}
 		}, Limits{}, "shadow"},
+		{"symlinked grandparent, parents not listed", func(base string) [][]byte {
+			return [][]byte{tarOf(t, symlink("out", base), file("out/new/escaped", "x", 0o644))}
+		}, Limits{}, "out/new/escaped"},
+		{"hard link to a missing file", func(string) [][]byte {
+			return [][]byte{tarOf(t, ent{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "l", Linkname: "no/such"}})}
+		}, Limits{}, "l"},
 		{"hard link through a symlink", func(string) [][]byte {
 			return [][]byte{tarOf(t, symlink("etc", "/etc"), ent{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "shadow", Linkname: "etc/shadow"}})}
 		}, Limits{}, "shadow"},
