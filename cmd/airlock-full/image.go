@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -68,6 +70,35 @@ func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli
 		return cli.ImageRoot{}, err
 	}
 	return cli.ImageRoot{Root: img.Root, Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir}, nil
+}
+
+// daemonImages is the image source of the daemon and of airlock mcp: the
+// default cache (opened at the first image) and the insecure registries
+// of the environment; a pull's layers are logged.
+type daemonImages struct {
+	log  *slog.Logger
+	once sync.Once
+	s    *image.Store
+	err  error
+}
+
+func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []string, error) {
+	d.once.Do(func() {
+		f := imageFlags{maxCache: "20G"}
+		d.s, d.err = f.store()
+	})
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	img, err := d.s.Get(ctx, ref, func(e image.Event) {
+		if e.Phase == "layer" && e.Done == e.Total {
+			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
+		}
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return img.Root, img.Config.Env, nil
 }
 
 // progress shows a pull's progress on w: redrawn on a terminal, lines
