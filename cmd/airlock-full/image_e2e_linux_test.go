@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,51 @@ func fileSize(t *testing.T, p string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// TestE2EImageDaemon: a template's image on the native driver is pulled
+// by the daemon at the first create and its sandboxes run on its root
+// with its environment.
+func TestE2EImageDaemon(t *testing.T) {
+	requireE2E(t)
+	testcap.Require(t, "registry")
+	r, err := registry.Run(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	img, err := registry.SmallImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := r.Push("test/daemon:1", img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AIRLOCK_CACHE", t.TempDir())
+	t.Setenv("AIRLOCK_INSECURE_REGISTRIES", r.Host)
+	state := filepath.Join(t.TempDir(), "state")
+	o := airlockRun(t, invocation{args: []string{"keys", "create", "--state-dir", state, "--role", "agent", "--name", "agent"}})
+	if o.code != 0 {
+		t.Fatalf("keys create: %d %s", o.code, o.stderr)
+	}
+	key := strings.TrimSpace(o.stdout)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\n[[template]]\nname = \"small\"\nimage = \""+ref+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, state, "--config", cfg)
+	env := []string{"AIRLOCK_URL=" + d.url, "AIRLOCK_API_KEY=" + key}
+	o = airlockRun(t, invocation{args: []string{"sandbox", "create", "--template", "small"}, env: env})
+	if o.code != 0 {
+		t.Fatalf("sandbox create: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	id := strings.TrimSpace(o.stdout)
+	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", id, "--", "sh", "-c", `echo "$GREETING"; echo /*`}, env: env})
+	if o.code != 0 || o.stdout != "from the image\n/bin /dev /etc /lib /lib64 /proc /srv /tmp /workspace\n" {
+		t.Errorf("exec in the image's sandbox: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	if !strings.Contains(d.log(), "image pull") {
+		t.Errorf("the daemon logged no pull: %s", d.log())
+	}
 }
