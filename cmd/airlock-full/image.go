@@ -74,12 +74,17 @@ func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli
 
 // daemonImages is the image source of the daemon and of airlock mcp: the
 // default cache (opened at the first image) and the insecure registries
-// of the environment; a pull's layers are logged.
+// of the environment; a pull's layers are logged. Every image it gave a
+// sandbox is held (image.Store.Hold) until the process ends, so that no
+// eviction or rm removes a root under a running sandbox; the price is
+// that the cache's cap spares them.
 type daemonImages struct {
 	log  *slog.Logger
 	once sync.Once
 	s    *image.Store
 	err  error
+	mu   sync.Mutex
+	held map[string]bool
 }
 
 func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []string, error) {
@@ -97,6 +102,17 @@ func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []str
 	})
 	if err != nil {
 		return "", nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.held[img.Digest] {
+		if _, err := d.s.Hold(img); err != nil {
+			return "", nil, err
+		}
+		if d.held == nil {
+			d.held = map[string]bool{}
+		}
+		d.held[img.Digest] = true
 	}
 	return img.Root, img.Config.Env, nil
 }
