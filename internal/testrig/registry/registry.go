@@ -70,7 +70,7 @@ http:
 	if err := r.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the registry: %w", err)
 	}
-	go func() { r.cmd.Wait(); close(r.done) }()
+	go func() { _ = r.cmd.Wait(); close(r.done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := http.Get("http://" + host + "/v2/")
