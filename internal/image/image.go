@@ -9,6 +9,7 @@
 //	DIR/roots/<sha256 hex>/image.json  refs, digest, config (Env, WorkingDir, User), size
 //	DIR/roots/<sha256 hex>/used        its mtime is when a sandbox last asked for it
 //	DIR/tmp/                           unpacks in progress (renamed into roots/ when whole)
+//	DIR/locks/<sha256 hex>             flocked while one process unpacks the image
 //
 // Layers are untrusted input: see Unpack. A root is renamed into place only
 // once every layer is unpacked, so a half-unpacked root is never used. The
@@ -278,6 +279,13 @@ func (s *Store) add(ctx context.Context, ref string, img v1.Image, p Progress) (
 		return nil, fmt.Errorf("image %s: digest: %w", ref, err)
 	}
 	v, err, _ := s.flight.Do("digest\x00"+d.String(), func() (any, error) {
+		// Another process pulling the same image: wait for it, then
+		// find its root.
+		unlock, err := s.lockDigest(d.Hex)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 		if got, err := s.read(d.Hex); err == nil {
 			if p != nil {
 				p(Event{Phase: "cached", Ref: ref, Digest: d.String()})
@@ -376,6 +384,24 @@ func (s *Store) unpackImage(ctx context.Context, ref string, d v1.Hash, img v1.I
 		return nil, fmt.Errorf("image %s: put the root in place: %w", ref, err)
 	}
 	return s.read(d.Hex)
+}
+
+// lockDigest takes the exclusive lock of unpacking the image of digest
+// hex, which other processes of the same cache honour too.
+func (s *Store) lockDigest(hex string) (unlock func(), err error) {
+	dir := filepath.Join(s.opts.Dir, "locks")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, hex), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock the image sha256:%s: %w", hex, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func (s *Store) dir(hex string) string { return filepath.Join(s.opts.Dir, "roots", hex) }

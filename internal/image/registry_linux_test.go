@@ -175,7 +175,7 @@ func TestRegistryPull(t *testing.T) {
 }
 
 // TestRegistryConcurrentPull: ten concurrent gets of one image not yet
-// pulled download each blob once.
+// pulled, and a pull of another process, download each blob once.
 func TestRegistryConcurrentPull(t *testing.T) {
 	r, _ := startRegistry(t)
 	img := imageOf(t, smallRoot(t), tarOf(t, file("two", "2", 0o644)))
@@ -197,6 +197,17 @@ func TestRegistryConcurrentPull(t *testing.T) {
 			digests[i] = got.Digest
 		})
 	}
+	// And a store of another process on the same cache (flock is per
+	// open file, so a second Store stands for one).
+	other, err := Open(Options{Dir: s.opts.Dir, Insecure: []string{r.Host}, Transport: cnt, MaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		if _, err := other.Pull(context.Background(), ref.String(), nil); err != nil {
+			t.Error(err)
+		}
+	})
 	wg.Wait()
 	// Two layers and the config.
 	if n := cnt.blobs.Load(); n != 3 {
