@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,6 +37,9 @@ type DriverOptions struct {
 	// outlive it (Persistent), for it to reattach to after a restart;
 	// otherwise a sandbox dies with its process (run, mcp).
 	Instance string
+	// Progress receives the lines of a long step the user waits for (the
+	// docker driver's pull); nil: none. The one-shot CLI's stderr.
+	Progress io.Writer
 	// Kubeconfig is the kubernetes driver's kubeconfig file; empty means
 	// $KUBECONFIG, the in-cluster config, or ~/.kube/config.
 	Kubeconfig string

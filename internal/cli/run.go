@@ -178,7 +178,11 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := NewDriver(f.driver, DriverOptions{Egress: egress.New(egress.Options{Policy: guard.egress}), Kubeconfig: f.kubeconfig})
+	var progress io.Writer
+	if !f.json {
+		progress = stderr
+	}
+	drv, err := NewDriver(f.driver, DriverOptions{Egress: egress.New(egress.Options{Policy: guard.egress}), Kubeconfig: f.kubeconfig, Progress: progress})
 	if err != nil {
 		return fail(err)
 	}

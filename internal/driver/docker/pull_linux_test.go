@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,8 @@ func TestPullMissingImage(t *testing.T) {
 	}
 	cli := engineClient(t)
 	defer cli.ImageRemove(context.WithoutCancel(ctx), ref, client.ImageRemoveOptions{Force: true})
-	d, err := New(Options{Instance: testInstance()})
+	var progress bytes.Buffer
+	d, err := New(Options{Instance: testInstance(), Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,5 +51,8 @@ func TestPullMissingImage(t *testing.T) {
 	res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", `echo "$GREETING"`}, Stdout: &out, Stderr: &out})
 	if err != nil || res.ExitCode != 0 || out.String() != "from the image\n" {
 		t.Errorf("run: %v, %+v, %q", err, res, out.String())
+	}
+	if p := progress.String(); !strings.HasPrefix(p, "pulling "+ref) || !strings.Contains(p, ": pull complete\n") {
+		t.Errorf("progress %q: want the pull and its layer", p)
 	}
 }
