@@ -31,7 +31,7 @@ type imageFlags struct {
 
 func (f *imageFlags) add(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
-	fl.StringVar(&f.cache, "cache", "", "the image cache's directory (default $AIRLOCK_CACHE/images, else /var/cache/airlock/images for root, else ~/.cache/airlock/images)")
+	fl.StringVar(&f.cache, "cache", "", "the image cache's directory (default $AIRLOCK_IMAGE_CACHE, else $AIRLOCK_CACHE/images, else /var/cache/airlock/images for root, else ~/.cache/airlock/images)")
 	fl.StringVar(&f.maxCache, "max-cache", "20G", "the cache's size cap: past it a pull removes the least recently used images")
 	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "a registry (HOST:PORT) that may be reached over plain HTTP (repeatable; also $"+image.EnvInsecure+", comma-separated)")
 }
@@ -128,10 +128,10 @@ func newImageCmd() *cobra.Command {
 	var f imageFlags
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Pull, load, list and remove the images native and gVisor sandboxes run (--image)",
+		Short: "Pull, load, list and remove the images native, gVisor and microvm sandboxes run (--image)",
 		Long: `The image cache: images pulled from registries (or loaded from archives)
-and unpacked, each once, into a read-only root that native and gVisor
-sandboxes of that image share (airlock run --image REF). Credentials come
+and unpacked, each once, into a read-only root that native, gVisor and
+microvm sandboxes of that image share (airlock run --image REF). Credentials come
 from the Docker config file and its credential helpers, as docker finds
 them; a registry is reached over plain HTTP only when named by
 --insecure-registry. An image's Entrypoint and Cmd are never run: a

@@ -39,7 +39,7 @@ func TestE2EImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"AIRLOCK_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}
+	env := []string{"AIRLOCK_IMAGE_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}
 	image := func(args ...string) outcomeOf {
 		return airlockRun(t, invocation{args: append([]string{"image"}, args...), env: env})
 	}
@@ -127,7 +127,7 @@ func TestE2EImagePython(t *testing.T) {
 		t.Fatal(err)
 	}
 	size, _ := layer.Size()
-	env := []string{"AIRLOCK_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}
+	env := []string{"AIRLOCK_IMAGE_CACHE=" + t.TempDir(), "AIRLOCK_INSECURE_REGISTRIES=" + r.Host}
 	start := time.Now()
 	o := airlockRun(t, invocation{args: []string{"image", "pull", "--quiet", ref}, env: env})
 	if o.code != 0 {
@@ -135,10 +135,23 @@ func TestE2EImagePython(t *testing.T) {
 	}
 	t.Logf("pull and unpack of a %d MB image (one layer, %d MB unpacked): %v", size>>20, fileSize(t, root.Path)>>20, time.Since(start).Round(time.Millisecond))
 	script := `import os, sys; print(sys.version_info[0], os.environ["GREETING"], os.getcwd())`
-	for _, driver := range []string{"native", "gvisor"} {
+	for _, driver := range []string{"native", "gvisor", "microvm"} {
 		t.Run(driver, func(t *testing.T) {
-			if driver == "gvisor" {
+			switch driver {
+			case "gvisor":
 				testcap.Require(t, "runsc")
+			case "microvm":
+				testcap.Require(t, "qemu")
+				// The first run makes the image's root into a disk
+				// image and boots it: longer than airlockRun allows.
+				ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+				defer cancel()
+				start := time.Now()
+				cmd := airlockCmd(ctx, invocation{args: []string{"run", "--driver", driver, "--image", ref, "--", "true"}, env: env})
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("first microvm run of the image: %v: %s", err, out)
+				}
+				t.Logf("microvm: first run of the image (its disk image made): %v", time.Since(start).Round(time.Millisecond))
 			}
 			o := airlockRun(t, invocation{args: []string{"run", "--driver", driver, "--image", ref, "--", "python3", "-c", script}, env: env})
 			if o.code != 0 || o.stdout != "3 from the image /srv\n" {
@@ -184,7 +197,7 @@ func TestE2EImageDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("AIRLOCK_CACHE", t.TempDir())
+	t.Setenv("AIRLOCK_IMAGE_CACHE", t.TempDir())
 	t.Setenv("AIRLOCK_INSECURE_REGISTRIES", r.Host)
 	state := filepath.Join(t.TempDir(), "state")
 	o := airlockRun(t, invocation{args: []string{"keys", "create", "--state-dir", state, "--role", "agent", "--name", "agent"}})

@@ -25,10 +25,16 @@ func InsecureFromEnv() []string {
 	return out
 }
 
-// DefaultDir is the image cache's directory: $AIRLOCK_CACHE/images, else
-// /var/cache/airlock/images for root, else the user's cache directory's
-// airlock/images.
+// EnvDir names the variable that moves the image cache alone.
+const EnvDir = "AIRLOCK_IMAGE_CACHE"
+
+// DefaultDir is the image cache's directory: $AIRLOCK_IMAGE_CACHE, else
+// $AIRLOCK_CACHE/images, else /var/cache/airlock/images for root, else the
+// user's cache directory's airlock/images.
 func DefaultDir() (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, nil
+	}
 	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
 		return filepath.Join(d, "images"), nil
 	}
