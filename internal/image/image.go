@@ -366,9 +366,8 @@ func (s *Store) unpackImage(ctx context.Context, ref string, d v1.Hash, img v1.I
 		return nil, fmt.Errorf("image %s: %w", ref, err)
 	}
 	meta := &Image{Digest: d.String(), Refs: []string{ref}, Size: u.bytes, Layers: len(layers), Pulled: time.Now().UTC()}
-	if c := cf.Config; true {
-		meta.Config = Config{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
-	}
+	c := cf.Config
+	meta.Config = Config{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
 	if err := writeMeta(filepath.Join(tmp, "image.json"), meta); err != nil {
 		return nil, err
 	}
