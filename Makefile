@@ -30,6 +30,8 @@ DEBS  += debootstrap systemd
 # The Docker driver's tests: the engine (they start dockerd themselves;
 # their image is made with debootstrap).
 DEBS  += docker.io
+# The image tests: the reference registry they start on loopback.
+DEBS  += docker-registry
 # The microvm driver: QEMU, and mkfs.ext4 for its root images.
 DEBS  += qemu-system-x86 e2fsprogs
 DEBS  += $(if $(shell command -v node 2>/dev/null),,nodejs npm)

@@ -6,6 +6,7 @@
 //	airlock serve                          the daemon
 //	airlock doctor [--json]                what this host can run, and fixes
 //	airlock microvm prepare                what the microvm driver needs
+//	airlock image pull|load|ls|rm          the image cache of --image
 package main
 
 import (

@@ -190,7 +190,7 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 		done()
 		return nil, nil, err
 	}
-	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true, Snapshots: snaps, Objects: objects})
+	sup, err = supervisor.New(supervisor.Options{Store: st, Drivers: drivers, Config: cfg, Logger: log, Policy: pol, NoApprover: true, Snapshots: snaps, Objects: objects, Images: &daemonImages{log: log}})
 	if err != nil {
 		done()
 		return nil, nil, err

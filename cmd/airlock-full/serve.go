@@ -142,6 +142,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog, Snapshots: snaps, Objects: objects,
+		Images: &daemonImages{log: log},
 	})
 	if err != nil {
 		return err

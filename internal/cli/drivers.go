@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,6 +37,9 @@ type DriverOptions struct {
 	// outlive it (Persistent), for it to reattach to after a restart;
 	// otherwise a sandbox dies with its process (run, mcp).
 	Instance string
+	// Progress receives the lines of a long step the user waits for (the
+	// docker driver's pull); nil: none. The one-shot CLI's stderr.
+	Progress io.Writer
 	// Kubeconfig is the kubernetes driver's kubeconfig file; empty means
 	// $KUBECONFIG, the in-cluster config, or ~/.kube/config.
 	Kubeconfig string
@@ -64,6 +68,12 @@ type driverAbout struct {
 	// means for this driver. The image and runtime flags are the ones of
 	// a driver with Capabilities.Images, module of one with Modules.
 	flags map[string]string
+}
+
+// imageRootFlags are the flags of a driver that runs an image from its
+// root unpacked on the host (Capabilities.ImageRoot).
+var imageRootFlags = map[string]string{
+	"image": "pulled into airlock's image cache (airlock image pull) and shown read-only as the root, with its Env and WorkingDir",
 }
 
 // driverAbouts lists the drivers this build knows of.

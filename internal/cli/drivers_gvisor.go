@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	aboutDriver(driverAbout{name: "gvisor", help: "runsc's user-space kernel"})
+	aboutDriver(driverAbout{name: "gvisor", help: "runsc's user-space kernel", flags: imageRootFlags})
 	RegisterDriver("gvisor", func(o DriverOptions) (sandbox.Driver, error) {
 		d, err := gvisor.New(gvisor.Options{Logger: o.Logger, Egress: o.Egress, Persistent: o.Instance != ""})
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 func init() {
-	aboutDriver(driverAbout{name: "native", help: "namespaces, seccomp, Landlock"})
+	aboutDriver(driverAbout{name: "native", help: "namespaces, seccomp, Landlock", flags: imageRootFlags})
 	RegisterDriver("native", func(o DriverOptions) (sandbox.Driver, error) {
 		d, err := native.New(native.Options{Logger: o.Logger, Egress: o.Egress, Persistent: o.Instance != ""})
 		if err != nil {

@@ -66,7 +66,7 @@ it is not found inside the sandbox.`,
 			if d := FlagDrivers("module"); f.module != "" && !cmd.Flags().Changed("driver") && len(d) > 0 {
 				f.driver = d[0]
 			}
-			if handOff != nil && (!haveDriver(f.driver) || (f.policyFile != "" && !policy.EvaluatesRules())) {
+			if handOff != nil && (!haveDriver(f.driver) || (f.policyFile != "" && !policy.EvaluatesRules()) || (f.image != "" && resolveImage == nil)) {
 				// A driver this program does not link, or a policy's
 				// rules without CEL to evaluate them: the complete
 				// airlock's to run.
@@ -178,12 +178,21 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	if err := guard.check(ctx, f.driver, spec, argv); err != nil {
 		return guardFail(err, f.json, stdout, stderr, fail)
 	}
-	drv, err := NewDriver(f.driver, DriverOptions{Egress: egress.New(egress.Options{Policy: guard.egress}), Kubeconfig: f.kubeconfig})
+	var progress io.Writer
+	if !f.json {
+		progress = stderr
+	}
+	drv, err := NewDriver(f.driver, DriverOptions{Egress: egress.New(egress.Options{Policy: guard.egress}), Kubeconfig: f.kubeconfig, Progress: progress})
 	if err != nil {
 		return fail(err)
 	}
 	// What the driver cannot do is refused before it makes the sandbox.
 	caps := drv.Capabilities()
+	if caps.ImageRoot && spec.Image != "" {
+		if spec, f.workdir, err = withImage(ctx, spec, f.workdir, stderr, f.json); err != nil {
+			return fail(err)
+		}
+	}
 	if err := caps.CheckSpec(f.driver, spec); err != nil {
 		return fail(err)
 	}

@@ -289,7 +289,8 @@ func TestRunFlagsSpec(t *testing.T) {
 		{"mount reserved target", func(f *runFlags) { f.mounts = []string{"/data:/proc"} }, "/proc belongs to the sandbox"},
 		{"mount over /usr", func(f *runFlags) { f.mounts = []string{"/data:/usr"} }, "belongs to the sandbox"},
 		{"degrade userns", func(f *runFlags) { f.degraded = []string{"userns"} }, "--allow-degraded"},
-		{"image on native", func(f *runFlags) { f.image = "python:3.12-slim" }, "--image is for --driver docker or --driver kubernetes, not --driver native"},
+		{"image on wasm", func(f *runFlags) { f.driver, f.image = "wasm", "python:3.12-slim" }, "--image is for --driver native or --driver docker or --driver gvisor or --driver kubernetes or --driver microvm, not --driver wasm"},
+		{"runtime on native", func(f *runFlags) { f.runtime = "runc" }, "--runtime is for --driver docker or --driver kubernetes, not --driver native"},
 		{"runtime on gvisor", func(f *runFlags) { f.driver, f.runtime = "gvisor", "runsc" }, "--runtime is for --driver docker or --driver kubernetes, not --driver gvisor"},
 		{"kubeconfig on docker", func(f *runFlags) { f.driver, f.kubeconfig = "docker", "/k" }, "--kubeconfig is for --driver kubernetes, not --driver docker"},
 	}

@@ -37,6 +37,12 @@ type Capabilities struct {
 	// Images: the driver runs container images: Spec.Image and
 	// Spec.Runtime choose them.
 	Images bool `json:"images"`
+	// ImageRoot: the driver runs an image from its root unpacked on the
+	// host (internal/image's cache), which whoever makes the sandbox
+	// pulls and passes as Spec.Root, with Spec.Image naming it (for the
+	// audit log). A Spec with an Image and no Root, or with a Runtime, is
+	// refused. The image's Env and WorkingDir are the caller's to apply.
+	ImageRoot bool `json:"image_root"`
 	// NeedsImage: a Spec must name its Image, the driver having no
 	// default one.
 	NeedsImage bool `json:"needs_image"`
@@ -119,6 +125,14 @@ func (c Capabilities) refuse(driver string, cap Capability, what string) error {
 // needs one), a module. The error wraps ErrUnsupported.
 func (c Capabilities) CheckSpec(driver string, spec Spec) error {
 	switch {
+	case c.ImageRoot && spec.Runtime != "":
+		return &UnsupportedError{What: "runtime " + spec.Runtime,
+			Why: fmt.Sprintf("the %s driver runs an image from its unpacked root, on no container runtime", driver),
+			Fix: "drop the runtime, or use the docker driver"}
+	case c.ImageRoot && spec.Image != "" && spec.Root == "":
+		return &UnsupportedError{What: "image " + spec.Image,
+			Why: fmt.Sprintf("the %s driver runs an image from its root unpacked into airlock's image cache, and this one was not unpacked for it", driver),
+			Fix: "run it with `airlock run --image` (which pulls it), or use the docker driver"}
 	case spec.Root != "" && !c.HostRoot:
 		return c.refuse(driver, CapHostRoot, "root "+spec.Root)
 	case len(spec.Mounts) > 0 && !c.HostMounts:

@@ -42,6 +42,17 @@ func TestCheckSpec(t *testing.T) {
 			}
 		})
 	}
+	t.Run("image root", func(t *testing.T) {
+		c := Capabilities{HostRoot: true, Images: true, ImageRoot: true}
+		if err := c.CheckSpec("x", Spec{Image: "python:3.12-slim", Root: "/var/cache/airlock/images/roots/ab/rootfs"}); err != nil {
+			t.Errorf("an unpacked image: %v", err)
+		}
+		for _, s := range []Spec{{Image: "python:3.12-slim"}, {Runtime: "runsc"}} {
+			if err := c.CheckSpec("x", s); !errors.Is(err, ErrUnsupported) {
+				t.Errorf("%+v: %v, want ErrUnsupported", s, err)
+			}
+		}
+	})
 	t.Run("image with a default", func(t *testing.T) {
 		if err := (Capabilities{Images: true}).CheckSpec("x", Spec{}); err != nil {
 			t.Errorf("a driver with a default image: %v", err)

@@ -281,7 +281,11 @@ func (c Config) withDefaults() (Config, error) {
 // CheckDriver refuses a template whose sandboxes d, its driver, cannot
 // run (sandbox.Capabilities.CheckSpec), naming the template.
 func (t Template) CheckDriver(d sandbox.Driver) error {
-	if err := d.Capabilities().CheckSpec(t.Driver, t.spec()); err != nil {
+	spec := t.spec()
+	if c := d.Capabilities(); c.ImageRoot && spec.Image != "" && spec.Root == "" {
+		spec.Root = "(the image's)" // unpacked at create (Options.Images)
+	}
+	if err := d.Capabilities().CheckSpec(t.Driver, spec); err != nil {
 		return fmt.Errorf("template %q: %w", t.Name, err)
 	}
 	return nil

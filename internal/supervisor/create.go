@@ -366,6 +366,9 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	// The supervisor enforces the TTL, which can be extended; the driver's
 	// own lifetime is only a backstop.
 	spec.Limits.Lifetime = driverLifetime
+	if spec, err = s.withImageRoot(ctx, drv.Capabilities(), spec); err != nil {
+		return s.driverError(id, err)
+	}
 	if err := drv.Capabilities().CheckSpec(l.rec.Driver, spec); err != nil {
 		return s.driverError(id, err)
 	}

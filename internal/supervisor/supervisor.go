@@ -76,6 +76,10 @@ type Options struct {
 	// Objects is the object store exports write to (the config's
 	// [object_store]). Nil: no export.
 	Objects *objstore.Client
+	// Images unpacks the images of sandboxes whose driver runs an image
+	// from its unpacked root (native, gVisor). Nil: those drivers refuse
+	// an image.
+	Images ImageSource
 	// NoApprover says nobody can decide approvals (the one-user supervisor
 	// of stdio MCP): a verdict of ask denies at once instead of waiting.
 	NoApprover bool

@@ -19,6 +19,7 @@ var rigs = map[string]rigProbe{
 	"kubernetes": {run: probeKubernetes, timeout: 60 * time.Second},
 	"wasm":       {run: probeWasm, timeout: 60 * time.Second},
 	"s3":         {run: probeS3, timeout: 40 * time.Second},
+	"registry":   {run: probeRegistry, timeout: 30 * time.Second},
 }
 
 // Result is hostcap's: a test rig's probe answers as a host layer's does.

@@ -535,7 +535,8 @@ func TestCreateErrors(t *testing.T) {
 		say  string
 	}{
 		{"no image", Options{}, sandbox.Spec{}, sandbox.ErrUnsupported, "needs an image"},
-		{"image missing", Options{}, sandbox.Spec{Image: "airlock-test/no-such-image:1"}, sandbox.ErrNotFound, "does not have it"},
+		// A registry on loopback that does not answer: the engine's pull fails.
+		{"image missing", Options{}, sandbox.Spec{Image: "127.0.0.1:1/airlock-test/no-such-image:1"}, sandbox.ErrNotFound, "could not pull it"},
 		{"runtime missing", Options{Image: testImage}, sandbox.Spec{Runtime: "no-such-runtime"}, sandbox.ErrUnsupported, "register it with the engine"},
 		{"root directory", Options{Image: testImage}, sandbox.Spec{Root: "/"}, sandbox.ErrUnsupported, "runs images"},
 	}

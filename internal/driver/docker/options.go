@@ -21,6 +21,7 @@
 package docker
 
 import (
+	"io"
 	"log/slog"
 
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -57,6 +58,9 @@ type Options struct {
 	StateDir string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
+	// Progress receives a line per step of a pull of an image the engine
+	// lacks (the one-shot CLI's stderr). Nil: only the log has them.
+	Progress io.Writer
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
 	// means one of the driver's own, with the default limits and no
 	// secrets.

@@ -169,6 +169,7 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostRoot: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent, CowMounts: true, Home: true,
+		Images: true, ImageRoot: true,
 	}
 }
 

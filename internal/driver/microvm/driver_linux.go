@@ -197,6 +197,8 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
 		HostRoot: true, HostMounts: false,
+		// An image's unpacked root, likewise (internal/image).
+		Images: true, ImageRoot: true,
 		Lacks: map[sandbox.Capability]sandbox.Lack{
 			sandbox.CapHostMounts: {Why: "the guest sees no host directory: its kernel has no 9p and Debian has no virtiofsd", Fix: "copy files in with the file API, or use a driver with host_mounts (native, gvisor) for host mounts"},
 		},

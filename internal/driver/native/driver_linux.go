@@ -105,6 +105,7 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true, Home: true,
+		Images: true, ImageRoot: true,
 		SurvivesRestart: d.rc.Persistent,
 	}
 }

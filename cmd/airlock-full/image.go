@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/tty"
+)
+
+func init() {
+	cli.RegisterCommand(newImageCmd)
+	cli.SetImageResolver(resolveImage)
+}
+
+// imageFlags are the flags every image command takes.
+type imageFlags struct {
+	cache, maxCache string
+	insecure        []string
+}
+
+func (f *imageFlags) add(cmd *cobra.Command) {
+	fl := cmd.PersistentFlags()
+	fl.StringVar(&f.cache, "cache", "", "the image cache's directory (default $AIRLOCK_IMAGE_CACHE, else $AIRLOCK_CACHE/images, else /var/cache/airlock/images for root, else ~/.cache/airlock/images)")
+	fl.StringVar(&f.maxCache, "max-cache", "20G", "the cache's size cap: past it a pull removes the least recently used images")
+	fl.StringArrayVar(&f.insecure, "insecure-registry", nil, "a registry (HOST:PORT) that may be reached over plain HTTP (repeatable; also $"+image.EnvInsecure+", comma-separated)")
+}
+
+func (f *imageFlags) store() (*image.Store, error) {
+	dir := f.cache
+	if dir == "" {
+		var err error
+		if dir, err = image.DefaultDir(); err != nil {
+			return nil, err
+		}
+	}
+	max, err := cli.ParseSize("--max-cache", f.maxCache)
+	if err != nil {
+		return nil, err
+	}
+	return image.Open(image.Options{Dir: dir, MaxBytes: max, Insecure: append(image.InsecureFromEnv(), f.insecure...)})
+}
+
+// resolveImage is `airlock run --image` on a driver that runs an image
+// from its unpacked root: the default cache, and the insecure registries
+// of the environment.
+func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli.ImageRoot, error) {
+	f := imageFlags{maxCache: "20G"}
+	s, err := f.store()
+	if err != nil {
+		return cli.ImageRoot{}, err
+	}
+	img, err := s.Get(ctx, ref, progress(w, quiet))
+	if err != nil {
+		return cli.ImageRoot{}, err
+	}
+	// Held until this process (the one-shot run) ends: not evicted or
+	// removed under its sandbox.
+	if _, err := s.Hold(img); err != nil {
+		return cli.ImageRoot{}, err
+	}
+	return cli.ImageRoot{Root: img.Root, Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir}, nil
+}
+
+// daemonImages is the image source of the daemon and of airlock mcp: the
+// default cache (opened at the first image) and the insecure registries
+// of the environment; a pull's layers are logged. Every image it gave a
+// sandbox is held (image.Store.Hold) until the process ends, so that no
+// eviction or rm removes a root under a running sandbox; the price is
+// that the cache's cap spares them.
+type daemonImages struct {
+	log  *slog.Logger
+	once sync.Once
+	s    *image.Store
+	err  error
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []string, error) {
+	d.once.Do(func() {
+		f := imageFlags{maxCache: "20G"}
+		d.s, d.err = f.store()
+	})
+	if d.err != nil {
+		return "", nil, d.err
+	}
+	img, err := d.s.Get(ctx, ref, func(e image.Event) {
+		if e.Phase == "layer" && e.Done == e.Total {
+			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
+		}
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.held[img.Digest] {
+		if _, err := d.s.Hold(img); err != nil {
+			return "", nil, err
+		}
+		if d.held == nil {
+			d.held = map[string]bool{}
+		}
+		d.held[img.Digest] = true
+	}
+	return img.Root, img.Config.Env, nil
+}
+
+// progress shows a pull's progress on w: redrawn on a terminal, lines
+// otherwise; nothing when quiet.
+func progress(w io.Writer, quiet bool) image.Progress {
+	f, ok := w.(*os.File)
+	return image.Printer(w, ok && tty.IsTerminal(int(f.Fd())), quiet)
+}
+
+func newImageCmd() *cobra.Command {
+	var f imageFlags
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Pull, load, list and remove the images native, gVisor and microvm sandboxes run (--image)",
+		Long: `The image cache: images pulled from registries (or loaded from archives)
+and unpacked, each once, into a read-only root that native, gVisor and
+microvm sandboxes of that image share (airlock run --image REF). Credentials come
+from the Docker config file and its credential helpers, as docker finds
+them; a registry is reached over plain HTTP only when named by
+--insecure-registry. An image's Entrypoint and Cmd are never run: a
+sandbox runs the commands it is given.`,
+	}
+	f.add(cmd)
+	var quiet bool
+	pull := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an image (REF: name[:tag] or name@sha256:DIGEST) into the cache",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			img, err := s.Pull(cmd.Context(), args[0], progress(cmd.ErrOrStderr(), quiet))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), img.Digest)
+			return nil
+		},
+	}
+	pull.Flags().BoolVarP(&quiet, "quiet", "q", false, "show no progress; print only the digest")
+	load := &cobra.Command{
+		Use:   "load FILE",
+		Short: "Load the images of an OCI image layout (a directory or a tar of one) or a docker save archive",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			imgs, err := s.Load(cmd.Context(), args[0], progress(cmd.ErrOrStderr(), quiet))
+			if err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Digest, strings.Join(img.Refs, " "))
+			}
+			return nil
+		},
+	}
+	load.Flags().BoolVarP(&quiet, "quiet", "q", false, "show no progress")
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the cached images, most recently used first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			imgs, err := s.List()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if imgs == nil {
+					imgs = []*image.Image{}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(imgs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "REFS\tDIGEST\tSIZE\tLAYERS\tUSED")
+			for _, img := range imgs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", strings.Join(img.Refs, ","), img.Digest[:19], image.Size(img.Size), img.Layers, img.Used.UTC().Format("2006-01-02 15:04"))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	rm := &cobra.Command{
+		Use:   "rm REF...",
+		Short: "Remove images (by reference or digest) from the cache",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			for _, r := range args {
+				if err := s.Remove(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(pull, load, ls, rm)
+	return cmd
+}
