@@ -235,7 +235,9 @@ func (sp *spawner) enter(v2 bool) error {
 	return enterThread(sp.group)
 }
 
-// takeSpawner returns a ready spawner, if any, else a new one.
+// takeSpawner returns a ready spawner, if any, else a new one. While
+// other execs run (concurrent clients), the next is prepared at once: the
+// next exec is likely to come before this one's result is out.
 func (e *engine) takeSpawner() *spawner {
 	e.mu.Lock()
 	var sp *spawner
@@ -243,9 +245,13 @@ func (e *engine) takeSpawner() *spawner {
 		sp = e.spare[n-1]
 		e.spare = e.spare[:n-1]
 	}
+	busy := len(e.procs) > 0
 	e.mu.Unlock()
 	if sp == nil {
 		sp = e.newSpawner()
+	}
+	if busy {
+		go e.prepare()
 	}
 	return sp
 }
