@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,11 @@ type engine struct {
 	workload *cgroup.Group // nil when cgroups were left out
 	filter   *confine.Filter
 	landlock bool
+	// ruleset is the commands' Landlock ruleset, built by the first
+	// spawner (inside the commands' root) and used by every later one;
+	// rulesetMu guards it.
+	rulesetMu sync.RWMutex
+	ruleset   *confine.LandlockRuleset
 	// workloadRoot, when set (> 0), is a descriptor of the directory
 	// commands are chrooted into (see setupContained).
 	workloadRoot int
@@ -36,10 +42,13 @@ type engine struct {
 	// execs holds every exec the host may still attach to.
 	execs execBook
 
-	mu       sync.Mutex
-	procs    map[string]*proc
-	next     *spawner // ready for the next command
-	spawnSeq atomic.Int64
+	mu    sync.Mutex
+	procs map[string]*proc
+	// spare are the spawners ready for the next commands; preparing
+	// counts those being made.
+	spare     []*spawner
+	preparing int
+	spawnSeq  atomic.Int64
 	// protected is set when the host gave the agent oom_score_adj -1000;
 	// forkMu serializes the switch to 0 and back around each fork.
 	protected bool
@@ -56,6 +65,10 @@ type proc struct {
 	reason     atomic.Value // sandbox.Reason, set by whoever kills it first
 	stopped    chan struct{}
 	started    time.Time
+	// left is closed once the spawner's thread has left the exec's
+	// group (v1): a kill freezes the group, and must not freeze a thread
+	// of the agent, nor find the agent among the group's processes.
+	left <-chan struct{}
 }
 
 func newEngine(cfg *agent.Config) (*engine, error) {
@@ -84,7 +97,6 @@ func newEngine(cfg *agent.Config) (*engine, error) {
 	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil && strings.TrimSpace(string(b)) == "-1000" {
 		e.protected = true
 	}
-	go e.prepare()
 	return e, nil
 }
 
@@ -101,15 +113,25 @@ func skipped(cfg *agent.Config, l sandbox.Layer) bool {
 type startError = sandbox.CommandError
 
 // spawner is a goroutine locked to an OS thread that already sits in a
-// fresh exec cgroup, waiting for the command it will fork. Moving a thread
-// between cgroup v1 groups costs an RCU grace period when no move happened
-// lately (milliseconds), so the engine keeps one spawner ready and pays
-// that cost between commands instead of during one.
+// fresh exec cgroup and already carries the command's confinement (the
+// commands' root, no_new_privs, an empty bounding set, its own Landlock
+// domain, the seccomp filter), waiting for the command it will fork. All
+// of that is done ahead, off the exec's path: an exec hands the ready
+// spawner its job, and what remains is fork, exec and (v1) the thread's
+// move back to the agent's group. Each spawner forks once and its thread
+// dies with it, so every exec keeps a Landlock domain of its own (sibling
+// domains: one exec cannot read another's /proc/PID/mem or environ), as
+// when the confinement was applied at the exec. Moving a thread between
+// cgroup v1 groups also costs an RCU grace period when no move happened
+// lately (milliseconds), another reason to do it ahead.
 type spawner struct {
 	group *cgroup.Group // nil without cgroups
 	name  string
-	jobs  chan spawnJob
-	ready chan error // the move's outcome, then closed
+	// cgroupFD (v2) is the group's directory, opened before Landlock, for
+	// CLONE_INTO_CGROUP; -1 otherwise.
+	cgroupFD int
+	jobs     chan spawnJob
+	ready    chan error // the preparation's outcome, then closed
 }
 
 type spawnJob struct {
@@ -122,6 +144,8 @@ type spawnJob struct {
 	// of the command's new session.
 	tty   bool
 	reply chan spawnResult
+	// left is closed once the thread is out of the exec's group (proc.left).
+	left chan struct{}
 }
 
 type spawnResult struct {
@@ -130,10 +154,18 @@ type spawnResult struct {
 	err    error
 }
 
-// newSpawner starts a spawner; its thread moves into a new exec group.
+// spareSpawners is how many prepared spawners the engine keeps ready: one
+// serves a sandbox used by one client at a time, and each costs an idle
+// sandbox a thread (a task of the host's pid_max budget). The next is
+// prepared once an exec's result is out: preparing it sooner takes the
+// agent's one P from the exec under way.
+const spareSpawners = 1
+
+// newSpawner starts a spawner; its thread moves into a new exec group and
+// confines itself.
 func (e *engine) newSpawner() *spawner {
 	n := e.spawnSeq.Add(1)
-	sp := &spawner{name: "x" + strconv.FormatInt(n, 10), jobs: make(chan spawnJob), ready: make(chan error, 1)}
+	sp := &spawner{name: "x" + strconv.FormatInt(n, 10), cgroupFD: -1, jobs: make(chan spawnJob), ready: make(chan error, 1)}
 	if e.workload != nil {
 		sp.group = e.workload.Child(sp.name)
 	}
@@ -142,19 +174,50 @@ func (e *engine) newSpawner() *spawner {
 		// goroutine: it is never unlocked.
 		runtime.LockOSThread()
 		err := sp.enter(e.cfg.Cgroup.V2)
+		if err == nil {
+			err = e.confineThread(sp)
+		}
 		sp.ready <- err
 		close(sp.ready)
 		if err != nil {
+			sp.closeFD()
 			return
 		}
 		job, ok := <-sp.jobs
 		if !ok {
+			// Not wanted after all: the thread ends with this goroutine,
+			// and its group once the thread has left it.
+			sp.closeFD()
+			if sp.group != nil {
+				go func() { _ = sp.group.Remove() }()
+			}
 			return
 		}
 		pid, status, err := e.forkOnThisThread(sp, job)
+		sp.closeFD()
 		job.reply <- spawnResult{pid, status, err}
+		if err == nil && sp.group != nil && !e.cfg.Cgroup.V2 {
+			// The command is started: its exec goes on while this thread
+			// moves back to the agent's own group, which on v1 costs a
+			// cgroup migration per hierarchy. Yield first, so that the
+			// exec's goroutine runs (the agent has one P).
+			runtime.Gosched()
+			if err := writeZero(e.cfg.AgentTasks, false); err != nil {
+				// Never seen; the thread leaves the group as it ends, right
+				// after this, and the command must not outlive the fault.
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		close(job.left)
 	}()
 	return sp
+}
+
+func (sp *spawner) closeFD() {
+	if sp.cgroupFD >= 0 {
+		_ = unix.Close(sp.cgroupFD)
+		sp.cgroupFD = -1
+	}
 }
 
 // enter creates the spawner's group and moves the calling thread into it
@@ -172,28 +235,66 @@ func (sp *spawner) enter(v2 bool) error {
 	return enterThread(sp.group)
 }
 
-// takeSpawner returns the ready spawner, if any, else a new one.
+// takeSpawner returns a ready spawner, if any, else a new one. While
+// other execs run (concurrent clients), the next is prepared at once: the
+// next exec is likely to come before this one's result is out.
 func (e *engine) takeSpawner() *spawner {
 	e.mu.Lock()
-	sp := e.next
-	e.next = nil
+	var sp *spawner
+	if n := len(e.spare); n > 0 {
+		sp = e.spare[n-1]
+		e.spare = e.spare[:n-1]
+	}
+	busy := len(e.procs) > 0
 	e.mu.Unlock()
 	if sp == nil {
 		sp = e.newSpawner()
 	}
+	if busy {
+		go e.prepare()
+	}
 	return sp
 }
 
-// prepare makes a spawner ready for the next command.
+// prepare makes spawners ready for the next commands, up to spareSpawners.
 func (e *engine) prepare() {
+	e.mu.Lock()
+	if len(e.spare)+e.preparing >= spareSpawners {
+		e.mu.Unlock()
+		return
+	}
+	e.preparing++
+	e.mu.Unlock()
 	sp := e.newSpawner()
+	<-sp.ready // its thread's work, not this goroutine's: counted as preparing until done
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.next != nil {
+	e.preparing--
+	if len(e.spare) >= spareSpawners {
 		close(sp.jobs)
 		return
 	}
-	e.next = sp
+	e.spare = append(e.spare, sp)
+}
+
+// discardSpawners drops the prepared spawners and the Landlock ruleset:
+// they were built from what the sandbox was (a template's, before it
+// became a sandbox), and later ones are built from what it is now.
+func (e *engine) discardSpawners() {
+	e.rulesetMu.Lock()
+	if e.ruleset != nil {
+		e.ruleset.Close()
+		e.ruleset = nil
+	}
+	e.rulesetMu.Unlock()
+	e.mu.Lock()
+	old := e.spare
+	e.spare = nil
+	e.mu.Unlock()
+	for _, sp := range old {
+		close(sp.jobs)
+	}
+	go e.prepare()
 }
 
 // start starts the command of s with the given standard streams.
@@ -216,7 +317,8 @@ func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*pro
 		}
 		return nil, err
 	}
-	p := &proc{id: s.ID, group: sp.group, cgroupName: sp.name, stopped: make(chan struct{})}
+	left := make(chan struct{})
+	p := &proc{id: s.ID, group: sp.group, cgroupName: sp.name, stopped: make(chan struct{}), left: left}
 	e.mu.Lock()
 	if _, dup := e.procs[s.ID]; dup {
 		e.mu.Unlock()
@@ -233,7 +335,7 @@ func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*pro
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
 	}
 	reply := make(chan spawnResult, 1)
-	sp.jobs <- spawnJob{path: path, dir: dir, argv: s.Argv, env: env, stdin: stdin, stdout: stdout, stderr: stderr, tty: s.PTY != nil, reply: reply}
+	sp.jobs <- spawnJob{path: path, dir: dir, argv: s.Argv, env: env, stdin: stdin, stdout: stdout, stderr: stderr, tty: s.PTY != nil, reply: reply, left: left}
 	r := <-reply
 	if e.protected {
 		_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
@@ -247,8 +349,83 @@ func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*pro
 	return p, nil
 }
 
-// forkOnThisThread confines the calling (locked) thread and forks the
-// command from it; the child inherits the confinement.
+// confineThread gives the calling (locked) thread the confinement of a
+// command, in the order a command's start always had: the exec's cgroup
+// (its directory opened, v2, or its own cgroup namespace, v1), the
+// commands' root, no_new_privs, the bounding set, Landlock, seccomp. The
+// children it forks inherit all of it.
+func (e *engine) confineThread(sp *spawner) error {
+	if sp.group != nil {
+		if e.cfg.Cgroup.V2 {
+			fd, err := unix.Open(sp.group.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open the exec's cgroup: %w", err)
+			}
+			sp.cgroupFD = fd
+		} else if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			// The command sees its own exec group as its cgroup root.
+			return fmt.Errorf("enter the exec's cgroup namespace: %w", err)
+		}
+	}
+	if e.workloadRoot > 0 {
+		if err := chrootThread(e.workloadRoot); err != nil {
+			return err
+		}
+	}
+	if err := confine.SetNoNewPrivs(); err != nil {
+		return err
+	}
+	if err := confine.DropBoundingSet(); err != nil {
+		return err
+	}
+	if e.landlock {
+		if err := e.restrictThread(); err != nil {
+			return fmt.Errorf("apply landlock: %w", err)
+		}
+	}
+	if e.filter != nil {
+		if err := e.filter.InstallThread(); err != nil {
+			return fmt.Errorf("apply seccomp: %w", err)
+		}
+	}
+	return nil
+}
+
+// restrictThread puts the calling thread in a Landlock domain of its own,
+// made from the commands' ruleset, which it builds if none is built yet.
+// The thread must be in the commands' root already: the paths resolve
+// relative to it.
+func (e *engine) restrictThread() error {
+	e.rulesetMu.RLock()
+	r := e.ruleset
+	if r != nil {
+		defer e.rulesetMu.RUnlock()
+		return r.RestrictThread()
+	}
+	e.rulesetMu.RUnlock()
+	e.rulesetMu.Lock()
+	defer e.rulesetMu.Unlock()
+	if e.ruleset == nil {
+		// The sandbox's own terminals (/dev/pts is its devpts instance;
+		// /dev/tty is the caller's controlling terminal): a program may
+		// reopen its terminal and set its modes (IOCTL_DEV).
+		rw := []string{sandbox.Workspace, "/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts", "/dev/tty"}
+		for _, m := range e.cfg.Mounts {
+			if m.Writable {
+				rw = append(rw, m.Target)
+			}
+		}
+		r, err := confine.Landlock{ReadExec: []string{"/"}, ReadWrite: rw}.Build()
+		if err != nil {
+			return err
+		}
+		e.ruleset = r
+	}
+	return e.ruleset.RestrictThread()
+}
+
+// forkOnThisThread forks the command from the calling thread, which
+// confineThread confined.
 func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.WaitStatus, error) {
 	sys := &syscall.SysProcAttr{
 		Setsid:     true,
@@ -259,48 +436,8 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 		Setctty: job.tty,
 		Ctty:    0,
 	}
-	if sp.group != nil {
-		if e.cfg.Cgroup.V2 {
-			fd, err := unix.Open(sp.group.Path("memory"), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return 0, nil, fmt.Errorf("open the exec's cgroup: %w", err)
-			}
-			defer unix.Close(fd)
-			sys.UseCgroupFD, sys.CgroupFD = true, fd
-		} else if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-			// The command sees its own exec group as its cgroup root.
-			return 0, nil, fmt.Errorf("enter the exec's cgroup namespace: %w", err)
-		}
-	}
-	if e.workloadRoot > 0 {
-		if err := chrootThread(e.workloadRoot); err != nil {
-			return 0, nil, err
-		}
-	}
-	if err := confine.SetNoNewPrivs(); err != nil {
-		return 0, nil, err
-	}
-	if err := confine.DropBoundingSet(); err != nil {
-		return 0, nil, err
-	}
-	if e.landlock {
-		// The sandbox's own terminals (/dev/pts is its devpts instance;
-		// /dev/tty is the caller's controlling terminal): a program may
-		// reopen its terminal and set its modes (IOCTL_DEV).
-		rw := []string{sandbox.Workspace, "/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts", "/dev/tty"}
-		for _, m := range e.cfg.Mounts {
-			if m.Writable {
-				rw = append(rw, m.Target)
-			}
-		}
-		if _, err := (confine.Landlock{ReadExec: []string{"/"}, ReadWrite: rw}).RestrictThread(); err != nil {
-			return 0, nil, fmt.Errorf("apply landlock: %w", err)
-		}
-	}
-	if e.filter != nil {
-		if err := e.filter.InstallThread(); err != nil {
-			return 0, nil, fmt.Errorf("apply seccomp: %w", err)
-		}
+	if sp.cgroupFD >= 0 {
+		sys.UseCgroupFD, sys.CgroupFD = true, sp.cgroupFD
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   job.dir,
@@ -312,16 +449,11 @@ func (e *engine) forkOnThisThread(sp *spawner, job spawnJob) (int, <-chan unix.W
 	if err != nil {
 		return 0, nil, execError(job.argv[0], job.dir, err)
 	}
-	// Back to the agent's own group: a thread of the agent must never be
-	// in a group that gets frozen for a kill (a frozen thread stops the
-	// whole Go runtime at its next stop-the-world). The descriptors were
-	// opened before Landlock, which checks only at open.
-	if sp.group != nil && !e.cfg.Cgroup.V2 {
-		if err := writeZero(e.cfg.AgentTasks, false); err != nil {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			return 0, nil, fmt.Errorf("leave the exec's cgroup: %w", err)
-		}
-	}
+	// The thread goes back to the agent's own group after the reply (see
+	// newSpawner): a thread of the agent must never be in a group that gets
+	// frozen for a kill (a frozen thread stops the whole Go runtime at its
+	// next stop-the-world), so kills wait for proc.left. The descriptors
+	// were opened before Landlock, which checks only at open.
 	return pid, status, nil
 }
 
@@ -441,6 +573,7 @@ const defaultTerm = "xterm-256color"
 func (e *engine) kill(p *proc, reason sandbox.Reason) {
 	p.reason.CompareAndSwap(nil, reason)
 	if p.group != nil {
+		<-p.left
 		_ = p.group.Kill(5 * time.Second)
 		return
 	}
@@ -449,6 +582,27 @@ func (e *engine) kill(p *proc, reason sandbox.Reason) {
 	_ = unix.Kill(-p.pid, unix.SIGKILL)
 	_ = unix.Kill(p.pid, unix.SIGKILL)
 }
+
+// killTree ends what a foreground command left running in its group once
+// it has ended. The spawner's thread may still be moving out of the group
+// (v1): if nothing but the agent is in it, there is nothing to kill and
+// no need to wait for the thread; else the kill waits until the thread
+// is out, as a freeze must not catch it.
+func (e *engine) killTree(p *proc) {
+	select {
+	case <-p.left:
+	default:
+		if pids, err := p.group.Procs(); err == nil && !slices.ContainsFunc(pids, func(pid int) bool { return pid != os.Getpid() }) {
+			return
+		}
+		<-p.left
+	}
+	_ = p.group.Kill(5 * time.Second)
+}
+
+// prepareDelay is how long after an exec no stream follows the next spawner
+// is prepared.
+const prepareDelay = 5 * time.Millisecond
 
 func (e *engine) signal(id string, sig unix.Signal) error {
 	e.mu.Lock()

@@ -378,7 +378,7 @@ func (s *server) runExec(es *execState) {
 	ws := s.watch(p, st)
 	if p.group != nil && !st.Background {
 		// A command owns its whole tree: what it left running ends with it.
-		_ = p.group.Kill(5 * time.Second)
+		s.eng.killTree(p)
 	} else if !st.Background {
 		_ = unix.Kill(-p.pid, unix.SIGKILL)
 	}
@@ -424,8 +424,10 @@ func (s *server) runExec(es *execState) {
 	// A result nobody collects is dropped after endedKeep.
 	time.AfterFunc(endedKeep, func() { s.eng.execs.trim(time.Now()) })
 	// The next command's spawner is prepared while the sandbox is idle,
-	// not while a command starts or runs.
-	go s.eng.prepare()
+	// not while a command starts or runs, nor while its result is sent
+	// (follow prepares it once it has sent the result; this is for an
+	// exec no stream follows).
+	time.AfterFunc(prepareDelay, s.eng.prepare)
 }
 
 // follow sends the exec's output from offs on over stream as att, then
@@ -469,7 +471,9 @@ func (s *server) follow(ctx context.Context, send func(*agent.ExecEvent) error, 
 			es.mu.Lock()
 			res := es.result
 			es.mu.Unlock()
-			return send(&agent.ExecEvent{Exit: &res})
+			err := send(&agent.ExecEvent{Exit: &res})
+			go s.eng.prepare()
+			return err
 		}
 		select {
 		case <-changed[0]:

@@ -132,6 +132,8 @@ func run() error {
 	}
 	serve := func() error {
 		eng.workloadRoot = workloadRoot
+		// Spawners confine themselves ahead: only once the commands' root is known.
+		go eng.prepare()
 		s := &server{cfg: &cfg, eng: eng}
 		if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
 			// A container engine's: the first session is the attach stream,
@@ -204,6 +206,7 @@ func run() error {
 					return fmt.Errorf("open the file API's root: %w", err)
 				}
 			}
+			eng.discardSpawners()
 		}
 		if s.egress, err = startEgress(cfg.Egress); err != nil {
 			return err

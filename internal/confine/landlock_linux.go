@@ -95,9 +95,32 @@ func LandlockABI() int {
 // the rights that apply to files. It returns the kernel's ABI version;
 // without Landlock the error wraps sandbox.ErrUnsupported.
 func (l Landlock) RestrictThread() (abi int, err error) {
-	abi = LandlockABI()
+	r, err := l.Build()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	if err := r.RestrictThread(); err != nil {
+		return 0, err
+	}
+	return r.abi, nil
+}
+
+// LandlockRuleset is a ruleset built once (paths resolved then) to restrict
+// any number of threads: each RestrictThread makes a domain of its own
+// from it, as Landlock.RestrictThread does, without resolving the paths
+// and adding the rules again.
+type LandlockRuleset struct {
+	fd  int
+	abi int
+}
+
+// Build makes l's ruleset; see RestrictThread for what it handles. Paths
+// are resolved now, relative to the calling thread's root.
+func (l Landlock) Build() (*LandlockRuleset, error) {
+	abi := LandlockABI()
 	if abi < 1 {
-		return 0, fmt.Errorf("landlock: not available (needs Linux 5.13+ with landlock in the lsm= list): %w", sandbox.ErrUnsupported)
+		return nil, fmt.Errorf("landlock: not available (needs Linux 5.13+ with landlock in the lsm= list): %w", sandbox.ErrUnsupported)
 	}
 	handled := handledFS(abi)
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: handled}
@@ -106,27 +129,39 @@ func (l Landlock) RestrictThread() (abi int, err error) {
 	}
 	ruleset, err := landlockCreateRuleset(&attr)
 	if err != nil {
-		return 0, fmt.Errorf("landlock: create ruleset: %w", err)
+		return nil, fmt.Errorf("landlock: create ruleset: %w", err)
 	}
-	defer func() { _ = unix.Close(ruleset) }()
-
+	r := &LandlockRuleset{fd: ruleset, abi: abi}
 	for _, p := range l.ReadExec {
 		if err := addPath(ruleset, p, fsReadExec&handled); err != nil {
-			return 0, err
+			r.Close()
+			return nil, err
 		}
 	}
 	for _, p := range l.ReadWrite {
 		if err := addPath(ruleset, p, handled); err != nil {
-			return 0, err
+			r.Close()
+			return nil, err
 		}
 	}
-	if err := landlockRestrictSelf(ruleset); err != nil {
+	return r, nil
+}
+
+// RestrictThread enforces the ruleset on the calling thread only, in a
+// domain of its own; see Landlock.RestrictThread.
+func (r *LandlockRuleset) RestrictThread() error {
+	if err := landlockRestrictSelf(r.fd); err != nil {
 		if errors.Is(err, unix.EPERM) {
-			return 0, fmt.Errorf("landlock: restrict thread: %w (set no_new_privs first)", err)
+			return fmt.Errorf("landlock: restrict thread: %w (set no_new_privs first)", err)
 		}
-		return 0, fmt.Errorf("landlock: restrict thread: %w", err)
+		return fmt.Errorf("landlock: restrict thread: %w", err)
 	}
-	return abi, nil
+	return nil
+}
+
+// Close releases the ruleset; the domains made from it stay.
+func (r *LandlockRuleset) Close() {
+	_ = unix.Close(r.fd)
 }
 
 // addPath grants access beneath path, or on it when it is not a directory.
