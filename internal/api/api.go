@@ -425,6 +425,8 @@ func classify(err error) *Error {
 		return &Error{http.StatusConflict, "not_running", m, 0}
 	case errors.Is(err, sandbox.ErrMismatch):
 		return &Error{http.StatusConflict, "version_mismatch", m, 0}
+	case errors.Is(err, supervisor.ErrBusy):
+		return &Error{http.StatusConflict, "busy", m, 0}
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &Error{http.StatusNotFound, "not_found", m, 0}
 	case errors.Is(err, sandbox.ErrOutside):

@@ -20,7 +20,11 @@ import (
 func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	l, err := s.lookup(c, id)
 	if errors.Is(err, ErrNotRunning) {
-		return nil
+		l = s.pausedLive(id)
+		if l == nil {
+			return nil
+		}
+		err = nil
 	}
 	if err != nil {
 		return err
@@ -86,6 +90,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 			s.log.Warn("close sandbox", "sandbox_id", id, "err", err)
 		}
 	}
+	s.discardPaused(ctx, l)
 	now := s.opts.Now().UTC()
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.State, r.Ended, r.EndReason, r.EndMessage = store.StateDestroyed, now, reason, why

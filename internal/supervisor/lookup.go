@@ -54,6 +54,8 @@ type Info struct {
 	// the checkpoints taken so far (its execs, while it keeps them).
 	Checkpoints int
 	Steps       int64
+	// Paused is set while it is paused.
+	Paused *store.Paused
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -81,6 +83,9 @@ func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
 	l.mu.Unlock()
 	if err := allowed(c, rec); err != nil {
 		return nil, err
+	}
+	if inst == nil && rec.State == store.StatePaused && !ending {
+		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrNotRunning)
 	}
 	if inst == nil || ending {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)
@@ -182,6 +187,7 @@ func recInfo(r store.Sandbox) Info {
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
 		Limits: r.Spec.Limits, Env: r.Spec.Env, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 		Metadata: maps.Clone(r.Metadata), Token: r.Token, Checkpoints: r.Checkpoints,
+		Paused: r.Paused,
 	}
 }
 

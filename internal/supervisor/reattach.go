@@ -141,6 +141,9 @@ func (s *Supervisor) each(ctx context.Context, fn func(context.Context, store.Sa
 
 // recoverOne reattaches to the sandbox of rec, or ends it.
 func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome {
+	if rec.State == store.StatePaused {
+		return s.keepPaused(ctx, rec)
+	}
 	drv := s.opts.Drivers[rec.Driver]
 	rc, ok := drv.(sandbox.Recoverer)
 	switch {
