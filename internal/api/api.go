@@ -118,6 +118,8 @@ var routes = []route{
 	{method: "GET", path: "/v1/sandboxes/{id}", h: (*Server).getSandbox},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
+	{method: "POST", path: "/v1/sandboxes/{id}/pause", op: opRequest, h: (*Server).pauseSandbox},
+	{method: "POST", path: "/v1/sandboxes/{id}/resume", op: opRequest, h: (*Server).resumeSandbox},
 	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
 	{method: "GET", path: "/v1/sandboxes/{id}/usage", h: (*Server).sandboxUsage},
 
