@@ -85,6 +85,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	s.thawPaused(ctx, l)
 	if inst != nil {
 		if err := inst.Close(ctx); err != nil {
 			s.log.Warn("close sandbox", "sandbox_id", id, "err", err)

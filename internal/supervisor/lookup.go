@@ -84,7 +84,7 @@ func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
 	if err := allowed(c, rec); err != nil {
 		return nil, err
 	}
-	if inst == nil && rec.State == store.StatePaused && !ending {
+	if rec.State == store.StatePaused && !ending {
 		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrNotRunning)
 	}
 	if inst == nil || ending {

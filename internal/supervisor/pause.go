@@ -311,7 +311,7 @@ func (s *Supervisor) pausedLive(id string) *live {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.rec.State != store.StatePaused || l.inst != nil || l.ending {
+	if l.rec.State != store.StatePaused || l.ending {
 		return nil
 	}
 	return l
@@ -322,8 +322,10 @@ func (s *Supervisor) pausedLive(id string) *live {
 // unless the driver kept it, is reattached and frozen still).
 func (s *Supervisor) keepPaused(ctx context.Context, rec store.Sandbox) outcome {
 	if rec.Paused == nil || rec.Paused.MemoryKept {
-		// A freeze holds its processes: reattach to them, frozen.
-		rec.State = store.StateRunning
+		// A freeze holds its processes: reattach to them, frozen (its
+		// TTL waits: it is not checked).
+		exp := rec.ExpiresAt
+		rec.State, rec.ExpiresAt = store.StateRunning, time.Time{}
 		out := s.recoverOne(ctx, rec)
 		if out != outReattached {
 			return out
@@ -333,7 +335,7 @@ func (s *Supervisor) keepPaused(ctx context.Context, rec store.Sandbox) outcome 
 		s.mu.Unlock()
 		if rec.Paused != nil {
 			l.mu.Lock()
-			l.rec.State, l.rec.Paused = store.StatePaused, rec.Paused
+			l.rec.State, l.rec.Paused, l.rec.ExpiresAt = store.StatePaused, rec.Paused, exp
 			l.mu.Unlock()
 		}
 		return out
@@ -345,6 +347,19 @@ func (s *Supervisor) keepPaused(ctx context.Context, rec store.Sandbox) outcome 
 	s.mu.Unlock()
 	s.log.Info("paused sandbox kept", "sandbox_id", rec.ID, "until", rec.Paused.Until)
 	return outReattached
+}
+
+// thawPaused lets a frozen sandbox l, which ends, go on, so that its
+// close finds its commands running.
+func (s *Supervisor) thawPaused(ctx context.Context, l *live) {
+	l.mu.Lock()
+	rec, inst := l.rec, l.inst
+	l.mu.Unlock()
+	if fr, ok := inst.(sandbox.Freezer); ok && rec.State == store.StatePaused && rec.Paused != nil && rec.Paused.MemoryKept {
+		if err := fr.Thaw(ctx); err != nil {
+			s.log.Warn("thaw a frozen sandbox to end it", "sandbox_id", rec.ID, "err", err)
+		}
+	}
 }
 
 // discardPaused removes what a paused sandbox l, which ends, kept.
