@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -233,6 +234,8 @@ func (s *Supervisor) lost(ctx context.Context, rec store.Sandbox, why string) ou
 	}); err != nil {
 		s.log.Error("record a lost sandbox", "sandbox_id", rec.ID, "err", err)
 	}
+	// A pause image of a pause the previous daemon did not finish.
+	_ = os.RemoveAll(s.pausedDir(rec.ID))
 	s.dropCheckpoints(ctx, rec.Owner, rec.ID)
 	s.m.Kills.WithLabelValues(lostReason).Inc()
 	s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", rec.ID, "owner", rec.Owner, "why", why)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -39,7 +40,7 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()
 `
 	fetch = `import urllib.request, time
-for i in range(100):
+for i in range(600):
     try:
         print(urllib.request.urlopen('http://127.0.0.1:8000', timeout=5).read().decode()); break
     except OSError:
@@ -62,7 +63,10 @@ func TestPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := in.ID()
-	t.Cleanup(func() { _ = d.Discard(ctx, id, nil) })
+	t.Cleanup(func() {
+		_ = in.Close(ctx) // a sandbox that was not paused
+		_ = d.Discard(ctx, id, nil)
+	})
 	if _, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", server}, Background: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +144,136 @@ func dirBytes(t *testing.T, dir string) int64 {
 		}
 	}
 	return n
+}
+
+// TestPauseResumeMemory measures a pause and a resume of a 256 MiB
+// sandbox whose Python process holds 160 MiB (non-zero pages).
+func TestPauseResumeMemory(t *testing.T) {
+	requireGVisor(t)
+	d, err := New(Options{Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in, err := d.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := in.ID()
+	t.Cleanup(func() {
+		_ = in.Close(ctx) // a sandbox that was not paused
+		_ = d.Discard(ctx, id, nil)
+	})
+	hold := `import http.server, hashlib
+data = bytearray(160 << 20)
+chunk = b'\x5a' * (1 << 20)
+for i in range(160): data[i << 20:(i + 1) << 20] = chunk
+digest = hashlib.sha256(data).hexdigest()[:16]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(hashlib.sha256(data).hexdigest()[:16].encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()
+`
+	p, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", hold}, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		res, err := p.Wait(ctx)
+		if err == nil {
+			t.Logf("the server ended: %+v", res)
+		}
+	}()
+	before := strings.TrimSpace(run(t, in, "python3", "-c", fetch))
+	dir := t.TempDir()
+	t0 := time.Now()
+	st, back, err := d.Pause(ctx, in, dir)
+	if err != nil {
+		if back != nil {
+			back.Close(ctx)
+		}
+		t.Fatalf("pause: %v", err)
+	}
+	pause := time.Since(t0)
+	t0 = time.Now()
+	in2, err := d.Resume(ctx, id, st, dir)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	defer in2.Close(ctx)
+	resume := time.Since(t0)
+	run(t, in2, "true")
+	firstExec := time.Since(t0)
+	after := strings.TrimSpace(run(t, in2, "python3", "-c", fetch))
+	t.Logf("256 MiB sandbox holding 160 MiB: pause %v, image %d MiB; resume %v, to a first exec %v", pause.Round(time.Millisecond), dirBytes(t, dir)>>20, resume.Round(time.Millisecond), firstExec.Round(time.Millisecond))
+	if after != before || len(before) != 16 {
+		t.Fatalf("the server's digest of its memory was %q, after the resume %q", before, after)
+	}
+}
+
+// TestPauseInterrupted: an airlock process killed in the middle of a
+// pause leaves the sandbox running (killed before the checkpoint: the
+// next one reattaches to it) or gone with nothing left of it (killed
+// after: the image is the supervisor's, which keeps or drops it).
+func TestPauseInterrupted(t *testing.T) {
+	requireGVisor(t)
+	ctx := context.Background()
+	for _, checkpointed := range []bool{false, true} {
+		d, err := New(Options{Persistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := d.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := in.ID()
+		ai := in.(*agentdriver.Instance)
+		h := ai.Host().(*host)
+		state, err := ai.DriverState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Pause's steps, up to where the process "dies".
+		if err := ai.Detach(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.runscCmd(10*time.Second, "kill", id, signalName(agent.SuspendSignal)); err != nil {
+			t.Fatal(err)
+		}
+		if err := awaitGone(ctx, h.sockPath(), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if checkpointed {
+			if _, err := d.runscCmd(time.Minute, "checkpoint", "--image-path="+t.TempDir(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d2, err := New(Options{Persistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		back, err := d2.Recover(rctx, id, state)
+		cancel()
+		if checkpointed {
+			if err == nil {
+				back.Close(ctx)
+				t.Fatal("reattached to a checkpointed sandbox")
+			}
+			if left := findLeaks(id); len(left) > 0 {
+				t.Errorf("a sandbox checkpointed by a process that died left %v", left)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("reattach to a sandbox whose pause was cut short: %v", err)
+		}
+		run(t, back, "true")
+		back.Close(ctx)
+	}
 }
