@@ -427,6 +427,8 @@ func classify(err error) *Error {
 		return &Error{http.StatusConflict, "not_running", m, 0}
 	case errors.Is(err, sandbox.ErrMismatch):
 		return &Error{http.StatusConflict, "version_mismatch", m, 0}
+	case errors.Is(err, supervisor.ErrPaused):
+		return &Error{http.StatusConflict, "paused", m, 0}
 	case errors.Is(err, supervisor.ErrBusy):
 		return &Error{http.StatusConflict, "busy", m, 0}
 	case errors.Is(err, sandbox.ErrNotFound):

@@ -30,7 +30,7 @@ func TestPauseOverAPI(t *testing.T) {
 		t.Fatalf("list of paused sandboxes: %d, %v", len(l), err)
 	}
 	_, err = c.Exec(ctx, sb.ID, client.ExecRequest{Argv: []string{"true"}})
-	apiError(t, err, http.StatusConflict, "not_running")
+	apiError(t, err, http.StatusConflict, "paused")
 	r, err := c.ResumeSandbox(ctx, sb.ID)
 	if err != nil || r.State != client.StateRunning || r.Paused != nil {
 		t.Fatalf("resumed: %+v %v", r, err)

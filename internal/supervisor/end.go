@@ -19,12 +19,11 @@ import (
 // is not an error.
 func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	l, err := s.lookup(c, id)
-	if errors.Is(err, ErrNotRunning) {
-		l = s.pausedLive(id)
-		if l == nil {
-			return nil
-		}
-		err = nil
+	if errors.Is(err, ErrPaused) {
+		l, err = s.pausedLive(id), nil
+	}
+	if errors.Is(err, ErrNotRunning) || err == nil && l == nil {
+		return nil
 	}
 	if err != nil {
 		return err

@@ -85,7 +85,7 @@ func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
 		return nil, err
 	}
 	if rec.State == store.StatePaused && !ending {
-		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrNotRunning)
+		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
 	}
 	if inst == nil || ending {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)

@@ -78,10 +78,10 @@ func TestPauseResume(t *testing.T) {
 	if got := p.Paused.Until.Sub(p.Paused.At); got != 48*time.Hour {
 		t.Errorf("paused TTL %v, want the template's 48h", got)
 	}
-	if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"true"}}); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "paused") {
+	if _, err := sup.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"true"}}); !errors.Is(err, ErrPaused) || !strings.Contains(err.Error(), "resume it first") {
 		t.Errorf("exec in a paused sandbox: %v", err)
 	}
-	if _, err := sup.Pause(ctx, alice, in.ID); !errors.Is(err, ErrNotRunning) {
+	if _, err := sup.Pause(ctx, alice, in.ID); !errors.Is(err, ErrPaused) {
 		t.Errorf("pause of a paused sandbox: %v", err)
 	}
 	// Its TTL (1 h) and idle timeout (10 min) wait while it is paused.

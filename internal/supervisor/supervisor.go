@@ -46,6 +46,8 @@ var (
 	ErrCapacity = errors.New("not enough memory on the host")
 	// ErrNotRunning: the sandbox has ended.
 	ErrNotRunning = errors.New("sandbox is not running")
+	// ErrPaused: the sandbox is paused; resume it first.
+	ErrPaused = errors.New("sandbox is paused")
 	// ErrBusy: the sandbox has work in flight that the request would cut.
 	ErrBusy = errors.New("sandbox is busy")
 )
