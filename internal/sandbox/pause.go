@@ -29,6 +29,17 @@ type Pauser interface {
 	Discard(ctx context.Context, id string, state []byte) error
 }
 
+// PauseFinder is a Pauser that can tell, for a sandbox whose pause the
+// process that began it did not see through (it died), whether the
+// sandbox was saved after all.
+type PauseFinder interface {
+	// Paused returns the state Resume takes and true when sandbox id,
+	// whose reattach state is state, was saved by a pause and no longer
+	// runs (what it left running on the host is removed); false when it
+	// was not (it may run on: Recoverer.Recover reattaches to it).
+	Paused(ctx context.Context, id string, state []byte) ([]byte, bool)
+}
+
 // Freezer is an instance that can stop every process of its sandbox where
 // it is (its memory stays on the host) and let it go on.
 type Freezer interface {

@@ -163,6 +163,10 @@ type Paused struct {
 	// MemoryKept: it is frozen, its memory the host's still; nothing is
 	// on disk.
 	MemoryKept bool `json:"memory_kept,omitempty"`
+	// Pending: a pause was begun and not recorded as done (the sandbox's
+	// state is still running): a daemon that died meanwhile left it
+	// running, or saved (sandbox.PauseFinder says which).
+	Pending bool `json:"pending,omitempty"`
 	// DriverState is its driver's (sandbox.Pauser's) state of it.
 	DriverState []byte `json:"driver_state,omitempty"`
 	// Digests are the SHA-256 (hex) of every file of its pause image, by

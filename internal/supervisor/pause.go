@@ -89,8 +89,16 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return Info{}, fmt.Errorf("pause sandbox %s: make its image's directory: %w", id, err)
 		}
+		// A daemon that dies from here on leaves the record saying so:
+		// the next one finds the sandbox running, or saved (recoverOne).
+		pending := *p
+		pending.Pending = true
+		if _, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Paused = &pending; return nil }); err != nil {
+			return Info{}, fmt.Errorf("record the pause of sandbox %s: %w", id, err)
+		}
 		state, back, err := pauser.Pause(ctx, inst, dir)
 		if err != nil {
+			_, _ = s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Paused = nil; return nil })
 			_ = os.RemoveAll(dir)
 			s.pauseFailed(l, inst, back)
 			return Info{}, s.pauseError(id, err)
@@ -104,6 +112,7 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 				s.pauseFailed(l, inst, nil)
 			}
 			_ = os.RemoveAll(dir)
+			_, _ = s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Paused = nil; return nil })
 			return Info{}, fmt.Errorf("pause sandbox %s: read its image back: %w", id, err)
 		}
 	default:
@@ -315,6 +324,37 @@ func (s *Supervisor) pausedLive(id string) *live {
 		return nil
 	}
 	return l
+}
+
+// finishPause takes up, on the daemon's start, a sandbox whose pause the
+// previous daemon began and did not record as done: when its driver finds
+// it saved, it is recorded paused (its image's digests taken now);
+// otherwise the pause is forgotten and it is reattached as running.
+func (s *Supervisor) finishPause(ctx context.Context, rec store.Sandbox) outcome {
+	p := *rec.Paused
+	rec.Paused = nil
+	if pf, ok := s.opts.Drivers[rec.Driver].(sandbox.PauseFinder); ok {
+		if state, saved := pf.Paused(ctx, rec.ID, rec.DriverState); saved {
+			var err error
+			p.Pending, p.DriverState = false, state
+			if p.Digests, p.Bytes, err = digestDir(s.pausedDir(rec.ID)); err != nil {
+				return s.lost(ctx, rec, "it was being paused when the previous daemon stopped, and its pause image cannot be read: "+err.Error())
+			}
+			if rec, err = s.store.UpdateSandbox(rec.ID, func(r *store.Sandbox) error {
+				r.State, r.Paused = store.StatePaused, &p
+				return nil
+			}); err != nil {
+				return s.lost(ctx, rec, "record its pause: "+err.Error())
+			}
+			s.log.Info("a pause the previous daemon began is done: the sandbox is paused", "sandbox_id", rec.ID)
+			return s.keepPaused(ctx, rec)
+		}
+	}
+	if _, err := s.store.UpdateSandbox(rec.ID, func(r *store.Sandbox) error { r.Paused = nil; return nil }); err != nil {
+		s.log.Warn("forget a pause that did not happen", "sandbox_id", rec.ID, "err", err)
+	}
+	_ = os.RemoveAll(s.pausedDir(rec.ID))
+	return s.recoverOne(ctx, rec)
 }
 
 // keepPaused takes up, on the daemon's start, a sandbox that was paused:

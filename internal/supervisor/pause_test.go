@@ -244,3 +244,49 @@ func TestPausedSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPauseUnrecorded: a daemon that died after its driver saved a
+// sandbox and before it recorded the pause leaves the record running with
+// a pending pause; the next daemon finds the sandbox saved (PauseFinder),
+// records it paused, and resumes it.
+func TestPauseUnrecorded(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	drv := &fake.Driver{Pausable: true}
+	clk := &clock{now: time.Now()}
+	sup, st := pauseFixture(t, dir, drv, clk)
+	in, err := sup.Create(ctx, alice, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.Pause(ctx, alice, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As the record was while the driver saved it.
+	if _, err := st.UpdateSandbox(in.ID, func(r *store.Sandbox) error {
+		r.State = store.StateRunning
+		r.Paused = &store.Paused{At: r.Paused.At, Until: r.Paused.Until, TTLLeft: r.Paused.TTLLeft, Pending: true}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	sup2, _ := pauseFixture(t, dir, drv, clk)
+	defer sup2.Close(ctx)
+	if _, err := sup2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sup2.Get(ctx, alice, in.ID)
+	if err != nil || got.State != store.StatePaused || got.Paused == nil || got.Paused.Pending || len(got.Paused.Digests) != 1 {
+		t.Fatalf("after the restart: %+v %+v %v", got, got.Paused, err)
+	}
+	if _, err := sup2.Resume(ctx, alice, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup2.Exec(ctx, alice, in.ID, ExecRequest{Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -145,6 +145,9 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	if rec.State == store.StatePaused {
 		return s.keepPaused(ctx, rec)
 	}
+	if rec.State == store.StateRunning && rec.Paused != nil && rec.Paused.Pending {
+		return s.finishPause(ctx, rec)
+	}
 	drv := s.opts.Drivers[rec.Driver]
 	rc, ok := drv.(sandbox.Recoverer)
 	switch {

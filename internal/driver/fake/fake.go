@@ -36,8 +36,8 @@ type Driver struct {
 	// Pausable makes its sandboxes pausable with their memory
 	// (sandbox.Pauser; pause.go).
 	Pausable bool
-	// Created, Closed, Swept, Paused and Discarded count calls.
-	Created, Closed, Swept, Paused, Discarded atomic.Int32
+	// Created, Closed, Swept, PausedCount (pauses) and Discarded count calls.
+	Created, Closed, Swept, PausedCount, Discarded atomic.Int32
 
 	mu     sync.Mutex
 	paused map[string]*tree // the trees of paused sandboxes, by id

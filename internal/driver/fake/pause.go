@@ -35,7 +35,7 @@ func (d *Driver) Pause(_ context.Context, in sandbox.Instance, dir string) ([]by
 	d.paused[fi.spec.ID] = fi.files
 	d.mu.Unlock()
 	fi.once.Do(func() { close(fi.done) })
-	d.Paused.Add(1)
+	d.PausedCount.Add(1)
 	return []byte(fi.spec.ID), nil, nil
 }
 
@@ -68,4 +68,16 @@ func (d *Driver) Discard(_ context.Context, id string, _ []byte) error {
 	d.mu.Unlock()
 	d.Discarded.Add(1)
 	return nil
+}
+
+var _ sandbox.PauseFinder = (*Driver)(nil)
+
+// Paused finds sandbox id among those paused and not resumed.
+func (d *Driver) Paused(_ context.Context, id string, _ []byte) ([]byte, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.paused[id]; ok {
+		return []byte(id), true
+	}
+	return nil, false
 }

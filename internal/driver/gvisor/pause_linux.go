@@ -43,6 +43,10 @@ type pausedState struct {
 	Ran time.Duration `json:"ran"`
 }
 
+// pausedWait is how long Paused waits for the runsc of a sandbox whose
+// pause was under way to exit.
+var pausedWait = 3 * time.Second
+
 // checkpointTimeout bounds one `runsc checkpoint`.
 var checkpointTimeout = 10 * time.Minute
 
@@ -91,7 +95,10 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 	if err := awaitGone(ctx, h.sockPath(), 10*time.Second); err != nil {
 		return back(err)
 	}
-	if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), nil, 0o600); err != nil {
+	// The mark holds the paused state: a process that dies before Pause
+	// returns leaves it for the next (Paused).
+	paused := mustJSON(pausedState{Spec: spec, Ran: ran})
+	if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), paused, 0o600); err != nil {
 		return back(fmt.Errorf("mark the bundle paused: %w", err))
 	}
 	if _, err := d.runscCmd(checkpointTimeout, "checkpoint", "--image-path="+dir, spec.ID); err != nil {
@@ -99,7 +106,46 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 		return back(err)
 	}
 	d.endPaused(h)
-	return mustJSON(pausedState{Spec: spec, Ran: ran}), nil, nil
+	return paused, nil, nil
+}
+
+var _ sandbox.PauseFinder = (*Driver)(nil)
+
+// Paused finds sandbox id checkpointed by a process that died before it
+// recorded the pause: its bundle is marked paused, with the paused state,
+// and its runsc (named by raw, its reattach state) has exited. What runsc
+// left is removed then.
+func (d *Driver) Paused(_ context.Context, id string, raw []byte) ([]byte, bool) {
+	if !sandbox.ValidID(id) || d.runsc == nil {
+		return nil, false
+	}
+	bundle := filepath.Join(d.bundlesDir(), id)
+	paused, err := os.ReadFile(filepath.Join(bundle, pausedMark))
+	var st state
+	if err != nil || len(paused) == 0 || json.Unmarshal(raw, &st) != nil || st.Spec.ID != id {
+		return nil, false
+	}
+	// runsc exits once its checkpoint is written, which may still be
+	// under way (runsc checkpoint outlives the process that ran it): a
+	// runsc that runs on past pausedWait was not checkpointed.
+	for deadline := time.Now().Add(pausedWait); ; time.Sleep(20 * time.Millisecond) {
+		pidfd, err := procid.OpenPid(st.RunscPid, st.RunscStart)
+		if err != nil && !hostlock.Held(hostlock.SandboxDir(d.rc.StateDir), id) {
+			break
+		}
+		if err == nil {
+			pidfd.Close()
+		}
+		if time.Now().After(deadline) {
+			return nil, false
+		}
+	}
+	h := &host{d: d, spec: st.Spec, bundle: bundle}
+	if d.hier != nil {
+		h.group = d.hier.Open(d.rc.CgroupParent + "/" + id)
+	}
+	d.endPaused(h)
+	return paused, true
 }
 
 // endPaused removes what a checkpointed sandbox left running or made

@@ -245,11 +245,12 @@ func TestPauseInterrupted(t *testing.T) {
 		if err := awaitGone(ctx, h.sockPath(), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), nil, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), mustJSON(pausedState{Spec: h.spec}), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		img := t.TempDir()
 		if checkpointed {
-			if _, err := d.runscCmd(time.Minute, "checkpoint", "--image-path="+t.TempDir(), id); err != nil {
+			if _, err := d.runscCmd(time.Minute, "checkpoint", "--image-path="+img, id); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -257,19 +258,30 @@ func TestPauseInterrupted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if checkpointed {
+			// The next process finds it saved (before any reattach), and
+			// resumes it.
+			paused, ok := d2.Paused(ctx, id, state)
+			if !ok {
+				t.Fatal("Paused does not find the checkpointed sandbox")
+			}
+			if left := findLeaks(id); len(left) > 1 { // its bundle stays
+				t.Errorf("a sandbox checkpointed by a process that died left %v", left)
+			}
+			in2, err := d2.Resume(ctx, id, paused, img)
+			if err != nil {
+				t.Fatalf("resume of a pause whose process died: %v", err)
+			}
+			run(t, in2, "true")
+			in2.Close(ctx)
+			continue
+		}
+		if _, ok := d2.Paused(ctx, id, state); ok {
+			t.Fatal("Paused finds a sandbox whose runsc runs")
+		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		back, err := d2.Recover(rctx, id, state)
 		cancel()
-		if checkpointed {
-			if err == nil {
-				back.Close(ctx)
-				t.Fatal("reattached to a checkpointed sandbox")
-			}
-			if left := findLeaks(id); len(left) > 0 {
-				t.Errorf("a sandbox checkpointed by a process that died left %v", left)
-			}
-			continue
-		}
 		if err != nil {
 			t.Fatalf("reattach to a sandbox whose pause was cut short: %v", err)
 		}
