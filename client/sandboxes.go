@@ -56,9 +56,12 @@ type Mount struct {
 
 // Sandbox states.
 const (
-	StateCreating  = "creating"
-	StatePooled    = "pooled"
-	StateRunning   = "running"
+	StateCreating = "creating"
+	StatePooled   = "pooled"
+	StateRunning  = "running"
+	// StatePaused: its processes and memory are saved (PauseSandbox),
+	// to be resumed (ResumeSandbox).
+	StatePaused    = "paused"
 	StateDestroyed = "destroyed"
 	// StateLost: the sandbox was live when a daemon stopped, and the next
 	// one could not take it up again (it had died meanwhile).
@@ -98,6 +101,8 @@ type Sandbox struct {
 	// the number of the last one.
 	Checkpoints int   `json:"checkpoints,omitempty"`
 	Steps       int64 `json:"steps,omitempty"`
+	// Paused is set while it is paused.
+	Paused *Paused `json:"paused,omitempty"`
 }
 
 // CreateSandbox makes a sandbox (or claims a ready one from the

@@ -37,7 +37,8 @@ func newSandboxCmd() *cobra.Command {
 		Short: "Use long-lived sandboxes of a daemon (AIRLOCK_URL, AIRLOCK_API_KEY)",
 	}
 	cmd.AddCommand(newSandboxCreateCmd(), newSandboxExecCmd(), newSandboxAttachCmd(), newSandboxCpCmd(), newSandboxLsCmd(), newSandboxRmCmd(),
-		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd(), newSandboxExportCmd(), newSandboxChangesCmd())
+		newSandboxSnapshotCmd(), newSandboxRestoreCmd(), newSandboxDiffCmd(), newSandboxForkCmd(), newSandboxExportCmd(), newSandboxChangesCmd(),
+		newSandboxPauseCmd(), newSandboxResumeCmd())
 	return cmd
 }
 
@@ -499,8 +500,12 @@ func newSandboxLsCmd() *cobra.Command {
 			var mismatched []client.Sandbox
 			for _, s := range sbs {
 				exp := ""
-				if !s.ExpiresAt.IsZero() && (s.State == client.StateRunning) {
+				switch {
+				case !s.ExpiresAt.IsZero() && s.State == client.StateRunning:
 					exp = time.Until(s.ExpiresAt).Round(time.Second).String()
+				case s.Paused != nil:
+					// Paused: its paused TTL runs, its TTL waits.
+					exp = "paused " + time.Until(s.Paused.ExpiresAt).Round(time.Second).String()
 				}
 				// The agent protocol each sandbox runs: after an upgrade,
 				// sandboxes of another version run on but only end.
@@ -526,7 +531,7 @@ func newSandboxLsCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&state, "state", "", "only sandboxes in this state: running, destroyed, lost, …")
+	fl.StringVar(&state, "state", "", "only sandboxes in this state: running, paused, destroyed, lost, …")
 	fl.StringVar(&template, "template", "", "only sandboxes of this template")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/airlock-sandbox/airlock/internal/sandbox"
+import (
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
 
 // File descriptors the host hands the agent, in this order. Further
 // descriptors follow: the cgroup directories (Config.Cgroup.FDs), then the
@@ -210,3 +214,12 @@ type CgroupConfig struct {
 	FDs         []int      `json:"fds,omitempty"`
 	Controllers [][]string `json:"controllers,omitempty"`
 }
+
+// SuspendSignal, sent to the agent of a sandbox whose sessions come from a
+// path (ListenConfig.Path), has it close its listener and its session
+// before the sandbox is checkpointed; ResumeSignal has it listen again.
+// Commands run on meanwhile.
+const (
+	SuspendSignal = syscall.SIGUSR1
+	ResumeSignal  = syscall.SIGUSR2
+)

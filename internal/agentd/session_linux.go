@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -50,7 +51,16 @@ func listenEarly() error {
 // (gVisor).
 func sessionListener(cfg *agent.ListenConfig) (net.Listener, error) {
 	if cfg.Path != "" {
-		return listenSessions(cfg.Path)
+		ln, err := listenSessions(cfg.Path)
+		if err == nil {
+			// Kept for a suspend: setup hides the path (suspend_linux.go).
+			sessionDir, err = os.Open(filepath.Dir(cfg.Path))
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("open the session directory: %w", err)
+			}
+		}
+		return ln, err
 	}
 	f := os.NewFile(uintptr(cfg.FD), "sessions")
 	defer f.Close()
@@ -84,6 +94,14 @@ func (s *server) serveSessions(ln net.Listener) error {
 	// daemon): a write to it must fail, not kill the agent. Notify, not
 	// Ignore: an ignored SIGPIPE would be inherited by every command.
 	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
+	if s.cfg.Listen != nil && s.cfg.Listen.Path != "" {
+		return s.serveSuspendable(ln, s.cfg.Listen.Path)
+	}
+	return s.acceptSessions(ln)
+}
+
+// acceptSessions serves host sessions from ln until ln fails.
+func (s *server) acceptSessions(ln net.Listener) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {

@@ -118,6 +118,8 @@ var routes = []route{
 	{method: "GET", path: "/v1/sandboxes/{id}", h: (*Server).getSandbox},
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
+	{method: "POST", path: "/v1/sandboxes/{id}/pause", op: opRequest, h: (*Server).pauseSandbox},
+	{method: "POST", path: "/v1/sandboxes/{id}/resume", op: opRequest, h: (*Server).resumeSandbox},
 	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
 	{method: "GET", path: "/v1/sandboxes/{id}/usage", h: (*Server).sandboxUsage},
 
@@ -425,6 +427,10 @@ func classify(err error) *Error {
 		return &Error{http.StatusConflict, "not_running", m, 0}
 	case errors.Is(err, sandbox.ErrMismatch):
 		return &Error{http.StatusConflict, "version_mismatch", m, 0}
+	case errors.Is(err, supervisor.ErrPaused):
+		return &Error{http.StatusConflict, "paused", m, 0}
+	case errors.Is(err, supervisor.ErrBusy):
+		return &Error{http.StatusConflict, "busy", m, 0}
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &Error{http.StatusNotFound, "not_found", m, 0}
 	case errors.Is(err, sandbox.ErrOutside):

@@ -28,6 +28,7 @@ var auditKinds = []audit.Kind{
 	audit.KindSnapshot, audit.KindRestore, audit.KindSnapshotDelete, audit.KindFork,
 	audit.KindEgress, audit.KindPolicy, audit.KindApproval, audit.KindCheckpoint, audit.KindRecover,
 	audit.KindCowApply, audit.KindCowDiscard, audit.KindCowRecover, audit.KindExpose,
+	audit.KindPause, audit.KindResume,
 }
 
 // auditQuery reads the query parameters of GET /v1/audit.

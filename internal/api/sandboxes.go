@@ -136,6 +136,8 @@ type Sandbox struct {
 	// number of the last one.
 	Checkpoints int   `json:"checkpoints,omitempty"`
 	Steps       int64 `json:"steps,omitempty"`
+	// Paused is set while it is paused (state paused).
+	Paused *Paused `json:"paused,omitempty"`
 }
 
 func wireSandbox(in supervisor.Info) Sandbox {
@@ -146,6 +148,7 @@ func wireSandbox(in supervisor.Info) Sandbox {
 		AgentProtocol: in.AgentProtocol, Mismatch: in.Mismatch,
 		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
 		DriverRule: in.DriverRule, DriverReason: in.DriverReason, Checkpoints: in.Checkpoints, Steps: in.Steps,
+		Paused: wirePaused(in.Paused),
 	}
 }
 
@@ -175,9 +178,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *caller
 	q := r.URL.Query()
 	f := supervisor.Filter{State: store.State(q.Get("state")), Template: q.Get("template")}
 	switch f.State {
-	case "", store.StateCreating, store.StatePooled, store.StateRunning, store.StateDestroyed, store.StateLost:
+	case "", store.StateCreating, store.StatePooled, store.StateRunning, store.StatePaused, store.StateDestroyed, store.StateLost:
 	default:
-		return badRequest("state %q: use creating, pooled, running, destroyed or lost", truncate(string(f.State), 40))
+		return badRequest("state %q: use creating, pooled, running, paused, destroyed or lost", truncate(string(f.State), 40))
 	}
 	infos, err := s.sup.List(r.Context(), c.sup, f)
 	if err != nil {

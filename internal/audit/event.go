@@ -82,6 +82,10 @@ const (
 	KindCowApply   Kind = "cow_apply"
 	KindCowDiscard Kind = "cow_discard"
 	KindCowRecover Kind = "cow_recover"
+	// KindPause records a sandbox paused (its processes and memory saved,
+	// or frozen), KindResume one resumed; Reason says how, or why not.
+	KindPause  Kind = "pause"
+	KindResume Kind = "resume"
 )
 
 // FileChange is one path a copy-on-write apply or discard decided:

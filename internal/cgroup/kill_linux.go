@@ -75,7 +75,7 @@ func (g *Group) freeze(deadline time.Time) error {
 	if err := writeFile(state, "FROZEN"); err != nil {
 		return err
 	}
-	for {
+	for i := 0; ; {
 		b, err := os.ReadFile(state)
 		if err != nil {
 			return err
@@ -87,6 +87,13 @@ func (g *Group) freeze(deadline time.Time) error {
 			return errors.New("freeze timed out")
 		}
 		time.Sleep(time.Millisecond)
+		if i++; i%50 == 0 {
+			// v1 tries to freeze each task once per write: a task that
+			// was busy (forking, in a system call) is tried again.
+			if err := writeFile(state, "FROZEN"); err != nil {
+				return err
+			}
+		}
 	}
 }
 

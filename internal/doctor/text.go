@@ -115,5 +115,12 @@ func capabilityNames(c sandbox.Capabilities) []string {
 	add(c.PTY, "terminals")
 	add(c.Snapshots, "snapshots")
 	add(c.SurvivesRestart, "survives a restart")
+	switch {
+	case c.Pause && c.MemoryKeptInHost:
+		out = append(out, "pause (a freeze: memory kept in the host)")
+	case c.Pause:
+		out = append(out, "pause with memory")
+	}
+	add(c.LiveFork, "live fork")
 	return out
 }

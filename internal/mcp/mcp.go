@@ -308,6 +308,7 @@ func (s *Server) errorText(err error) string {
 		return err.Error()
 	case errors.Is(err, supervisor.ErrForbidden), errors.Is(err, supervisor.ErrQuota),
 		errors.Is(err, supervisor.ErrCapacity), errors.Is(err, supervisor.ErrNotRunning),
+		errors.Is(err, supervisor.ErrPaused), errors.Is(err, supervisor.ErrBusy),
 		errors.Is(err, sandbox.ErrClosed), errors.Is(err, sandbox.ErrNotFound),
 		errors.Is(err, sandbox.ErrOutside), errors.Is(err, fs.ErrPermission),
 		errors.Is(err, sandbox.ErrExists), errors.Is(err, sandbox.ErrInvalid),

@@ -30,7 +30,7 @@ type SandboxSetTimeoutInput struct {
 type SandboxEntry struct {
 	SandboxID string    `json:"sandbox_id"`
 	Template  string    `json:"template"`
-	State     string    `json:"state" jsonschema:"creating, pooled, running, destroyed or lost"`
+	State     string    `json:"state" jsonschema:"creating, pooled, running, paused, destroyed or lost"`
 	Created   time.Time `json:"created"`
 	ExpiresAt time.Time `json:"expires_at"`
 	EndReason string    `json:"end_reason,omitempty"`
@@ -72,6 +72,7 @@ func (s *Server) addSandboxTools() {
 		Description: "Make the sandbox end timeout_s seconds from now (longer or shorter than before, up to the template's maximum).",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.sandboxSetTimeout)
+	s.addPauseTools()
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, req *sdk.CallToolRequest, in SandboxCreateInput) (*sdk.CallToolResult, SandboxEntry, error) {

@@ -62,6 +62,16 @@ type Capabilities struct {
 	// SurvivesRestart: a sandbox outlives the process that made it, and a
 	// new one reattaches to it (Recoverer).
 	SurvivesRestart bool `json:"survives_restart"`
+	// Pause: a running sandbox can be paused and resumed where it
+	// stopped (a Pauser driver, or Freezer instances where
+	// MemoryKeptInHost).
+	Pause bool `json:"pause"`
+	// MemoryKeptInHost: a paused sandbox's memory stays the host's (a
+	// freeze: its CPU stops), not written to disk.
+	MemoryKeptInHost bool `json:"memory_kept_in_host"`
+	// LiveFork: a running sandbox can be copied, its processes and
+	// memory too, into a new one.
+	LiveFork bool `json:"live_fork"`
 	// Lacks are the driver's own reasons for what it cannot do, and what
 	// to do instead, by capability; CheckSpec and CheckExec say them. A
 	// capability lacked without a reason here gets a general one.
@@ -85,6 +95,8 @@ const (
 	CapPTY          Capability = "pty"
 	CapBackground   Capability = "background"
 	CapHome         Capability = "home"
+	CapPause        Capability = "pause"
+	CapLiveFork     Capability = "live_fork"
 )
 
 // Lack is why a driver cannot do something, and what to do instead, in
@@ -106,6 +118,8 @@ var general = map[Capability]Lack{
 	CapPTY:          {Why: "the %s driver has no terminals", Fix: "run the command without a terminal, or in a sandbox of a driver with pty (airlock doctor lists them)"},
 	CapBackground:   {Why: "the %s driver runs no command in the background", Fix: "run the command in the foreground, or in a sandbox of a driver with background (airlock doctor lists them)"},
 	CapHome:         {Why: "the %s driver has no home directory but /workspace", Fix: "leave home out and use /workspace, or use a driver with home (airlock doctor lists them)"},
+	CapPause:        {Why: "the %s driver cannot pause a sandbox with its memory", Fix: "snapshot its files instead (airlock sandbox snapshot), or use a driver with pause (airlock doctor lists them)"},
+	CapLiveFork:     {Why: "the %s driver cannot copy a running sandbox's processes", Fix: "fork from a snapshot of its files instead, or use a driver with live_fork (airlock doctor lists them)"},
 }
 
 // refuse is the error for something (what) that needs capability cap,

@@ -86,6 +86,10 @@ const (
 	StatePooled State = "pooled"
 	// StateRunning: live and owned by a key.
 	StateRunning State = "running"
+	// StatePaused: its processes and memory are saved to the daemon's
+	// disk (or frozen where they are: Paused.MemoryKept), to be resumed;
+	// its TTL and idle timeout wait, its paused TTL runs.
+	StatePaused State = "paused"
 	// StateDestroyed: ended while the daemon ran (deleted, timed out, or its
 	// agent died); nothing of it remains.
 	StateDestroyed State = "destroyed"
@@ -97,7 +101,9 @@ const (
 
 // Live reports whether s is a state in which the sandbox may hold host
 // resources.
-func (s State) Live() bool { return s == StateCreating || s == StatePooled || s == StateRunning }
+func (s State) Live() bool {
+	return s == StateCreating || s == StatePooled || s == StateRunning || s == StatePaused
+}
 
 // Sandbox is the record of one sandbox.
 type Sandbox struct {
@@ -142,6 +148,31 @@ type Sandbox struct {
 	// to the snapshot its rollback restores: the next daemon finishes
 	// the transaction of an exec that outlives this one.
 	Transactions map[string]string `json:"transactions,omitempty"`
+	// Paused is set while it is paused.
+	Paused *Paused `json:"paused,omitempty"`
+}
+
+// Paused is what a paused sandbox's resume needs.
+type Paused struct {
+	// At is when it was paused; Until when its paused TTL ends it.
+	At    time.Time `json:"at"`
+	Until time.Time `json:"until"`
+	// TTLLeft is what was left of its TTL: its ExpiresAt is that much
+	// past the resume.
+	TTLLeft time.Duration `json:"ttl_left,omitempty"`
+	// MemoryKept: it is frozen, its memory the host's still; nothing is
+	// on disk.
+	MemoryKept bool `json:"memory_kept,omitempty"`
+	// Pending: a pause was begun and not recorded as done (the sandbox's
+	// state is still running): a daemon that died meanwhile left it
+	// running, or saved (sandbox.PauseFinder says which).
+	Pending bool `json:"pending,omitempty"`
+	// DriverState is its driver's (sandbox.Pauser's) state of it.
+	DriverState []byte `json:"driver_state,omitempty"`
+	// Digests are the SHA-256 (hex) of every file of its pause image, by
+	// name; Bytes their total size.
+	Digests map[string]string `json:"digests,omitempty"`
+	Bytes   int64             `json:"bytes,omitempty"`
 }
 
 // PutSandbox creates or replaces the record of sb.

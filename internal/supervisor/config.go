@@ -125,6 +125,10 @@ type Template struct {
 	MaxTTL Duration `toml:"max_ttl"`
 	// IdleTimeout destroys a sandbox unused this long. Zero means never.
 	IdleTimeout Duration `toml:"idle_timeout"`
+	// PausedTTL destroys a sandbox paused this long (its TTL and idle
+	// timeout wait while it is paused). Zero means DefaultPausedTTL (30
+	// days).
+	PausedTTL Duration `toml:"paused_ttl"`
 	// Pool is the number of sandboxes kept ready for claims. Zero: none.
 	Pool int `toml:"pool"`
 	// OutputBuffer is how much of the recent output of each stream of
@@ -158,6 +162,7 @@ const (
 	DefaultRetention     = time.Hour
 	DefaultMemoryReserve = 512 << 20
 	DefaultMaxTTL        = 24 * time.Hour
+	DefaultPausedTTL     = 30 * 24 * time.Hour
 	DefaultTemplate      = "default"
 	DefaultListen        = "127.0.0.1:7070"
 	DefaultStateDir      = "/var/lib/airlock"
@@ -227,6 +232,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if t.MaxTTL == 0 {
 			t.MaxTTL = Duration(max(DefaultMaxTTL, time.Duration(t.TTL)))
+		}
+		if t.PausedTTL <= 0 {
+			t.PausedTTL = Duration(DefaultPausedTTL)
 		}
 		if k := t.badLifetime(); k != "" {
 			return c, keyErr(key(k), fmt.Errorf("template %q: ttl, max_ttl, idle_timeout and pool must be non-negative, ttl at most max_ttl, pool at most 1000", t.Name))

@@ -439,6 +439,20 @@ func (s *Supervisor) watch(l *live, inst sandbox.Instance) {
 	defer s.wg.Done()
 	select {
 	case <-inst.Done():
+		l.mu.Lock()
+		pausing := l.pausing
+		l.mu.Unlock()
+		if pausing != nil {
+			<-pausing
+		}
+		l.mu.Lock()
+		replaced := l.inst != inst
+		l.mu.Unlock()
+		if replaced {
+			// Paused, or reattached after a pause that failed: the
+			// instance that ended is not the sandbox's any more.
+			return
+		}
 		why := "the sandbox ended by itself (what held it exited)"
 		if ec, ok := inst.(sandbox.EndCause); ok {
 			if err := ec.Ended(); err != nil {

@@ -19,7 +19,10 @@ import (
 // is not an error.
 func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	l, err := s.lookup(c, id)
-	if errors.Is(err, ErrNotRunning) {
+	if errors.Is(err, ErrPaused) {
+		l, err = s.pausedLive(id), nil
+	}
+	if errors.Is(err, ErrNotRunning) || err == nil && l == nil {
 		return nil
 	}
 	if err != nil {
@@ -81,11 +84,13 @@ func (s *Supervisor) end(l *live, reason, why string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	s.thawPaused(ctx, l)
 	if inst != nil {
 		if err := inst.Close(ctx); err != nil {
 			s.log.Warn("close sandbox", "sandbox_id", id, "err", err)
 		}
 	}
+	s.discardPaused(ctx, l)
 	now := s.opts.Now().UTC()
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.State, r.Ended, r.EndReason, r.EndMessage = store.StateDestroyed, now, reason, why

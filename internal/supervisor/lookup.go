@@ -56,6 +56,8 @@ type Info struct {
 	// the checkpoints taken so far (its execs, while it keeps them).
 	Checkpoints int
 	Steps       int64
+	// Paused is set while it is paused.
+	Paused *store.Paused
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -83,6 +85,9 @@ func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
 	l.mu.Unlock()
 	if err := allowed(c, rec); err != nil {
 		return nil, err
+	}
+	if rec.State == store.StatePaused && !ending {
+		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
 	}
 	if inst == nil || ending {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)
@@ -184,6 +189,7 @@ func recInfo(r store.Sandbox) Info {
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
 		Limits: r.Spec.Limits, Env: r.Spec.Env, Home: r.Spec.Home, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 		Metadata: maps.Clone(r.Metadata), Token: r.Token, Checkpoints: r.Checkpoints,
+		Paused: r.Paused,
 	}
 }
 

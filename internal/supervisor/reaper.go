@@ -75,6 +75,10 @@ func (s *Supervisor) ReapExpired() int {
 		l.mu.Lock()
 		rec, ready := l.rec, l.inst != nil && !l.ending
 		l.mu.Unlock()
+		if rec.State == store.StatePaused && !l.ending && rec.Paused != nil && now.After(rec.Paused.Until) {
+			vs = append(vs, victim{l, "paused_ttl", "it stayed paused past its paused TTL"})
+			continue
+		}
 		if !ready || rec.State != store.StateRunning {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -141,6 +142,12 @@ func (s *Supervisor) each(ctx context.Context, fn func(context.Context, store.Sa
 
 // recoverOne reattaches to the sandbox of rec, or ends it.
 func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome {
+	if rec.State == store.StatePaused {
+		return s.keepPaused(ctx, rec)
+	}
+	if rec.State == store.StateRunning && rec.Paused != nil && rec.Paused.Pending {
+		return s.finishPause(ctx, rec)
+	}
 	drv := s.opts.Drivers[rec.Driver]
 	rc, ok := drv.(sandbox.Recoverer)
 	switch {
@@ -230,6 +237,8 @@ func (s *Supervisor) lost(ctx context.Context, rec store.Sandbox, why string) ou
 	}); err != nil {
 		s.log.Error("record a lost sandbox", "sandbox_id", rec.ID, "err", err)
 	}
+	// A pause image of a pause the previous daemon did not finish.
+	_ = os.RemoveAll(s.pausedDir(rec.ID))
 	s.dropCheckpoints(ctx, rec.Owner, rec.ID)
 	s.m.Kills.WithLabelValues(lostReason).Inc()
 	s.log.Warn("sandbox lost with the previous daemon", "sandbox_id", rec.ID, "owner", rec.Owner, "why", why)

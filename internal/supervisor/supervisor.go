@@ -46,6 +46,10 @@ var (
 	ErrCapacity = errors.New("not enough memory on the host")
 	// ErrNotRunning: the sandbox has ended.
 	ErrNotRunning = errors.New("sandbox is not running")
+	// ErrPaused: the sandbox is paused; resume it first.
+	ErrPaused = errors.New("sandbox is paused")
+	// ErrBusy: the sandbox has work in flight that the request would cut.
+	ErrBusy = errors.New("sandbox is busy")
 )
 
 // Options configure a Supervisor.
@@ -149,6 +153,10 @@ type live struct {
 	// mismatch, when set, says why the sandbox only ends: it was
 	// reattached after an upgrade and its agent speaks another protocol.
 	mismatch string
+
+	// pausing, while a pause runs, is closed when it has ended (guarded
+	// by mu): an instance that ends meanwhile may be the pause's doing.
+	pausing chan struct{}
 
 	// snapMu serializes the sandbox's snapshots and restores; step counts
 	// its checkpoints (rollback.go).

@@ -215,6 +215,9 @@ func (h *Handler) rpcError(err error) error {
 	switch e.Code {
 	case "not_found", "not_running", "forbidden":
 		code = connect.CodeNotFound
+	case "paused", "busy":
+		// Sandbox.connect resumes a paused sandbox.
+		code = connect.CodeFailedPrecondition
 	case "invalid", "path_outside", "is_directory":
 		code = connect.CodeInvalidArgument
 	case "exists":

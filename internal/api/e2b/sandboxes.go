@@ -41,9 +41,11 @@ func (h *Handler) routeControl() {
 	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.withKey(h.refresh))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", h.withKey(h.metrics))
 	m.HandleFunc("PUT /sandboxes/{id}/network", h.withKey(h.updateNetwork))
-	for _, p := range []string{"POST /sandboxes/{id}/pause", "POST /sandboxes/{id}/resume", "POST /sandboxes/{id}/snapshots", "POST /sandboxes/{id}/fork"} {
+	m.HandleFunc("POST /sandboxes/{id}/pause", h.withKey(h.pause))
+	m.HandleFunc("POST /sandboxes/{id}/resume", h.withKey(h.resume))
+	for _, p := range []string{"POST /sandboxes/{id}/snapshots", "POST /sandboxes/{id}/fork"} {
 		m.HandleFunc(p, h.withKey(func(w http.ResponseWriter, r *http.Request, _ *caller) error {
-			return errorf(http.StatusNotImplemented, "airlock does not pause, resume, snapshot or fork sandboxes through the E2B API: keep the sandbox running (setTimeout), or kill it and create another")
+			return errorf(http.StatusNotImplemented, "airlock does not snapshot or fork sandboxes through the E2B API: use airlock's own API (POST /v1/sandboxes/{id}/snapshots, …/fork), or kill the sandbox and create another")
 		}))
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +166,7 @@ func listed(in supervisor.Info) listedSandbox {
 		TemplateID: in.Template, SandboxID: in.ID, ClientID: clientID,
 		StartedAt: in.Created, EndAt: in.ExpiresAt,
 		CPUCount: max(1, int(math.Ceil(l.CPUs))), MemoryMB: l.MemoryBytes >> 20, DiskSizeMB: l.DiskBytes >> 20,
-		State: "running", EnvdVersion: EnvdVersion, Metadata: in.Metadata,
+		State: e2bState(in.State), EnvdVersion: EnvdVersion, Metadata: in.Metadata,
 	}
 }
 
@@ -406,9 +408,17 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c *caller) err
 	if err := decode(w, r, &body); err != nil {
 		return err
 	}
-	info, err := h.live(r.Context(), c, id)
+	info, err := h.liveOrPaused(r.Context(), c, id)
 	if err != nil {
 		return err
+	}
+	if info.State == store.StatePaused {
+		// Sandbox.connect resumes a paused sandbox.
+		if info, err = h.resumed(r.Context(), c, info, body); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, h.wireSandbox(info))
+		return nil
 	}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		if info, err = h.lengthen(r.Context(), c, info, *body.Timeout); err != nil {
@@ -438,7 +448,7 @@ func (h *Handler) lengthen(ctx context.Context, c *caller, info supervisor.Info,
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, c *caller) error {
-	info, err := h.live(r.Context(), c, r.PathValue("id"))
+	info, err := h.liveOrPaused(r.Context(), c, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -448,7 +458,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c *caller) error {
 
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c *caller) error {
 	id := r.PathValue("id")
-	if _, err := h.live(r.Context(), c, id); err != nil {
+	if _, err := h.liveOrPaused(r.Context(), c, id); err != nil {
 		return err
 	}
 	if err := h.sup.Kill(r.Context(), c.sup, id); err != nil {
@@ -538,7 +548,8 @@ const maxPage = 100
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
-	f := supervisor.Filter{State: store.StateRunning}
+	f := supervisor.Filter{}
+	states := []string{"running"}
 	if m := q.Get("metadata"); m != "" {
 		md, err := parseMetadataQuery(m)
 		if err != nil {
@@ -553,12 +564,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *caller) error 
 		f.Template = t
 	}
 	if s := q.Get("state"); s != "" {
-		states := strings.Split(s, ",")
-		if !slices.Contains(states, "running") {
-			// Nothing here is paused: only running sandboxes exist.
-			writeJSON(w, http.StatusOK, []listedSandbox{})
-			return nil
-		}
+		states = strings.Split(s, ",")
 	}
 	var after time.Time
 	if s := q.Get("startedAfter"); s != "" {
@@ -588,7 +594,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if err != nil {
 		return err
 	}
-	infos = slices.DeleteFunc(infos, func(in supervisor.Info) bool { return !after.IsZero() && !in.Created.After(after) })
+	infos = slices.DeleteFunc(infos, func(in supervisor.Info) bool {
+		live := in.State == store.StateRunning || in.State == store.StatePaused
+		return !live || !slices.Contains(states, e2bState(in.State)) || !after.IsZero() && !in.Created.After(after)
+	})
 	slices.SortFunc(infos, func(a, b supervisor.Info) int {
 		if d := a.Created.Compare(b.Created); d != 0 {
 			return d

@@ -328,6 +328,23 @@ func TestSDKsGVisor(t *testing.T) {
 	runSDKTests(t, "gvisor", "^(create with options|home|commands: (foreground|background|a 30 s)|network: (allowOut|updateNetwork)|files: text|pty|runCode: (create|values|a matplotlib|kill)|ports: )", 9)
 }
 
+// TestSDKsPauseGVisor: through the SDKs unchanged, a gVisor sandbox's
+// kernel variable and background server survive sandbox.pause() and
+// Sandbox.connect (pause.test.mjs).
+func TestSDKsPauseGVisor(t *testing.T) {
+	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
+	dir := npmInstall(t)
+	d, key, other := startServe(t, "gvisor")
+	d.settled(t)
+	times := filepath.Join(t.TempDir(), "times")
+	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 1 {
+		t.Fatalf("node run.mjs reported %d tests, want 1", n)
+	}
+	if b, err := os.ReadFile(times); err == nil {
+		t.Log(string(b))
+	}
+}
+
 func runSDKTests(t *testing.T, driver, only string, least int) {
 	dir := npmInstall(t)
 	d, key, other := startServe(t, driver)

@@ -33,12 +33,16 @@ type Driver struct {
 	DriverName string
 	// Fail, when set, is what Create returns.
 	Fail error
-	// Created, Closed and Swept count calls.
-	Created, Closed, Swept atomic.Int32
+	// Pausable makes its sandboxes pausable with their memory
+	// (sandbox.Pauser; pause.go).
+	Pausable bool
+	// Created, Closed, Swept, PausedCount (pauses) and Discarded count calls.
+	Created, Closed, Swept, PausedCount, Discarded atomic.Int32
 
-	mu    sync.Mutex
-	specs []sandbox.Spec
-	hook  func(ctx context.Context, spec sandbox.Spec) error
+	mu     sync.Mutex
+	paused map[string]*tree // the trees of paused sandboxes, by id
+	specs  []sandbox.Spec
+	hook   func(ctx context.Context, spec sandbox.Spec) error
 }
 
 var (
@@ -59,7 +63,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true, Pause: d.Pausable}
 }
 
 // Sweep counts.

@@ -170,6 +170,11 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostRoot: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent, CowMounts: true, Home: true,
 		Images: true, ImageRoot: true,
+		Pause: d.rc.Persistent,
+		Lacks: map[sandbox.Capability]sandbox.Lack{
+			sandbox.CapPause:    {Why: "this gVisor driver's sandboxes die with the process that made them (a one-shot run's): there is no daemon to keep a paused one", Fix: "pause sandboxes of `airlock serve`"},
+			sandbox.CapLiveFork: {Why: "a live fork of a gVisor sandbox is not built yet (runsc checkpoint --leave-running, then restore under a new id)", Fix: "pause it and fork from a snapshot of its files"},
+		},
 	}
 }
 
@@ -320,9 +325,13 @@ func (d *Driver) Sweep(context.Context) error {
 		return nil
 	}
 	ents, _ := os.ReadDir(d.bundlesDir())
-	ids := make([]string, len(ents))
-	for i, ent := range ents {
-		ids[i] = ent.Name()
+	var ids []string
+	for _, ent := range ents {
+		// A paused sandbox's bundle is kept for its resume (Discard
+		// removes it).
+		if _, err := os.Stat(filepath.Join(d.bundlesDir(), ent.Name(), pausedMark)); err != nil {
+			ids = append(ids, ent.Name())
+		}
 	}
 	return hostlock.SweepStale(d.rc.StateDir, ids, func(id string) error {
 		h := &host{d: d, spec: sandbox.Spec{ID: id}, bundle: filepath.Join(d.bundlesDir(), id)}

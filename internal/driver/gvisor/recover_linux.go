@@ -3,7 +3,9 @@ package gvisor
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -28,6 +30,12 @@ func (d *Driver) Recover(ctx context.Context, id string, raw []byte) (sandbox.In
 		return nil, unsupported(d.runscErr.Error(), "build the pinned runsc with `make runsc`")
 	}
 	bundle := filepath.Join(d.bundlesDir(), id)
+	if err := os.Remove(filepath.Join(bundle, pausedMark)); err == nil {
+		// An airlock process died pausing it: if its checkpoint had not
+		// begun, the agent had closed its session socket; have it listen
+		// again. (Once checkpointed, runsc is gone: it is not found.)
+		_, _ = d.runscCmd(10*time.Second, "kill", id, signalName(agent.ResumeSignal))
+	}
 	h := &host{
 		d: d, spec: spec, bundle: bundle, persistent: true, created: st.Created,
 		session: filepath.Join(bundle, "session"), logPath: filepath.Join(bundle, "log"),

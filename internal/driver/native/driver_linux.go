@@ -107,6 +107,11 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		Egress: true, HostRoot: true, HostMounts: true, PerExecUsage: true, PTY: true, Snapshots: true, CowMounts: true, Home: true,
 		Images: true, ImageRoot: true,
 		SurvivesRestart: d.rc.Persistent,
+		// Pause is a freeze of the workload's cgroup: its memory stays.
+		Pause: true, MemoryKeptInHost: true,
+		Lacks: map[sandbox.Capability]sandbox.Lack{
+			sandbox.CapLiveFork: {Why: "the native driver cannot copy running processes (CRIU cannot checkpoint a native sandbox here: docs/decisions.md, 56)", Fix: "fork from a snapshot of its files, or use the gvisor driver"},
+		},
 	}
 }
 

@@ -107,6 +107,10 @@ func (h *host) Teardown(context.Context) error {
 		if h.conn != nil {
 			h.conn.Close()
 		}
+		if h.workload != nil {
+			// A paused (frozen) sandbox's commands die only once thawed.
+			h.workload.Thaw()
+		}
 		h.stopAgent()
 		if h.group != nil {
 			_ = h.group.Kill(5 * time.Second)

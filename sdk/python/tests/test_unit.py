@@ -91,6 +91,12 @@ class DecodeTest(unittest.TestCase):
         info = SandboxInfo.from_json({"id": "sb-1", "state": "running", "limits": {"memory_bytes": 5, "new": 1}, "layers": ["userns"], "future": {}})
         self.assertEqual((info.id, info.state, info.limits.memory_bytes, info.layers, info.live), ("sb-1", "running", 5, ("userns",), True))
 
+    def test_sandbox_info_paused(self) -> None:
+        info = SandboxInfo.from_json({"id": "sb-1", "state": "paused", "paused": {"paused_at": "2026-11-25T14:39:13Z", "expires_at": "2026-12-25T14:39:13Z", "memory_kept_in_host": False, "stored_bytes": 181403648}})
+        self.assertEqual((info.state, info.paused_until, info.memory_kept_in_host, info.paused_bytes, info.live), ("paused", datetime(2026, 12, 25, 14, 39, 13, tzinfo=timezone.utc), False, 181403648, False))
+        running = SandboxInfo.from_json({"id": "sb-1", "state": "running"})
+        self.assertEqual((running.paused_until, running.paused_bytes), (None, 0))
+
     def test_file_mode_is_permission_bits(self) -> None:
         fi = FileInfo.from_json({"name": "workspace", "mode": 2147484141, "type": "dir"})  # Go's ModeDir|0755
         self.assertEqual((fi.mode, fi.is_dir), (0o755, True))

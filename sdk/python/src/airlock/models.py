@@ -41,6 +41,8 @@ __all__ = [
 STATE_CREATING = "creating"
 STATE_POOLED = "pooled"
 STATE_RUNNING = "running"
+#: Its processes and memory are saved (Sandbox.pause), to be resumed.
+STATE_PAUSED = "paused"
 STATE_DESTROYED = "destroyed"
 #: The sandbox was live when the daemon stopped; its processes ended with it.
 STATE_LOST = "lost"
@@ -161,7 +163,7 @@ class SandboxInfo:
     id: str
     template: str = ""
     driver: str = ""
-    #: creating, pooled, running, destroyed or lost.
+    #: creating, pooled, running, paused, destroyed or lost.
     state: str = ""
     #: The id of the key that owns it.
     owner: str = ""
@@ -184,6 +186,11 @@ class SandboxInfo:
     #: How many per-command checkpoints it keeps, and the last one's number.
     checkpoints: int = 0
     steps: int = 0
+    #: While paused: when its paused TTL ends it, whether its memory is
+    #: kept in the host (frozen), and the size of its pause image.
+    paused_until: datetime | None = None
+    memory_kept_in_host: bool = False
+    paused_bytes: int = 0
 
     @property
     def live(self) -> bool:
@@ -212,6 +219,9 @@ class SandboxInfo:
             from_pool=bool(d.get("from_pool")),
             checkpoints=_int(d.get("checkpoints")),
             steps=_int(d.get("steps")),
+            paused_until=_time(_obj(d.get("paused") or {}).get("expires_at")),
+            memory_kept_in_host=bool(_obj(d.get("paused") or {}).get("memory_kept_in_host")),
+            paused_bytes=_int(_obj(d.get("paused") or {}).get("stored_bytes")),
         )
 
 

@@ -83,6 +83,21 @@ class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin, ChangesMixin):
         Killing a sandbox that has ended already is no error."""
         self._t.request("DELETE", self._path()).discard()
 
+    def pause(self) -> SandboxInfo:
+        """Pauses the sandbox: its processes and memory are saved on the
+        daemon (or frozen where its driver can only do that) and it uses no
+        CPU; its TTL and idle timeout wait. A driver without pause raises
+        UnsupportedError with its reason. Returns the updated info
+        (state "paused")."""
+        self.info = SandboxInfo.from_json(self._t.request("POST", self._path("pause")).json())
+        return self.info
+
+    def resume(self) -> SandboxInfo:
+        """Resumes a paused sandbox where it stopped (a running one is
+        returned as it is), and returns its updated info."""
+        self.info = SandboxInfo.from_json(self._t.request("POST", self._path("resume")).json())
+        return self.info
+
     def extend(self, ttl: float) -> SandboxInfo:
         """Makes the sandbox live for ttl seconds from now (at most the
         template's max_ttl), and returns its updated info."""
