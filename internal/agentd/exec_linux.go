@@ -266,10 +266,16 @@ func (e *engine) prepare() {
 	e.preparing++
 	e.mu.Unlock()
 	sp := e.newSpawner()
-	<-sp.ready // its thread's work, not this goroutine's: counted as preparing until done
+	// Its thread's work, not this goroutine's: counted as preparing until
+	// done. One that failed is not kept (its thread is gone, and the
+	// outcome is read once): the exec prepares its own and reports why.
+	err := <-sp.ready
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.preparing--
+	if err != nil {
+		return
+	}
 	if len(e.spare) >= spareSpawners {
 		close(sp.jobs)
 		return

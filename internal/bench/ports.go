@@ -206,7 +206,7 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the server in the sandbox never answered through its exposed port (%v)", err)
+			return "", fmt.Errorf("the server in the sandbox never answered through its exposed port (%w)", err)
 		}
 	}
 	return probe(host, ln.Addr().String())

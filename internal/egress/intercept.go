@@ -136,8 +136,6 @@ func stateOf(ctx context.Context) *reqState {
 	return st
 }
 
-func decisionOf(ctx context.Context) *decision { return stateOf(ctx).d }
-
 // interceptHandler serves the requests of one intercepted connection to
 // host:port.
 func (s *Sandbox) interceptHandler(host string, port int) http.Handler {

@@ -34,7 +34,6 @@ import (
 type testPKI struct {
 	pool   *x509.CertPool
 	server tls.Certificate
-	caPEM  []byte
 }
 
 func newTestPKI(t testing.TB, names ...string) *testPKI {

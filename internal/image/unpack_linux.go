@@ -230,7 +230,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		// The owner (airlock) may always write, so that later layers
 		// and removal work.
 		return unix.Fchmodat(pfd, base, mode|0o700, 0)
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse: //nolint:staticcheck // SA1019: old archives still write TypeRegA, which Go reads as is
 		if hdr.Size > u.lim.MaxFileBytes {
 			return refuse(hdr.Name, fmt.Sprintf("a file of %d bytes, past the limit of %d", hdr.Size, u.lim.MaxFileBytes))
 		}

@@ -228,7 +228,7 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 		dir := s.pausedDir(id)
 		if err := checkDigests(dir, p.Digests); err != nil {
 			s.log.Error("a paused sandbox's image does not match its digests", "sandbox_id", id, "err", err)
-			return Info{}, fmt.Errorf("resume sandbox %s: %w: its pause image was changed or cut short since the pause (%v); it stays paused, and can only be deleted", id, sandbox.ErrInvalid, err)
+			return Info{}, fmt.Errorf("resume sandbox %s: %w: its pause image was changed or cut short since the pause (%w); it stays paused, and can only be deleted", id, sandbox.ErrInvalid, err)
 		}
 		if err := s.admitResume(c, rec); err != nil {
 			return Info{}, err

@@ -257,7 +257,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client
 	if cerrdefs.IsNotFound(err) {
 		// Not there: the engine pulls it, as `docker run` would.
 		if perr := d.pull(ctx, spec.Image); perr != nil {
-			return nil, nil, fmt.Errorf("image %q: %w: the engine at %s does not have it, and could not pull it (%v); push it to a registry the engine reaches, or build or load it (docker build, docker load) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost(), perr)
+			return nil, nil, fmt.Errorf("image %q: %w: the engine at %s does not have it, and could not pull it (%w); push it to a registry the engine reaches, or build or load it (docker build, docker load) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost(), perr)
 		}
 		img, err = cli.ImageInspect(ctx, spec.Image)
 	}

@@ -24,7 +24,7 @@ import (
 
 // interceptSecret is the value behind the GH placeholder: the HTTPS
 // server must get it, the sandbox must never see it.
-const interceptSecret = "ghp-real-value-never-in-sandbox-5c1b"
+const interceptSecret = "ghp-real-value-never-in-sandbox-5c1b" //nolint:gosec // G101: the test's stand-in, no credential
 
 // interceptSecrets and interceptRules make api.test and other.test
 // intercepted hosts; tunnel.test has neither and is tunnelled.
