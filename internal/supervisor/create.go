@@ -397,6 +397,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	s.log.Info("sandbox created", "sandbox_id", id, "template", rec.Template, "owner", rec.Owner, "state", rec.State)
 	s.wg.Add(1)
 	go s.watch(l, inst)
+	s.tellLifetime(ctx, l)
 	return nil
 }
 

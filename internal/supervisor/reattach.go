@@ -157,6 +157,10 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	if err != nil {
 		why := "it could not be reattached, and was ended: " + err.Error()
 		if errors.Is(err, sandbox.ErrNotFound) {
+			if reason, why := endedByHolder(rec, s.store.Activity(rec.ID), s.opts.Now()); reason != "" {
+				s.ended(ctx, rec, reason, why)
+				return outExpired
+			}
 			why = "what held it had exited since the previous daemon stopped: " + err.Error()
 		}
 		return s.lost(ctx, rec, why)
@@ -210,6 +214,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	s.wg.Add(1)
 	go s.watch(l, inst)
 	if compatible {
+		s.tellLifetime(ctx, l)
 		s.reattachProcs(ctx, l)
 	}
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindReattach, Key: rec.Owner, Sandbox: rec.ID, Template: rec.Template,
