@@ -37,10 +37,14 @@ type LifetimeRequest struct {
 // event.
 const LifetimeGrace = 2 * time.Second
 
-// AttachedGrace is how long past its time to live a sandbox whose host is
-// attached runs before its agent ends it anyway: the host's own
-// enforcement goes first; this is a backstop for a host that hangs.
-const AttachedGrace = time.Minute
+// AttachedGrace is how long past its time to live a sandbox whose host
+// session is open runs before its agent ends it anyway. A live daemon ends
+// it within a second of its TTL (its reap interval) or tells the agent
+// the TTL it extended: this is for a daemon that hangs, and for one that
+// is gone without its session's end reaching the agent (a container
+// engine keeps a persistent container's standard input open when its
+// attached client dies).
+const AttachedGrace = 10 * time.Second
 
 // SetLifetime tells the agent the sandbox's lifetime (LifetimeRequest). An
 // agent that predates the call answers that it does not know it: the

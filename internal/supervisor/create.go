@@ -435,6 +435,15 @@ func (s *Supervisor) watch(l *live, inst sandbox.Instance) {
 				why = "the sandbox ended by itself: " + err.Error()
 			}
 		}
+		l.mu.Lock()
+		exp := l.rec.ExpiresAt
+		l.mu.Unlock()
+		if !exp.IsZero() && s.opts.Now().After(exp) {
+			// Its holder ended it at its TTL (sandbox.LifetimeSetter),
+			// before this daemon did.
+			s.end(l, "ttl", "its time to live ran out; what held it ended it")
+			return
+		}
 		s.end(l, "error", why)
 	case <-s.stop:
 	}
