@@ -122,7 +122,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	}
 	// What sandboxes that end by themselves leave on the host goes with
 	// the janitor, which outlives this daemon.
-	startJanitor(log, drivers)
+	startJanitor(log, cli.DaemonInstance(f.stateDir), drivers)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_audit_ok", Help: "1 while the audit log records actions; 0 once it has failed (every action is refused)."}, func() float64 {

@@ -15,8 +15,8 @@ import (
 // with SIGKILL is the same, unannounced) ends at its TTL all the same: its
 // agent ends it, a command still running included, and the Pod's
 // container stops (the kubelet keeps the attach stream open, so the agent
-// waits agent.AttachedGrace past the TTL). Not before the TTL. The Pod
-// object stays, ended, until a daemon sweeps it (docs/decisions.md, 51).
+// waits agent.AttachedGrace past the TTL). Not before the TTL. The ended
+// Pod is then the janitor's to delete (SweepEnded; docs/decisions.md, 51).
 func TestTTLWithoutHost(t *testing.T) {
 	r := testRig(t)
 	d := newDriver(t, RuntimeClassNone, nil)
@@ -51,6 +51,13 @@ func TestTTLWithoutHost(t *testing.T) {
 				t.Fatalf("the Pod ended %v after its create, before its TTL (%v)", took, ttl)
 			}
 			t.Logf("the Pod ended %v after its create (TTL %v): %s", time.Since(start).Round(time.Second), ttl, p.Status.Phase)
+			// The janitor's part: the ended Pod goes.
+			if _, err := d.SweepEnded(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := k.getPod(ctx, r.ns, h.name); !isNotFound(err) {
+				t.Errorf("the ended Pod after SweepEnded: %v, want it gone", err)
+			}
 			return
 		}
 		if time.Since(start) > ttl+agent.AttachedGrace+30*time.Second {
