@@ -311,7 +311,11 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit, its /workspace, /tmp and /dev/shm tmpfs, and what its driver takes beyond them) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
 			ErrCapacity, bytesText(need), bytesText(max(free, 0)), bytesText(avail), bytesText(committed), len(s.live), bytesText(int64(s.cfg.MemoryReserve)))
 	}
-	l := &live{rec: rec, owner: rec.Owner, mem: need, procs: map[string]*proc{}}
+	fds := s.descriptorsOf(rec)
+	if err := s.checkDescriptors(fds); err != nil {
+		return nil, err
+	}
+	l := &live{rec: rec, owner: rec.Owner, mem: need, fds: fds, procs: map[string]*proc{}}
 	l.touch(s.opts.Now())
 	s.live[rec.ID] = l
 	return l, nil

@@ -188,7 +188,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 		s.ended(ctx, rec, "shutdown", "a pooled sandbox that this daemon's pools do not take (its template has no pool, or its agent speaks another protocol)")
 		return outExpired
 	}
-	l := &live{rec: rec, owner: rec.Owner, mem: s.memoryOf(rec), procs: map[string]*proc{}, inst: inst}
+	l := &live{rec: rec, owner: rec.Owner, mem: s.memoryOf(rec), fds: s.descriptorsOf(rec), procs: map[string]*proc{}, inst: inst}
 	last := s.store.Activity(rec.ID)
 	if last.IsZero() {
 		last = rec.Created
