@@ -125,6 +125,9 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	if drivers, err = offerDrivers(cfg, drivers); err != nil {
 		return err
 	}
+	// What sandboxes that end by themselves leave on the host goes with
+	// the janitor, which outlives this daemon.
+	startJanitor(log, cli.DaemonInstance(f.stateDir), drivers)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_audit_ok", Help: "1 while the audit log records actions; 0 once it has failed (every action is refused)."}, func() float64 {

@@ -40,6 +40,7 @@ type Client struct {
 	scan      *lazyClient[ScanRequest, ScanChunk]
 	readBlobs *lazyClient[ReadBlobsRequest, BlobChunk]
 	apply     *lazyClient[ApplyInput, ApplyEvent]
+	lifetime  *lazyClient[LifetimeRequest, Empty]
 	helloResp HelloResponse
 }
 
@@ -88,6 +89,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		scan:      newLazy[ScanRequest, ScanChunk](hc, baseURL+ProcScan, blobClientOptions()...),
 		readBlobs: newLazy[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, blobClientOptions()...),
 		apply:     newLazy[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, blobClientOptions()...),
+		lifetime:  newLazy[LifetimeRequest, Empty](hc, baseURL+ProcLifetime, o...),
 	}
 	resp, err := cl.hello.get().CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {

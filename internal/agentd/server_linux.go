@@ -135,6 +135,7 @@ func run() error {
 		// Spawners confine themselves ahead: only once the commands' root is known.
 		go eng.prepare()
 		s := &server{cfg: &cfg, eng: eng}
+		s.life = newLifetime(eng.running, s.endSandbox)
 		if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
 			// A container engine's: the first session is the attach stream,
 			// later ones come through relays to the socket in the agent's
@@ -362,6 +363,9 @@ type server struct {
 	snap *snapState
 	// trim ends idle threads once the agent is quiet (threads_linux.go).
 	trim trimmer
+	// life is the sandbox's lifetime as the host last set it
+	// (lifetime_linux.go).
+	life *lifetime
 }
 
 // files runs the file operation f with the workload's identity.
@@ -395,7 +399,7 @@ func (s *server) handler() http.Handler {
 	s.egress.register(mux)
 	mux.Handle(agent.ProcDial, http.HandlerFunc(serveDial))
 	s.registerSnapshots(mux)
-	return mux
+	return s.registerLifetime(mux)
 }
 
 // hello answers the handshake with the agent's own version, whatever the

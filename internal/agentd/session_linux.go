@@ -130,6 +130,8 @@ func (s *server) serveSession(conn net.Conn) {
 	if prev != nil {
 		prev.Close()
 	}
+	s.life.session(+1)
+	defer s.life.session(-1)
 	agent.ServeConn(context.Background(), conn, s.mux)
 }
 

@@ -27,6 +27,19 @@ type Overhead struct {
 	// Tasks are the host processes and threads the sandbox may hold
 	// beyond its Pids limit.
 	Tasks int64 `json:"tasks"`
+	// Descriptors are the open files the process that drives the sandbox
+	// (the daemon) holds for it while it rests, against that process's
+	// RLIMIT_NOFILE. Zero: not counted.
+	Descriptors int64 `json:"descriptors,omitempty"`
+}
+
+// HostDescriptors is what d declares a sandbox of spec holds open in the
+// process that drives it (Overhead.Descriptors); 0 when d declares none.
+func HostDescriptors(d Driver, spec Spec) int64 {
+	if o, ok := d.(Overheader); ok {
+		return o.Overhead(spec).Descriptors
+	}
+	return 0
 }
 
 // HostBytes is how much of the host's memory a sandbox of spec on d can

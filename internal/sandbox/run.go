@@ -50,3 +50,20 @@ func WaitOrKill(ctx context.Context, p Process) (Result, error) {
 	return Result{ExitCode: -1, Signal: "SIGKILL", Reason: ReasonKilled, LimitsHit: []Limit{},
 		Message: "the command was killed; the sandbox did not confirm it"}, fmt.Errorf("exec %s: %w", p.ID(), ctx.Err())
 }
+
+// WaitDone is a Process's Wait over done, closed once the process has
+// ended and result says how: the result of a process that has ended,
+// even when ctx is done too; else ctx's error if it is done first.
+func WaitDone(ctx context.Context, done <-chan struct{}, result func() (Result, error)) (Result, error) {
+	select {
+	case <-done:
+		return result()
+	default:
+	}
+	select {
+	case <-done:
+		return result()
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}

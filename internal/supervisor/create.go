@@ -319,7 +319,11 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 		return nil, fmt.Errorf("%w: the sandbox can hold %s of RAM (its memory limit, its /workspace, /tmp and /dev/shm tmpfs, and what its driver takes beyond them) but only %s is free for sandboxes (available %s, %s promised to %d live sandboxes, %s kept in reserve); ask for less memory, disk or tmp, or delete sandboxes",
 			ErrCapacity, bytesText(need), bytesText(max(free, 0)), bytesText(avail), bytesText(committed), len(s.live), bytesText(int64(s.cfg.MemoryReserve)))
 	}
-	l := &live{rec: rec, owner: rec.Owner, mem: need, procs: map[string]*proc{}}
+	fds := s.descriptorsOf(rec)
+	if err := s.checkDescriptors(fds); err != nil {
+		return nil, err
+	}
+	l := &live{rec: rec, owner: rec.Owner, mem: need, fds: fds, procs: map[string]*proc{}}
 	l.touch(s.opts.Now())
 	s.live[rec.ID] = l
 	return l, nil
@@ -408,6 +412,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	s.log.Info("sandbox created", "sandbox_id", id, "template", rec.Template, "owner", rec.Owner, "state", rec.State)
 	s.wg.Add(1)
 	go s.watch(l, inst)
+	s.tellLifetime(ctx, l)
 	return nil
 }
 
@@ -458,6 +463,15 @@ func (s *Supervisor) watch(l *live, inst sandbox.Instance) {
 			if err := ec.Ended(); err != nil {
 				why = "the sandbox ended by itself: " + err.Error()
 			}
+		}
+		l.mu.Lock()
+		exp := l.rec.ExpiresAt
+		l.mu.Unlock()
+		if !exp.IsZero() && s.opts.Now().After(exp) {
+			// Its holder ended it at its TTL (sandbox.LifetimeSetter),
+			// before this daemon did.
+			s.end(l, "ttl", "its time to live ran out; what held it ended it")
+			return
 		}
 		s.end(l, "error", why)
 	case <-s.stop:

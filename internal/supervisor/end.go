@@ -61,6 +61,7 @@ func (s *Supervisor) ExtendTimeout(ctx context.Context, c Caller, id string, d t
 	l.rec.ExpiresAt = rec.ExpiresAt
 	l.mu.Unlock()
 	l.touch(s.opts.Now())
+	s.tellLifetime(ctx, l)
 	return s.info(l), nil
 }
 

@@ -110,6 +110,7 @@ func (s *Supervisor) claim(c Caller, p *pool, ttl, idle time.Duration, req Creat
 	l.mu.Lock()
 	l.rec = rec
 	l.mu.Unlock()
+	s.tellLifetime(context.Background(), l)
 	in := s.info(l)
 	in.FromPool = true
 	s.log.Info("sandbox claimed from pool", "sandbox_id", rec.ID, "template", rec.Template, "owner", c.KeyID)

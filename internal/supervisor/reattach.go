@@ -164,6 +164,10 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	if err != nil {
 		why := "it could not be reattached, and was ended: " + err.Error()
 		if errors.Is(err, sandbox.ErrNotFound) {
+			if reason, why := endedByHolder(rec, s.store.Activity(rec.ID), s.opts.Now()); reason != "" {
+				s.ended(ctx, rec, reason, why)
+				return outExpired
+			}
 			why = "what held it had exited since the previous daemon stopped: " + err.Error()
 		}
 		return s.lost(ctx, rec, why)
@@ -191,7 +195,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 		s.ended(ctx, rec, "shutdown", "a pooled sandbox that this daemon's pools do not take (its template has no pool, or its agent speaks another protocol)")
 		return outExpired
 	}
-	l := &live{rec: rec, owner: rec.Owner, mem: s.memoryOf(rec), procs: map[string]*proc{}, inst: inst}
+	l := &live{rec: rec, owner: rec.Owner, mem: s.memoryOf(rec), fds: s.descriptorsOf(rec), procs: map[string]*proc{}, inst: inst}
 	last := s.store.Activity(rec.ID)
 	if last.IsZero() {
 		last = rec.Created
@@ -217,6 +221,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 	s.wg.Add(1)
 	go s.watch(l, inst)
 	if compatible {
+		s.tellLifetime(ctx, l)
 		s.reattachProcs(ctx, l)
 	}
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindReattach, Key: rec.Owner, Sandbox: rec.ID, Template: rec.Template,

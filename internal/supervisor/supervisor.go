@@ -137,6 +137,8 @@ type live struct {
 	// admission count.
 	owner string
 	mem   int64
+	// fds are the files it holds open in the daemon (descriptorsOf).
+	fds int64
 
 	mu   sync.Mutex
 	rec  store.Sandbox

@@ -99,6 +99,11 @@ func New(cfg Config) *Instance {
 			in.log.Info("sandbox lifetime reached")
 			_ = in.Close(context.Background())
 		})
+		// The agent of a sandbox that outlives this process ends it at
+		// this lifetime if nobody is attached then (SetLifetime).
+		if err := in.SetLifetime(context.Background(), l, 0, 0); err != nil {
+			in.log.Warn("tell the sandbox's agent its lifetime", "err", err)
+		}
 	}
 	return in
 }

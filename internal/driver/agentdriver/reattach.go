@@ -272,3 +272,23 @@ func (f failFiles) Rename(context.Context, string, string) error     { return f.
 func (f failFiles) Symlink(context.Context, string, string) error    { return f.err }
 func (f failFiles) Resolve(context.Context, string) (string, error)  { return "", f.err }
 func (f failFiles) NoFollow() sandbox.Files                          { return f }
+
+var _ sandbox.LifetimeSetter = (*Instance)(nil)
+
+// SetLifetime tells the agent of a sandbox that outlives its host sessions
+// its lifetime (agent.LifetimeRequest): it ends the sandbox itself once
+// that has run out while no host is attached. A sandbox that dies with its
+// connection needs none.
+func (in *Instance) SetLifetime(ctx context.Context, left, idle, idleFor time.Duration) error {
+	if !in.client.Hello().Persistent {
+		return nil
+	}
+	if err := in.usable(); err != nil {
+		return err
+	}
+	req := agent.LifetimeRequest{IdleMS: idle.Milliseconds(), IdleForMS: idleFor.Milliseconds()}
+	if left != 0 {
+		req.RemainingMS = max(left.Milliseconds(), 1)
+	}
+	return in.client.SetLifetime(ctx, req)
+}

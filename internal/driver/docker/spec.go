@@ -86,8 +86,10 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 			"/tmp":            tmpfs(l.TmpBytes, "exec", "mode=1777"),
 		},
 		LogConfig: container.LogConfig{Type: "none"},
-		// What is not persistent is removed when it stops.
-		AutoRemove: !c.Persistent,
+		// The engine removes the container when it stops: when its agent
+		// ends (a one-shot run's with its connection; a persistent one's
+		// at its TTL with no daemon attached: docs/decisions.md, 51).
+		AutoRemove: true,
 		Resources: container.Resources{
 			Memory:           memory,
 			MemorySwap:       memory, // memory plus swap: no swap

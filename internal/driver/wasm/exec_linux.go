@@ -109,17 +109,7 @@ func (p *process) ID() string { return p.id }
 
 // Wait returns the exec's result once it has ended.
 func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
-	select {
-	case <-p.done:
-		return p.result, p.err
-	default:
-	}
-	select {
-	case <-p.done:
-		return p.result, p.err
-	case <-ctx.Done():
-		return sandbox.Result{}, ctx.Err()
-	}
+	return sandbox.WaitDone(ctx, p.done, func() (sandbox.Result, error) { return p.result, p.err })
 }
 
 // Signal ends the module as the signal would end a process that does not
