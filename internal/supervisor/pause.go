@@ -140,6 +140,17 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 	if p.MemoryKept {
 		how = "frozen, its memory kept in the host"
 	}
+	if ls, ok := inst.(sandbox.LifetimeSetter); ok && p.MemoryKept {
+		// A frozen sandbox's holder runs on, and would end it at its TTL
+		// or idle timeout: it is kept until the paused TTL instead.
+		var left time.Duration
+		if !p.Until.IsZero() {
+			left = max(p.Until.Sub(now), time.Millisecond)
+		}
+		if err := ls.SetLifetime(ctx, left, 0, 0); err != nil {
+			s.log.Warn("tell a paused sandbox's holder its lifetime", "sandbox_id", id, "err", err)
+		}
+	}
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindPause, Key: c.KeyID, Sandbox: id, Reason: how})
 	s.log.Info("sandbox paused", "sandbox_id", id, "how", how)
 	return s.info(l), nil
@@ -267,6 +278,7 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 	l.inst = inst
 	l.mu.Unlock()
 	l.touch(now)
+	s.tellLifetime(ctx, l) // its TTL runs again, and its idle timeout from now
 	if !p.MemoryKept {
 		_ = os.RemoveAll(s.pausedDir(id))
 		s.m.Live.WithLabelValues(rec.Driver).Inc()

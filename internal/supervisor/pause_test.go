@@ -290,3 +290,42 @@ func TestPauseUnrecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPauseFrozenHolder: the holder of a frozen sandbox runs on and would
+// end it at its TTL or idle timeout with no daemon attached (lifetime.go),
+// so a freeze tells it the paused TTL instead, with no idle timeout, and
+// a thaw tells it the TTL left again.
+func TestPauseFrozenHolder(t *testing.T) {
+	ctx := context.Background()
+	drv := &fake.Driver{Freezable: true}
+	clk := &clock{now: time.Now()}
+	sup, _ := pauseFixture(t, t.TempDir(), drv, clk)
+	defer sup.Close(ctx)
+	in, err := sup.Create(ctx, alice, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup.mu.Lock()
+	fi := sup.live[in.ID].inst.(*fake.Instance)
+	sup.mu.Unlock()
+	if left, idle := fi.Lifetime(); left < 59*time.Minute || left > time.Hour || idle != 10*time.Minute {
+		t.Fatalf("after create the holder was told %v left, idle %v; want the template's 1h and 10m", left, idle)
+	}
+	p, err := sup.Pause(ctx, alice, in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Frozen() || p.Paused == nil || !p.Paused.MemoryKept {
+		t.Fatalf("paused: frozen %v, %+v", fi.Frozen(), p.Paused)
+	}
+	if left, idle := fi.Lifetime(); left < 47*time.Hour || left > 48*time.Hour || idle != 0 {
+		t.Errorf("a frozen sandbox's holder was told %v left, idle %v; want the paused TTL (48h) and no idle timeout", left, idle)
+	}
+	clk.add(2 * time.Hour)
+	if _, err := sup.Resume(ctx, alice, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	if left, idle := fi.Lifetime(); fi.Frozen() || left < 59*time.Minute || left > time.Hour || idle != 10*time.Minute {
+		t.Errorf("after the thaw the holder was told %v left, idle %v (frozen %v); want the TTL left at the pause (about 1h) and 10m", left, idle, fi.Frozen())
+	}
+}

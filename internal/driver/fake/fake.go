@@ -21,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -36,6 +37,9 @@ type Driver struct {
 	// Pausable makes its sandboxes pausable with their memory
 	// (sandbox.Pauser; pause.go).
 	Pausable bool
+	// Freezable makes its sandboxes pausable by a freeze, their memory
+	// kept in the host (sandbox.Freezer; pause.go).
+	Freezable bool
 	// Created, Closed, Swept, PausedCount (pauses) and Discarded count calls.
 	Created, Closed, Swept, PausedCount, Discarded atomic.Int32
 
@@ -63,7 +67,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true, Pause: d.Pausable}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true, Pause: d.Pausable || d.Freezable, MemoryKeptInHost: d.Freezable}
 }
 
 // Sweep counts.
@@ -119,6 +123,10 @@ type Instance struct {
 	once  sync.Once
 	done  chan struct{}
 	files *tree
+
+	mu       sync.Mutex
+	frozen   bool
+	lifetime [3]time.Duration // the last SetLifetime's left, idle and idleFor
 }
 
 var _ sandbox.Instance = (*Instance)(nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -80,4 +81,51 @@ func (d *Driver) Paused(_ context.Context, id string, _ []byte) ([]byte, bool) {
 		return []byte(id), true
 	}
 	return nil, false
+}
+
+var (
+	_ sandbox.Freezer        = (*Instance)(nil)
+	_ sandbox.LifetimeSetter = (*Instance)(nil)
+)
+
+// Freeze marks the sandbox frozen (Driver.Freezable).
+func (in *Instance) Freeze(context.Context) error {
+	if !in.d.Freezable {
+		return fmt.Errorf("fake: %w: freeze", sandbox.ErrUnsupported)
+	}
+	in.mu.Lock()
+	in.frozen = true
+	in.mu.Unlock()
+	return nil
+}
+
+// Thaw marks it running again.
+func (in *Instance) Thaw(context.Context) error {
+	in.mu.Lock()
+	in.frozen = false
+	in.mu.Unlock()
+	return nil
+}
+
+// Frozen reports whether the sandbox is frozen.
+func (in *Instance) Frozen() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.frozen
+}
+
+// SetLifetime records what the holder of the sandbox was told.
+func (in *Instance) SetLifetime(_ context.Context, left, idle, idleFor time.Duration) error {
+	in.mu.Lock()
+	in.lifetime = [3]time.Duration{left, idle, idleFor}
+	in.mu.Unlock()
+	return nil
+}
+
+// Lifetime is what the last SetLifetime said: the time to live left and
+// the idle timeout.
+func (in *Instance) Lifetime() (left, idle time.Duration) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lifetime[0], in.lifetime[1]
 }
