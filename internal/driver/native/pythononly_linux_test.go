@@ -27,7 +27,7 @@ func TestConformanceWithoutShell(t *testing.T) {
 	}
 	declare("it needs a Linux userland with a shell, which a Python-only sandbox does not have",
 		"exec/own_signal", "exec/not_executable", "exec/signal_kill", "exec/cancel_frozen_agent",
-		"files/ownership", "network/none_loopback_only", "limits/fork_bomb", "limits/setsid_survivor",
+		"files/ownership", "files/home", "network/none_loopback_only", "limits/fork_bomb", "limits/setsid_survivor",
 		"posture/identity", "posture/processes", "posture/mount", "posture/unshare", "posture/ptrace",
 		"posture/raw_socket", "posture/hostname", "posture/agent_proc", "posture/no_agent_binary",
 		"posture/tiocsti", "posture/nosuid", "posture/no_sys", "posture/read_only_root", "posture/dev",
