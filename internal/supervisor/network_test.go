@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,5 +80,49 @@ func TestSetNetworkBounds(t *testing.T) {
 	}
 	if _, err := sup.SetNetwork(ctx, Caller{KeyID: "key-b"}, info.ID, sandbox.Network{}); !errors.Is(err, ErrForbidden) {
 		t.Errorf("another key's sandbox: %v, want forbidden", err)
+	}
+}
+
+// TestCreateCarriesTemplateSecretsAndRules: the network a driver gets
+// for a create (and so the egress proxy's Attach) carries the template's
+// secrets and rules, whether the create asks for no network or a
+// narrower one; a create of another template carries neither.
+func TestCreateCarriesTemplateSecretsAndRules(t *testing.T) {
+	st, err := store.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rule := sandbox.HTTPRule{Host: "a.example.com", Allow: []string{"GET /**"}}
+	cfg := Config{Egress: EgressConfig{Secrets: []EgressSecret{{Name: "GH", Hosts: []string{"a.example.com"}, Value: "x"}}}, Templates: []Template{
+		{Name: "default", Network: TemplateNetwork{Mode: "egress", AllowHosts: []string{"a.example.com"}}},
+		{Name: "agent", Network: TemplateNetwork{Mode: "egress", AllowHosts: []string{"a.example.com", "b.example.com"},
+			Secrets: []string{"GH"}, Rules: []sandbox.HTTPRule{rule}}},
+	}}
+	drv := &fake.Driver{}
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": egressFake{drv}}, Config: cfg,
+		MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	ctx := context.Background()
+	c := Caller{KeyID: "key-a"}
+	for _, req := range []CreateRequest{{Template: "agent"}, {Template: "agent", Network: sandbox.Network{AllowHosts: []string{"b.example.com"}}}, {Template: "default"}} {
+		if _, err := sup.Create(ctx, c, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	specs := drv.Specs()
+	if len(specs) != 3 {
+		t.Fatalf("%d creates reached the driver", len(specs))
+	}
+	for i, s := range specs[:2] {
+		if n := s.Network; !slices.Equal(n.Secrets, []string{"GH"}) || len(n.Rules) != 1 || n.Rules[0].Host != rule.Host {
+			t.Errorf("create %d of template agent: network %+v, want its secrets and rules", i, n)
+		}
+	}
+	if n := specs[2].Network; len(n.Secrets) != 0 || len(n.Rules) != 0 {
+		t.Errorf("a create of another template: network %+v, want no secrets or rules", n)
 	}
 }
