@@ -275,6 +275,13 @@ func (s *Sandbox) vet(d *decision, method string, u *url.URL, h http.Header) boo
 		d.status, d.reason = http.StatusForbidden, reason
 		return false
 	}
+	if f := s.p.opts.PolicyRequest; f != nil {
+		if ok, rule, reason := f(s.ctx, s.id, d.host, d.port, method, u.Path); !ok {
+			d.v = Verdict{Rule: "policy " + rule}
+			d.status, d.reason = http.StatusForbidden, reason
+			return false
+		}
+	}
 	secrets := s.secretsFor(d.host)
 	// A placeholder bound for a host its secret is not for: refused, so
 	// that the attempt shows (the secret itself could not leave anyway).

@@ -153,6 +153,12 @@ type Options struct {
 	// [network] section and its rules on action "egress"). A refusal is a
 	// 403 naming "policy " + rule, with reason as the body's reason.
 	Policy func(ctx context.Context, sandboxID, host string, port int) (allow bool, rule, reason string)
+	// PolicyRequest, when set, decides every request the proxy reads
+	// (plain HTTP, and each request of an intercepted host) by its method
+	// and path too, after the method and path rules let it through: the
+	// daemon's policy rules on action "egress" with method set. A refusal
+	// is a 403 naming "policy " + rule.
+	PolicyRequest func(ctx context.Context, sandboxID, host string, port int, method, path string) (allow bool, rule, reason string)
 }
 
 // Proxy is the egress proxy shared by all sandboxes of one process.

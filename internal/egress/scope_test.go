@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -136,5 +137,38 @@ func TestPlaceholderInBody(t *testing.T) {
 		if resp.StatusCode != 200 || string(b) != `{"token":"`+ph+`"}` {
 			t.Fatalf("%s: %d, the server got the body %q", host, resp.StatusCode, b)
 		}
+	}
+}
+
+// TestPolicyRequest: Options.PolicyRequest decides each request the proxy
+// reads by method and path (the query left out), after the method and
+// path rules, and its refusal is a 403 naming the policy's rule.
+func TestPolicyRequest(t *testing.T) {
+	type call struct{ host, method, path string }
+	calls := make(chan call, 10)
+	f := newInterceptFixture(t, func(o *Options) {
+		o.Rules = nil
+		o.PolicyRequest = func(_ context.Context, id, host string, port int, method, path string) (bool, string, string) {
+			calls <- call{host, method, path}
+			if method == "DELETE" {
+				return false, "no-deletes", "agents do not delete"
+			}
+			return true, "", ""
+		}
+	})
+	c := f.client(f.sandboxRoots(), true)
+	base := fmt.Sprintf("https://api.test:%d", f.srv.port)
+	if r := do(t, c, "GET", base+"/repos/o/r?q=1", nil); r.status != 200 {
+		t.Fatalf("GET: %d %q", r.status, r.body)
+	}
+	if got := <-calls; got != (call{"api.test", "GET", "/repos/o/r"}) {
+		t.Fatalf("the policy was asked %+v", got)
+	}
+	n := f.srv.count()
+	if r := do(t, c, "DELETE", base+"/repos/o/r", nil); r.status != 403 || !strings.Contains(r.body, `rule "policy no-deletes"`) || !strings.Contains(r.body, "agents do not delete") {
+		t.Fatalf("DELETE: %d %q", r.status, r.body)
+	}
+	if f.srv.count() != n {
+		t.Fatal("the refused DELETE reached the server")
 	}
 }

@@ -308,6 +308,18 @@ func (n TemplateNetwork) check(named map[string]bool) error {
 // the sandbox's owner. An egress request cannot wait for a person, so a
 // verdict of ask denies it; a sandbox that is not live is denied.
 func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port int) (allow bool, rule, reason string) {
+	return s.egressDecision(ctx, id, policy.Request{Host: host, Port: port})
+}
+
+// EgressRequestDecision is the policy's decision on one HTTP request the
+// proxy reads (plain HTTP, or an intercepted host's): EgressDecision with
+// the request's method and path, so that rules can say
+// `method == "DELETE"`: the proxy's egress.Options.PolicyRequest.
+func (s *Supervisor) EgressRequestDecision(ctx context.Context, id, host string, port int, method, path string) (allow bool, rule, reason string) {
+	return s.egressDecision(ctx, id, policy.Request{Host: host, Port: port, Method: method, Path: path})
+}
+
+func (s *Supervisor) egressDecision(ctx context.Context, id string, req policy.Request) (allow bool, rule, reason string) {
 	s.mu.Lock()
 	l := s.live[id]
 	var owner string
@@ -318,7 +330,8 @@ func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port i
 	if l == nil {
 		return false, "unknown-sandbox", "the sandbox is not live"
 	}
-	r := l.request(policy.Request{Action: policy.ActionEgress, Host: host, Port: port, Key: owner})
+	req.Action, req.Key = policy.ActionEgress, owner
+	r := l.request(req)
 	d, err := s.policy.Decide(ctx, r)
 	if err != nil {
 		s.log.Error("policy evaluation failed; denying egress", "sandbox_id", id, "err", err)

@@ -126,3 +126,50 @@ func TestCreateCarriesTemplateSecretsAndRules(t *testing.T) {
 		t.Errorf("a create of another template: network %+v, want no secrets or rules", n)
 	}
 }
+
+// TestEgressRequestPolicy: a policy rule in CEL can decide an egress
+// request by its method and path (the proxy asks for each request it
+// reads), while the CONNECT's decision (no method) is unchanged.
+func TestEgressRequestPolicy(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "policy.toml")
+	if err := os.WriteFile(pf, []byte(`
+[[rule]]
+name = "no-deletes-upstream"
+when = 'action == "egress" && method == "DELETE" && path.startsWith("/repos/")'
+decision = "deny"
+reason = "agents do not delete repositories"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := Config{Templates: []Template{{Name: "default", Network: TemplateNetwork{Mode: "egress", AllowHosts: []string{"api.example.com"}}}}}
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": egressFake{&fake.Driver{}}}, Config: cfg, Policy: pol,
+		MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	ctx := context.Background()
+	info, err := sup.Create(ctx, Caller{KeyID: "key-a"}, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, rule, reason := sup.EgressDecision(ctx, info.ID, "api.example.com", 443); !ok {
+		t.Fatalf("the CONNECT was refused: %s %s", rule, reason)
+	}
+	if ok, rule, reason := sup.EgressRequestDecision(ctx, info.ID, "api.example.com", 443, "GET", "/repos/o/r"); !ok {
+		t.Fatalf("a GET was refused: %s %s", rule, reason)
+	}
+	if ok, rule, reason := sup.EgressRequestDecision(ctx, info.ID, "api.example.com", 443, "DELETE", "/repos/o/r"); ok || rule != "rule:no-deletes-upstream" || !strings.Contains(reason, "delete repositories") {
+		t.Fatalf("a DELETE: allow %v, rule %q, reason %q; want the rule's denial", ok, rule, reason)
+	}
+}
