@@ -173,3 +173,66 @@ reason = "agents do not delete repositories"
 		t.Fatalf("a DELETE: allow %v, rule %q, reason %q; want the rule's denial", ok, rule, reason)
 	}
 }
+
+// changerFake is egressFake whose instances can change their network.
+type changerFake struct{ egressFake }
+
+type changerInstance struct {
+	sandbox.Instance
+	got *[]sandbox.Network
+}
+
+func (i changerInstance) SetNetwork(n sandbox.Network) error { *i.got = append(*i.got, n); return nil }
+
+var changed []sandbox.Network
+
+func (d changerFake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	in, err := d.egressFake.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return changerInstance{in, &changed}, nil
+}
+
+// TestSetNetworkKeepsSecretsAndRules: a change of network that names no
+// secrets or rules keeps what the sandbox got at create (a create that
+// dropped the template's secret does not get it back), one that names
+// them is bounded by the template as a create is.
+func TestSetNetworkKeepsSecretsAndRules(t *testing.T) {
+	st, err := store.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	own := sandbox.HTTPRule{Host: "a.example.com", Deny: []string{"POST"}}
+	cfg := Config{Egress: EgressConfig{Secrets: []EgressSecret{{Name: "GH", Hosts: []string{"a.example.com"}, Header: "Authorization", Value: "x"}}},
+		Templates: []Template{{Name: "default", Network: TemplateNetwork{Mode: "egress", AllowHosts: []string{"a.example.com", "b.example.com"}, Secrets: []string{"GH"}}}}}
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": changerFake{egressFake{&fake.Driver{}}}}, Config: cfg,
+		MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	ctx := context.Background()
+	c := Caller{KeyID: "key-a"}
+	info, err := sup.Create(ctx, c, CreateRequest{Network: sandbox.Network{AllowHosts: []string{"a.example.com"}, Secrets: []string{}, Rules: []sandbox.HTTPRule{own}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed = nil
+	if _, err := sup.SetNetwork(ctx, c, info.ID, sandbox.Network{AllowHosts: []string{"b.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(changed) != 1 || len(changed[0].Secrets) != 0 || len(changed[0].Rules) != 1 || changed[0].Rules[0].Host != own.Host {
+		t.Fatalf("the change gave the instance %+v; want no secrets (the create dropped them) and the create's rule", changed)
+	}
+	if _, err := sup.SetNetwork(ctx, c, info.ID, sandbox.Network{AllowHosts: []string{"b.example.com"}, Secrets: []string{"GH"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := changed[len(changed)-1]; !slices.Equal(n.Secrets, []string{"GH"}) {
+		t.Fatalf("a change naming the template's secret: %+v", n)
+	}
+	if _, err := sup.SetNetwork(ctx, c, info.ID, sandbox.Network{Secrets: []string{"OTHER"}}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("a change naming a secret the template does not: %v, want ErrInvalid", err)
+	}
+}
