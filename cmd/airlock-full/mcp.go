@@ -180,6 +180,9 @@ func embeddedSupervisor(ctx context.Context, f mcpFlags, log *slog.Logger) (*sup
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}
+	popts.PolicyRequest = func(ctx context.Context, id, host string, port int, method, path string) (bool, string, string) {
+		return sup.EgressRequestDecision(ctx, id, host, port, method, path)
+	}
 	drivers, err := cli.AvailableDrivers(ctx, cli.DriverOptions{Logger: log, Egress: egress.New(popts)})
 	if err != nil {
 		done()

@@ -118,6 +118,9 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	popts.Policy = func(ctx context.Context, id, host string, port int) (bool, string, string) {
 		return sup.EgressDecision(ctx, id, host, port)
 	}
+	popts.PolicyRequest = func(ctx context.Context, id, host string, port int, method, path string) (bool, string, string) {
+		return sup.EgressRequestDecision(ctx, id, host, port, method, path)
+	}
 	drivers, err := cli.AvailableDrivers(ctx, cli.DriverOptions{Logger: log, Egress: egress.New(popts), Instance: cli.DaemonInstance(f.stateDir)})
 	if err != nil {
 		return err

@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
@@ -352,7 +355,7 @@ func (s *server) writeCABundle(cfg *agent.EgressConfig) error {
 	if cfg == nil || cfg.CA == "" || cfg.CABundle == "" {
 		return nil
 	}
-	return s.files(func() error {
+	if err := s.files(func() error {
 		var b bytes.Buffer
 		for _, p := range caBundles {
 			if _, err := s.root.ReadFile(p, 0, 16<<20, &b); err == nil {
@@ -368,5 +371,40 @@ func (s *server) writeCABundle(cfg *agent.EgressConfig) error {
 			return fmt.Errorf("write the egress CA bundle %s: %w", cfg.CABundle, err)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	s.bindSystemBundle(cfg.CABundle)
+	return nil
+}
+
+// bindSystemBundle binds the bundle, read-only, over each system bundle
+// path (caBundles) of the commands' root, so that a tool that ignores
+// SSL_CERT_FILE and the others and reads the system's bundle trusts the
+// CA too. The mounts are in the sandbox's own mount namespace: the host's
+// bundle and other sandboxes' are untouched. Where the agent may not mount
+// (a container runtime that withholds CAP_SYS_ADMIN), the bundle is only
+// where the variables point, and a tool that ignores them fails closed;
+// that is logged, not fatal.
+func (s *server) bindSystemBundle(bundle string) {
+	root := ""
+	if fd := s.eng.workloadRoot; fd > 0 {
+		// A contained agent's commands are chrooted into a bind of the
+		// tree made before: mount inside that copy.
+		root = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	for _, p := range caBundles {
+		dst := root + p
+		if fi, err := os.Stat(dst); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if err := unix.Mount(root+bundle, dst, "", unix.MS_BIND, ""); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-agent: the system CA bundle %s keeps the root's certificates only (tools must use SSL_CERT_FILE): bind: %v\n", p, err)
+			continue
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
+		if err := unix.Mount("", dst, "", flags, ""); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-agent: make the system CA bundle %s read-only: %v\n", p, err)
+		}
+	}
 }

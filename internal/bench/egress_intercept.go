@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
@@ -41,7 +42,7 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 		}
 		return rows
 	}
-	roots, cert, err := benchPKI("tunnel.test", "intercept.test")
+	roots, rootPEM, cert, err := benchPKI("tunnel.test", "intercept.test")
 	if err != nil {
 		return fail(err)
 	}
@@ -153,6 +154,7 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 	if rows[0].Status == StatusOK && rows[1].Status == StatusOK {
 		rows[1].Detail = fmt.Sprintf("adds %.3f ms at p50", rows[1].Stats.P50-rows[0].Stats.P50)
 	}
+	sandboxHTTPSRows(ctx, o, proxy, rootPEM, srvLn.Addr().String(), rows[4:], progress)
 	return rows
 }
 
@@ -164,36 +166,37 @@ func (loopbackResolver) LookupNetIP(context.Context, string, string) ([]netip.Ad
 }
 
 // benchPKI makes a CA and a server certificate it signs for names.
-func benchPKI(names ...string) (*x509.CertPool, tls.Certificate, error) {
+func benchPKI(names ...string) (*x509.CertPool, []byte, tls.Certificate, error) {
 	serial := func() *big.Int { n, _ := rand.Int(rand.Reader, big.NewInt(1<<62)); return n }
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, tls.Certificate{}, err
 	}
 	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "airlock bench root"}, NotBefore: time.Now().Add(-time.Hour),
 		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, tls.Certificate{}, err
 	}
 	caCert, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, tls.Certificate{}, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, tls.Certificate{}, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, tls.Certificate{}, err
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
-	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return pool, caPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // interceptTemplate returns the interception rows, not measured yet.
@@ -205,5 +208,11 @@ func interceptTemplate() []Row {
 		{Section: "egress", ID: "egress/https-tunnel-download", What: "100 MiB HTTPS download on loopback through the proxy, tunnelled (higher is better)", Unit: UnitMiBps},
 		{Section: "egress", ID: "egress/https-intercept-download", What: "the same download, intercepted (higher is better)", Unit: UnitMiBps,
 			Compare: []Comparison{{Baseline: "egress/https-tunnel-download", Name: "tunnel"}}},
+		{Section: "egress", ID: "egress/sandbox-https-tunnel", What: "GET 1 KiB over HTTPS (HTTP/1.1) on loopback, python3 in a sandbox through its agent tunnel and the proxy, tunnelled (native)", Unit: UnitMS},
+		{Section: "egress", ID: "egress/sandbox-https-intercept", What: "the same GET from the sandbox, intercepted (the sandbox's CA bundle, a method and path rule)", Unit: UnitMS,
+			Compare: []Comparison{{Baseline: "egress/sandbox-https-tunnel", Name: "tunnel"}}},
+		{Section: "egress", ID: "egress/sandbox-https-tunnel-download", What: "100 MiB HTTPS download, python3 in a sandbox, tunnelled (native; higher is better)", Unit: UnitMiBps},
+		{Section: "egress", ID: "egress/sandbox-https-intercept-download", What: "the same download from the sandbox, intercepted (higher is better)", Unit: UnitMiBps,
+			Compare: []Comparison{{Baseline: "egress/sandbox-https-tunnel-download", Name: "tunnel"}}},
 	}
 }

@@ -123,6 +123,10 @@ func startTLSServer(t testing.TB, pki *testPKI) *tlsServer {
 			fmt.Fprintf(w, "got %d bytes", n)
 			return
 		}
+		if r.URL.Path == "/body" {
+			io.Copy(w, r.Body)
+			return
+		}
 		if r.URL.Path == "/repos/echo" {
 			fmt.Fprintf(w, "you sent %s, and again: %s.", r.Header.Get("Authorization"), r.Header.Get("Authorization"))
 			return

@@ -12,21 +12,21 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // HostRule restricts the requests a sandbox may send to a host by method
 // and path. A host with a rule is intercepted (its HTTPS is decrypted by
-// the proxy), so that the rule holds over HTTPS too.
+// the proxy), so that the rule holds over HTTPS too. The daemon's rules
+// (Options.Rules) apply to every sandbox, a sandbox's network's
+// (sandbox.Network.Rules: its template's and its create's) beside them.
 //
 //	[[egress.rule]]
 //	host = "api.github.com"            # or "*.example.com"
 //	allow = ["GET /repos/**", "HEAD"]  # empty: everything not denied
 //	deny = ["* /admin/**"]
-type HostRule struct {
-	Host  string   `toml:"host" json:"host"`
-	Allow []string `toml:"allow" json:"allow,omitempty"`
-	Deny  []string `toml:"deny" json:"deny,omitempty"`
-}
+type HostRule = sandbox.HTTPRule
 
 // l7Pattern is one "METHOD [PATH]" of a HostRule.
 type l7Pattern struct {
@@ -150,9 +150,9 @@ func canonicalPath(p string) bool {
 
 // checkL7 decides a request's method and path against the rules for host.
 // It returns the rule that refuses it, and why, or "" when it may go.
-func (p *Proxy) checkL7(host, method string, u *url.URL) (rule, reason string) {
+func (rs *Rules) checkL7(host, method string, u *url.URL) (rule, reason string) {
 	var applicable []l7Rule
-	for _, r := range p.l7 {
+	for _, r := range rs.l7 {
 		if r.matchesHost(host) {
 			applicable = append(applicable, r)
 		}
@@ -269,16 +269,24 @@ func newPlaceholders(ca *CA, id string, secrets []compiledSecret) map[string]str
 // may not go.
 func (s *Sandbox) vet(d *decision, method string, u *url.URL, h http.Header) bool {
 	d.path = u.Path
-	if rule, reason := s.p.checkL7(d.host, method, u); rule != "" {
+	rs := s.rules.Load()
+	if rule, reason := rs.checkL7(d.host, method, u); rule != "" {
 		d.v = Verdict{Rule: rule}
 		d.status, d.reason = http.StatusForbidden, reason
 		return false
+	}
+	if f := s.p.opts.PolicyRequest; f != nil {
+		if ok, rule, reason := f(s.ctx, s.id, d.host, d.port, method, u.Path); !ok {
+			d.v = Verdict{Rule: "policy " + rule}
+			d.status, d.reason = http.StatusForbidden, reason
+			return false
+		}
 	}
 	secrets := s.secretsFor(d.host)
 	// A placeholder bound for a host its secret is not for: refused, so
 	// that the attempt shows (the secret itself could not leave anyway).
 	var carried []compiledSecret
-	for _, sec := range s.p.secrets {
+	for _, sec := range rs.secrets {
 		tok := s.placeholders[sec.Name]
 		if tok == "" || !carries(u, h, tok) {
 			continue
@@ -339,12 +347,36 @@ func carries(u *url.URL, h http.Header, tok string) bool {
 }
 
 // intercepts reports whether the proxy decrypts the sandbox's HTTPS to
-// host: it has a secret or a method and path rule.
-func (p *Proxy) intercepts(host string) bool {
-	for _, sec := range p.secrets {
+// host: it has a secret or a method and path rule for the sandbox.
+func (rs *Rules) intercepts(host string) bool {
+	for _, sec := range rs.secrets {
 		if sec.forHost(host) {
 			return true
 		}
 	}
-	return slices.ContainsFunc(p.l7, func(r l7Rule) bool { return r.matchesHost(host) })
+	return slices.ContainsFunc(rs.l7, func(r l7Rule) bool { return r.matchesHost(host) })
+}
+
+// compile compiles n's rules with what the proxy adds for it: the daemon's
+// method and path rules and n's own, and the secrets n may use (every
+// unscoped one, and the scoped ones n names). A name n gives that the
+// proxy does not have gives nothing: the daemon's configuration checks
+// templates' names, and a sandbox reattached after a secret was removed
+// keeps running without it.
+func (p *Proxy) compile(n sandbox.Network) (*Rules, error) {
+	rs, err := Compile(n)
+	if err != nil {
+		return nil, err
+	}
+	own, err := compileL7(n.Rules)
+	if err != nil {
+		return nil, err
+	}
+	rs.l7 = append(slices.Clone(p.l7), own...)
+	for _, sec := range p.secrets {
+		if !sec.Scoped || slices.Contains(n.Secrets, sec.Name) {
+			rs.secrets = append(rs.secrets, sec)
+		}
+	}
+	return rs, nil
 }

@@ -107,6 +107,10 @@ type Secret struct {
 	Template string `toml:"template" json:"template,omitempty"`
 	// Value is the secret.
 	Value SecretValue `toml:"value" json:"-"`
+	// Scoped gives the secret only to sandboxes whose network names it
+	// (sandbox.Network.Secrets: the daemon sets it for a secret a template
+	// names). False: every sandbox of the proxy gets it.
+	Scoped bool `toml:"-" json:"-"`
 }
 
 // label names the secret in logs and summaries.
@@ -149,6 +153,12 @@ type Options struct {
 	// [network] section and its rules on action "egress"). A refusal is a
 	// 403 naming "policy " + rule, with reason as the body's reason.
 	Policy func(ctx context.Context, sandboxID, host string, port int) (allow bool, rule, reason string)
+	// PolicyRequest, when set, decides every request the proxy reads
+	// (plain HTTP, and each request of an intercepted host) by its method
+	// and path too, after the method and path rules let it through: the
+	// daemon's policy rules on action "egress" with method set. A refusal
+	// is a 403 naming "policy " + rule.
+	PolicyRequest func(ctx context.Context, sandboxID, host string, port int, method, path string) (allow bool, rule, reason string)
 }
 
 // Proxy is the egress proxy shared by all sandboxes of one process.
@@ -200,7 +210,7 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 	if p.err != nil {
 		return nil, fmt.Errorf("attach %s to the egress proxy: %w", id, p.err)
 	}
-	rules, err := Compile(n)
+	rules, err := p.compile(n)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +227,7 @@ func (p *Proxy) Attach(id string, n sandbox.Network) (*Sandbox, error) {
 		conns:   map[net.Conn]struct{}{},
 		hosts:   map[string]*HostSummary{},
 
-		placeholders: newPlaceholders(p.opts.CA, id, p.secrets),
+		placeholders: newPlaceholders(p.opts.CA, id, rules.secrets),
 	}
 	s.rules.Store(rules)
 	s.dial = p.opts.Dial
@@ -275,7 +285,7 @@ func (s *Sandbox) SetNetwork(n sandbox.Network) error {
 	if n.Mode != sandbox.NetworkEgress {
 		return fmt.Errorf("network of %s: mode %q: %w", s.id, n.Mode, sandbox.ErrInvalid)
 	}
-	rules, err := Compile(n)
+	rules, err := s.p.compile(n)
 	if err != nil {
 		return err
 	}
@@ -567,7 +577,7 @@ func (s *Sandbox) connectUpstream(d *decision) (net.Conn, bool) {
 func (s *Sandbox) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	d := s.newDecision(req)
 	admitted := s.admit(d)
-	if admitted && s.p.intercepts(d.host) {
+	if admitted && s.rules.Load().intercepts(d.host) {
 		// Never tunnelled: its requests are seen, or it is refused.
 		s.intercept(c, br, d)
 		return
@@ -695,7 +705,7 @@ var secretMethods = map[string]bool{
 // secretsFor returns the secrets that may be put into requests to host.
 func (s *Sandbox) secretsFor(host string) []compiledSecret {
 	var out []compiledSecret
-	for _, sec := range s.p.secrets {
+	for _, sec := range s.rules.Load().secrets {
 		if sec.forHost(host) {
 			out = append(out, sec)
 		}

@@ -15,6 +15,12 @@ type Rules struct {
 	denyIPs []netip.Prefix
 	addrs   map[netip.AddrPort]bool
 	report  bool
+
+	// l7 are the method and path rules for the sandbox, the daemon's and
+	// its network's; secrets are those it may use. (Proxy.compile sets
+	// them; Compile alone leaves them empty.)
+	l7      []l7Rule
+	secrets []compiledSecret
 }
 
 // hostRule is one host pattern with an optional port.

@@ -84,8 +84,12 @@ type Request struct {
 	Path     string   `json:"path,omitempty"`
 	Host     string   `json:"host,omitempty"`
 	// Port is the port of an egress request.
-	Port int    `json:"port,omitempty"`
-	Key  string `json:"key,omitempty"`
+	Port int `json:"port,omitempty"`
+	// Method is the HTTP method of an egress request the proxy can read
+	// (plain HTTP, or HTTPS it intercepts), whose Path is then the
+	// request's path (without the query); empty for a CONNECT.
+	Method string `json:"method,omitempty"`
+	Key    string `json:"key,omitempty"`
 	// Limits are a create's limits (the template's, narrowed by the
 	// request), or an exec's timeout (Timeout; zero for a background
 	// process without one).
@@ -645,7 +649,7 @@ func (r Request) vars() map[string]any {
 	}
 	return map[string]any{
 		"action": string(r.Action), "sandbox": r.Sandbox, "template": r.Template, "driver": r.Driver,
-		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port),
+		"argv": argv, "code": r.Code, "language": r.Language, "path": r.Path, "host": r.Host, "port": int64(r.Port), "method": r.Method,
 		"key": r.Key, "limits": limits, "network": network, "explicit": r.Explicit, "labels": labels,
 	}
 }

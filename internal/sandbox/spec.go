@@ -141,13 +141,35 @@ type Network struct {
 	// logs it as "would deny". Private and metadata addresses stay blocked.
 	// False: enforce.
 	Report bool `json:"report,omitempty"`
+	// Secrets names the daemon's secrets ([[egress.secret]]) that a
+	// template claims and this sandbox may use: it gets their placeholders
+	// and the proxy puts them into its requests. A secret no template
+	// names goes to every egress sandbox; one a template names, only to
+	// sandboxes whose network names it. Set from the template.
+	Secrets []string `json:"secrets,omitempty"`
+	// Rules are method and path rules for hosts, applied beside the
+	// daemon's ([[egress.rule]]): a template's, and a create's own.
+	Rules []HTTPRule `json:"rules,omitempty"`
+}
+
+// HTTPRule restricts the requests a sandbox may send to a host by method
+// and path (egress.HostRule; the proxy parses and applies it). A host with
+// a rule is intercepted, so that the rule holds over HTTPS too.
+//
+//	host = "api.github.com"            # or "*.example.com"
+//	allow = ["GET /repos/**", "HEAD"]  # empty: everything not denied
+//	deny = ["* /admin/**"]
+type HTTPRule struct {
+	Host  string   `toml:"host" json:"host"`
+	Allow []string `toml:"allow" json:"allow,omitempty"`
+	Deny  []string `toml:"deny" json:"deny,omitempty"`
 }
 
 // Validate checks n and says what is wrong.
 func (n Network) Validate() error {
 	switch n.Mode {
 	case "", NetworkNone:
-		if len(n.AllowHosts) > 0 || len(n.AllowAddresses) > 0 || len(n.Deny) > 0 || n.Report {
+		if len(n.AllowHosts) > 0 || len(n.AllowAddresses) > 0 || len(n.Deny) > 0 || n.Report || len(n.Secrets) > 0 || len(n.Rules) > 0 {
 			return invalid("network rules given with network mode %q: use mode %q", NetworkNone, NetworkEgress)
 		}
 		return nil

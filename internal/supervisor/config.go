@@ -209,6 +209,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.Templates = []Template{{Name: DefaultTemplate}}
 	}
 	seen := map[string]bool{}
+	named := map[string]bool{}
+	for _, s := range c.Egress.Secrets {
+		if s.Name != "" {
+			named[s.Name] = true
+		}
+	}
+	c.Egress.scoped = map[string]bool{}
 	for i := range c.Templates {
 		t := &c.Templates[i]
 		key := func(k string) string {
@@ -253,8 +260,14 @@ func (c Config) withDefaults() (Config, error) {
 		if err := t.spec().Validate(); err != nil {
 			return c, keyErr(key(t.badSpecKey()), fmt.Errorf("template %q: %w", t.Name, err))
 		}
-		if err := t.Network.check(); err != nil {
+		if err := t.Network.check(named); err != nil {
 			return c, keyErr(key("network"), fmt.Errorf("template %q: %w", t.Name, err))
+		}
+		for _, s := range t.Network.Secrets {
+			c.Egress.scoped[s] = true
+		}
+		if sandbox.NetworkMode(t.Network.Mode) == sandbox.NetworkEgress && len(t.Network.Rules) > 0 {
+			c.Egress.templateRules = true
 		}
 		switch t.ExposePorts {
 		case "":

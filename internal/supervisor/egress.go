@@ -24,12 +24,25 @@ import (
 //	allow_addresses = ["10.1.2.3:443"]
 //	deny = ["evil.pypi.org"]
 //	report = false                         # true lets creates ask for report mode
+//	secrets = ["GITHUB"]                   # [[egress.secret]] names: only this template's sandboxes get them
+//
+//	[[template.network.rule]]              # method and path rules for this template's sandboxes
+//	host = "api.github.com"
+//	allow = ["GET /repos/**"]
 type TemplateNetwork struct {
 	Mode           string   `toml:"mode"`
 	AllowHosts     []string `toml:"allow_hosts"`
 	AllowAddresses []string `toml:"allow_addresses"`
 	Deny           []string `toml:"deny"`
 	Report         bool     `toml:"report"`
+	// Secrets names daemon secrets ([[egress.secret]] name) the template's
+	// sandboxes may use. A secret some template names goes to those
+	// templates' sandboxes only; one no template names, to every egress
+	// sandbox (as before templates could name them).
+	Secrets []string `toml:"secrets"`
+	// Rules are method and path rules for the template's sandboxes, beside
+	// the daemon's [[egress.rule]]s.
+	Rules []egress.HostRule `toml:"rule"`
 }
 
 // EgressConfig configures the daemon's egress proxy.
@@ -56,6 +69,11 @@ type TemplateNetwork struct {
 // A host with a secret or a rule is intercepted: the proxy decrypts its
 // HTTPS with a CA of the daemon's (STATE/egress-ca.key).
 type EgressConfig struct {
+	// scoped are the secrets some template names (set by withDefaults);
+	// templateRules says whether some template has rules.
+	scoped        map[string]bool
+	templateRules bool
+
 	RequestsPerSecond float64           `toml:"requests_per_second"`
 	Burst             int               `toml:"burst"`
 	MaxConns          int               `toml:"max_conns"`
@@ -88,7 +106,8 @@ func (c EgressConfig) ProxyOptions(log *slog.Logger) egress.Options {
 		if s.ValueEnv != "" {
 			v = egress.SecretValue(os.Getenv(s.ValueEnv))
 		}
-		o.Secrets = append(o.Secrets, egress.Secret{Name: s.Name, Host: s.Host, Hosts: s.Hosts, Header: s.Header, Template: s.Template, Value: v})
+		o.Secrets = append(o.Secrets, egress.Secret{Name: s.Name, Host: s.Host, Hosts: s.Hosts, Header: s.Header, Template: s.Template, Value: v,
+			Scoped: s.Name != "" && c.scoped[s.Name]})
 	}
 	return o
 }
@@ -97,7 +116,7 @@ func (c EgressConfig) ProxyOptions(log *slog.Logger) egress.Options {
 // or rules: the CA in stateDir (made the first time) and the roots that
 // verify upstreams.
 func (c EgressConfig) Intercept(o *egress.Options, stateDir string) error {
-	if len(c.Secrets) == 0 && len(c.Rules) == 0 {
+	if len(c.Secrets) == 0 && len(c.Rules) == 0 && !c.templateRules {
 		return nil
 	}
 	ca, err := egress.LoadCA(stateDir)
@@ -179,25 +198,28 @@ func (n TemplateNetwork) defaultNetwork() sandbox.Network {
 	}
 	return sandbox.Network{
 		Mode: mode, AllowHosts: slices.Clone(n.AllowHosts), AllowAddresses: slices.Clone(n.AllowAddresses),
-		Deny: slices.Clone(n.Deny),
+		Deny: slices.Clone(n.Deny), Secrets: slices.Clone(n.Secrets), Rules: slices.Clone(n.Rules),
 	}
 }
 
 // zeroNetwork reports whether a create leaves the network to the template.
 func zeroNetwork(n sandbox.Network) bool {
-	return n.Mode == "" && len(n.AllowHosts) == 0 && len(n.AllowAddresses) == 0 && len(n.Deny) == 0 && !n.Report
+	return n.Mode == "" && len(n.AllowHosts) == 0 && len(n.AllowAddresses) == 0 && len(n.Deny) == 0 && !n.Report &&
+		len(n.Secrets) == 0 && len(n.Rules) == 0
 }
 
 // network returns the network a create gets: the template's when it asks
 // for none, else what it asks for if the template allows all of it. A
 // request asking for more is refused, not trimmed. The template's deny
-// rules always apply.
+// rules and method and path rules always apply (a create's own rules are
+// added: they only narrow), and its secrets unless the create names fewer
+// of them.
 func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 	n := t.Network.defaultNetwork()
 	if zeroNetwork(req) {
 		return n, nil
 	}
-	if req.Mode == "" && (len(req.AllowHosts) > 0 || len(req.AllowAddresses) > 0 || req.Report) {
+	if req.Mode == "" && (len(req.AllowHosts) > 0 || len(req.AllowAddresses) > 0 || req.Report || len(req.Secrets) > 0 || len(req.Rules) > 0) {
 		req.Mode = sandbox.NetworkEgress
 	}
 	if err := req.Validate(); err != nil {
@@ -225,6 +247,18 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 			return refuse(fmt.Sprintf("allow address %q", a))
 		}
 	}
+	for _, name := range req.Secrets {
+		if !slices.Contains(t.Network.Secrets, name) {
+			return refuse(fmt.Sprintf("secret %q", name))
+		}
+	}
+	if req.Secrets == nil {
+		req.Secrets = slices.Clone(t.Network.Secrets)
+	}
+	if err := egress.CheckOptions(egress.Options{Rules: req.Rules}); err != nil {
+		return req, fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
+	}
+	req.Rules = append(slices.Clone(t.Network.Rules), req.Rules...)
 	req.Deny = append(slices.Clone(req.Deny), t.Network.Deny...)
 	return req, nil
 }
@@ -246,12 +280,26 @@ func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summ
 	return egress.Summary{}, fmt.Errorf("sandbox %s has no egress (network mode none): %w", id, sandbox.ErrNotFound)
 }
 
-// check validates the template's network as written.
-func (n TemplateNetwork) check() error {
-	return sandbox.Network{
+// check validates the template's network as written; named are the
+// daemon's named secrets. Rules in mode none are checked but do nothing
+// (there is no traffic to apply them to).
+func (n TemplateNetwork) check(named map[string]bool) error {
+	nw := sandbox.Network{
 		Mode: sandbox.NetworkMode(n.Mode), AllowHosts: n.AllowHosts, AllowAddresses: n.AllowAddresses,
-		Deny: n.Deny, Report: n.Report,
-	}.Validate()
+		Deny: n.Deny, Report: n.Report, Secrets: n.Secrets,
+	}
+	if nw.Mode == sandbox.NetworkEgress {
+		nw.Rules = n.Rules
+	}
+	if err := nw.Validate(); err != nil {
+		return err
+	}
+	for _, s := range n.Secrets {
+		if !named[s] {
+			return fmt.Errorf("secret %q: no [[egress.secret]] has that name", s)
+		}
+	}
+	return egress.CheckOptions(egress.Options{Rules: n.Rules})
 }
 
 // EgressDecision is the policy's decision on a request of sandbox id to
@@ -260,6 +308,18 @@ func (n TemplateNetwork) check() error {
 // the sandbox's owner. An egress request cannot wait for a person, so a
 // verdict of ask denies it; a sandbox that is not live is denied.
 func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port int) (allow bool, rule, reason string) {
+	return s.egressDecision(ctx, id, policy.Request{Host: host, Port: port})
+}
+
+// EgressRequestDecision is the policy's decision on one HTTP request the
+// proxy reads (plain HTTP, or an intercepted host's): EgressDecision with
+// the request's method and path, so that rules can say
+// `method == "DELETE"`: the proxy's egress.Options.PolicyRequest.
+func (s *Supervisor) EgressRequestDecision(ctx context.Context, id, host string, port int, method, path string) (allow bool, rule, reason string) {
+	return s.egressDecision(ctx, id, policy.Request{Host: host, Port: port, Method: method, Path: path})
+}
+
+func (s *Supervisor) egressDecision(ctx context.Context, id string, req policy.Request) (allow bool, rule, reason string) {
 	s.mu.Lock()
 	l := s.live[id]
 	var owner string
@@ -270,7 +330,8 @@ func (s *Supervisor) EgressDecision(ctx context.Context, id, host string, port i
 	if l == nil {
 		return false, "unknown-sandbox", "the sandbox is not live"
 	}
-	r := l.request(policy.Request{Action: policy.ActionEgress, Host: host, Port: port, Key: owner})
+	req.Action, req.Key = policy.ActionEgress, owner
+	r := l.request(req)
 	d, err := s.policy.Decide(ctx, r)
 	if err != nil {
 		s.log.Error("policy evaluation failed; denying egress", "sandbox_id", id, "err", err)

@@ -217,3 +217,90 @@ func TestRecordEgressIntercepted(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateSecretsAndRules: a secret a template names is scoped to
+// that template's sandboxes (the proxy gives it to the networks naming
+// it), a template's rules reach its sandboxes' networks (and make the
+// daemon a CA), and a create may name fewer of the secrets, not others.
+func TestTemplateSecretsAndRules(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`
+[[egress.secret]]
+name = "GH"
+hosts = ["api.github.com"]
+value = "tok"
+[[egress.secret]]
+name = "ALL"
+hosts = ["x.example.com"]
+value = "tok2"
+[[template]]
+name = "agent"
+[template.network]
+mode = "egress"
+allow_hosts = ["api.github.com", "pypi.org"]
+secrets = ["GH"]
+[[template.network.rule]]
+host = "pypi.org"
+allow = ["GET /simple/**"]
+[[template]]
+name = "other"
+[template.network]
+mode = "egress"
+allow_hosts = ["api.github.com"]
+`)
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.Egress.ProxyOptions(nil)
+	if len(o.Secrets) != 2 || !o.Secrets[0].Scoped || o.Secrets[1].Scoped {
+		t.Fatalf("GH must be scoped (a template names it), ALL not: %+v", o.Secrets)
+	}
+	agent, other := c.Templates[0], c.Templates[1]
+	if n := agent.spec().Network; !slices.Equal(n.Secrets, []string{"GH"}) || len(n.Rules) != 1 || n.Rules[0].Host != "pypi.org" {
+		t.Fatalf("agent's default network %+v", n)
+	}
+	if n := other.spec().Network; len(n.Secrets) != 0 || len(n.Rules) != 0 {
+		t.Fatalf("other's default network %+v", n)
+	}
+	// A create narrowing the hosts keeps the template's secrets and
+	// rules, adds its own rules, and may drop secrets but not add any.
+	n, err := agent.network(sandbox.Network{AllowHosts: []string{"pypi.org"}, Rules: []sandbox.HTTPRule{{Host: "pypi.org", Deny: []string{"POST"}}}})
+	if err != nil || !slices.Equal(n.Secrets, []string{"GH"}) || len(n.Rules) != 2 || n.Rules[1].Deny[0] != "POST" {
+		t.Fatalf("narrowed create: %+v %v", n, err)
+	}
+	if n, err := agent.network(sandbox.Network{AllowHosts: []string{"pypi.org"}, Secrets: []string{}}); err != nil || len(n.Secrets) != 0 {
+		t.Fatalf("a create dropping the secrets: %+v %v", n, err)
+	}
+	if _, err := other.network(sandbox.Network{Secrets: []string{"GH"}}); err == nil || !strings.Contains(err.Error(), `secret "GH"`) {
+		t.Fatalf("another template's create named GH: %v", err)
+	}
+	if _, err := agent.network(sandbox.Network{Rules: []sandbox.HTTPRule{{Host: "pypi.org", Allow: []string{"GET x"}}}}); err == nil {
+		t.Fatal("a create's bad rule was accepted")
+	}
+	// Rules in a template alone make the daemon its CA.
+	write("[[template]]\nname = \"t\"\n[template.network]\nmode = \"egress\"\n[[template.network.rule]]\nhost = \"a.com\"\ndeny = [\"POST\"]\n")
+	c, err = LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o2 egressOptions
+	if err := c.Egress.Intercept(&o2, t.TempDir()); err != nil || o2.CA == nil {
+		t.Fatalf("a template's rules made no CA: %v", err)
+	}
+	for _, bad := range []string{
+		"[[template]]\nname = \"t\"\n[template.network]\nmode = \"egress\"\nsecrets = [\"NOPE\"]\n",
+		"[[template]]\nname = \"t\"\n[template.network]\nsecrets = [\"GH\"]\n[[egress.secret]]\nname = \"GH\"\nhosts = [\"a.com\"]\nvalue = \"x\"\n",
+		"[[template]]\nname = \"t\"\n[template.network]\nmode = \"egress\"\n[[template.network.rule]]\nhost = \"a.com\"\nallow = [\"GET repos\"]\n",
+	} {
+		write(bad)
+		if _, err := LoadConfig(p); err == nil {
+			t.Errorf("config accepted:\n%s", bad)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -30,6 +31,15 @@ func (s *Supervisor) SetNetwork(ctx context.Context, c Caller, id string, n sand
 	next, err := t.network(n)
 	if err != nil {
 		return Info{}, err
+	}
+	// A change that names no secrets or rules keeps the sandbox's (the
+	// template's, narrowed or added to at create): its placeholders were
+	// given then.
+	if n.Secrets == nil {
+		next.Secrets = slices.Clone(rec.Spec.Network.Secrets)
+	}
+	if n.Rules == nil {
+		next.Rules = slices.Clone(rec.Spec.Network.Rules)
 	}
 	if rec.Spec.Network.Mode != sandbox.NetworkEgress {
 		if next.Mode == sandbox.NetworkEgress {

@@ -65,6 +65,7 @@ func celEnv() (*cel.Env, error) {
 		cel.Variable("path", cel.StringType),
 		cel.Variable("host", cel.StringType),
 		cel.Variable("port", cel.IntType),
+		cel.Variable("method", cel.StringType),
 		cel.Variable("key", cel.StringType),
 		cel.Variable("limits", cel.MapType(cel.StringType, cel.DoubleType)),
 		cel.Variable("network", cel.StringType),

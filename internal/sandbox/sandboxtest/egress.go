@@ -42,6 +42,8 @@ type egressEnv struct {
 	logs  syncBuffer
 	// tls is the HTTPS server the interception cases reach (intercept.go).
 	tls *tlsServer
+	// caPEM is the proxy's CA, which sandboxes trust and the host not.
+	caPEM []byte
 }
 
 func startEgress(t *testing.T) *egressEnv {
@@ -51,6 +53,7 @@ func startEgress(t *testing.T) *egressEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ee.caPEM = ca.CertPEM()
 	ee.proxy = egress.New(egress.Options{
 		Logger: slog.New(slog.NewJSONHandler(&ee.logs, nil)),
 		Resolver: nameResolver{"allowed.test": "127.0.0.1", "b.test": "127.0.0.2", "unlisted.test": "127.0.0.1",

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -130,6 +132,9 @@ get("py_other", other + "/x", headers=ph)
 get("py_pinned", a + "/repos/o/pinned", context=real)
 get("py_tunnel", tunnel + "/t", context=real)
 PY
+echo "py_system_bundle: $(env -u SSL_CERT_FILE -u REQUESTS_CA_BUNDLE -u CURL_CA_BUNDLE -u NODE_EXTRA_CA_CERTS python3 -c '
+import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1] + "/repos/o/system", timeout=10).read().decode())' $A 2>&1 | tail -1)"
 echo "requests: $(python3 -c '
 import os, sys
 try:
@@ -205,6 +210,20 @@ func testIntercept(t *testing.T, e *env) {
 		if !strings.HasPrefix(g, w) || (w == "" && g != "") {
 			t.Errorf("%s: got %q, want %q…", k, g, w)
 		}
+	}
+	// The system bundle path shows the CA too, for tools that ignore the
+	// variables, where the agent may mount (native, gVisor, microVM);
+	// elsewhere (Docker withholds CAP_SYS_ADMIN) it is the root's own and
+	// such a tool fails closed.
+	if g := got["py_system_bundle"]; !strings.HasPrefix(g, "hello GET /repos/o/system") {
+		if d := e.driver.Name(); d == "native" || d == "gvisor" || d == "microvm" {
+			t.Errorf("python3 without SSL_CERT_FILE and the others: got %q, want it to trust the sandbox's CA through the system bundle", g)
+		} else {
+			t.Logf("%s: the system bundle does not hold the sandbox's CA (python3 without the variables: %q)", d, g)
+		}
+	}
+	if b, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil && bytes.Contains(b, ee.caPEM) {
+		t.Error("the host's system bundle holds the sandbox's CA")
 	}
 	if n := got["bundle_has_ca"]; n == "" || n == "0" {
 		t.Errorf("the CA bundle %s: %q", egress.SandboxCABundle, n)
