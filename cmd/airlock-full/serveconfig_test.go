@@ -40,7 +40,7 @@ func TestCheckConfig(t *testing.T) {
 		{name: "syntax", body: "listen = 127.0.0.1:7070\n", code: cli.ExitAirlock, out: ":1: not valid TOML"},
 		{name: "unknown driver", body: "drivers = [\"native\",\n \"gviser\"]\n", code: cli.ExitAirlock, out: ":1: drivers: no driver \"gviser\""},
 		{name: "template driver not offered", body: "drivers = [\"native\"]\n[[template]]\nname = \"g\"\ndriver = \"gvisor\"\n", code: cli.ExitAirlock, out: ":4: template.driver: template \"g\": driver \"gvisor\" is not offered"},
-		{name: "template its driver cannot run", body: "[[template]]\nname = \"py\"\nimage = \"python:3.12-slim\"\n", code: cli.ExitAirlock, out: "template: template \"py\": image python:3.12-slim: the native driver runs no container images"},
+		{name: "template its driver cannot run", body: "[[template]]\nname = \"m\"\nmodule = \"/srv/prog.wasm\"\n", code: cli.ExitAirlock, out: "template: template \"m\": module /srv/prog.wasm: the native driver runs no WebAssembly modules"},
 		{name: "docker template without an image", body: "[[template]]\nname = \"d\"\ndriver = \"docker\"\n", code: cli.ExitAirlock, out: "template \"d\": a sandbox without an image: the docker driver needs an image the engine has"},
 		{name: "bad policy file", body: "\npolicy = \"" + badPolicy + "\"\n", code: cli.ExitAirlock, out: ":2: policy: "},
 		{name: "missing policy file", body: "policy = \"" + filepath.Join(dir, "none.toml") + "\"\n", code: cli.ExitAirlock, out: ":1: policy: "},
