@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -74,47 +76,51 @@ func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli
 
 // daemonImages is the image source of the daemon and of airlock mcp: the
 // default cache (opened at the first image) and the insecure registries
-// of the environment; a pull's layers are logged. Every image it gave a
-// sandbox is held (image.Store.Hold) until the process ends, so that no
-// eviction or rm removes a root under a running sandbox; the price is
-// that the cache's cap spares them.
+// of the environment. A create that must pull says so in the log: when
+// the pull starts, each layer as it lands, and when it is done. Each
+// sandbox holds its image (image.Store.Hold) until it ends (ImageRun.
+// Release), so that no eviction or rm removes a root under it, and the
+// cache's cap applies again once the last one is gone.
 type daemonImages struct {
 	log  *slog.Logger
 	once sync.Once
 	s    *image.Store
 	err  error
-	mu   sync.Mutex
-	held map[string]bool
 }
 
-func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []string, error) {
+func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (supervisor.ImageRun, error) {
 	d.once.Do(func() {
 		f := imageFlags{maxCache: "20G"}
 		d.s, d.err = f.store()
 	})
 	if d.err != nil {
-		return "", nil, d.err
+		return supervisor.ImageRun{}, d.err
 	}
+	start := time.Now()
+	pulled := false
 	img, err := d.s.Get(ctx, ref, func(e image.Event) {
-		if e.Phase == "layer" && e.Done == e.Total {
+		switch {
+		case e.Phase == "resolve":
+			pulled = true
+			d.log.Info("image pull: a create waits for its image", "image", e.Ref)
+		case e.Phase == "layer" && e.Done == e.Total:
 			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
 		}
 	})
 	if err != nil {
-		return "", nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.held[img.Digest] {
-		if _, err := d.s.Hold(img); err != nil {
-			return "", nil, err
+		if pulled {
+			d.log.Warn("image pull failed", "image", ref, "err", err, "seconds", time.Since(start).Seconds())
 		}
-		if d.held == nil {
-			d.held = map[string]bool{}
-		}
-		d.held[img.Digest] = true
+		return supervisor.ImageRun{}, err
 	}
-	return img.Root, img.Config.Env, nil
+	if pulled {
+		d.log.Info("image pulled", "image", ref, "digest", img.Digest, "seconds", time.Since(start).Seconds())
+	}
+	release, err := d.s.Hold(img)
+	if err != nil {
+		return supervisor.ImageRun{}, err
+	}
+	return supervisor.ImageRun{Root: img.Root, Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, Release: release}, nil
 }
 
 // progress shows a pull's progress on w: redrawn on a terminal, lines

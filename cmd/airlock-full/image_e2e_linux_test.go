@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,8 +181,12 @@ func fileSize(t *testing.T, p string) int64 {
 }
 
 // TestE2EImageDaemon: a template's image on the native driver is pulled
-// by the daemon at the first create and its sandboxes run on its root
-// with its environment.
+// by the daemon at the first create (which says so in the log) and its
+// sandboxes run on its root with its environment and working directory,
+// created through airlock's API or E2B's (a [e2b] templates name mapped to
+// the image's template); the policy's images allowlist refuses a
+// template's image outside it, naming the rule; the audit log's create
+// event records the digest the sandbox ran.
 func TestE2EImageDaemon(t *testing.T) {
 	requireE2E(t)
 	testcap.Require(t, "registry")
@@ -197,6 +203,10 @@ func TestE2EImageDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outside, err := r.Push("other/daemon:1", img)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("AIRLOCK_IMAGE_CACHE", t.TempDir())
 	t.Setenv("AIRLOCK_INSECURE_REGISTRIES", r.Host)
 	state := filepath.Join(t.TempDir(), "state")
@@ -206,21 +216,57 @@ func TestE2EImageDaemon(t *testing.T) {
 	}
 	key := strings.TrimSpace(o.stdout)
 	cfg := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\n[[template]]\nname = \"small\"\nimage = \""+ref+"\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\n[[template]]\nname = \"small\"\nimage = \""+ref+"\"\n"+
+		"[[template]]\nname = \"outside\"\nimage = \""+outside+"\"\n[e2b]\ntemplates = [\"base=default\", \"my-image=small\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, state, "--config", cfg)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte("images = [\""+r.Host+"/test/*\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, state, "--config", cfg, "--policy", pol)
 	env := []string{"AIRLOCK_URL=" + d.url, "AIRLOCK_API_KEY=" + key}
 	o = airlockRun(t, invocation{args: []string{"sandbox", "create", "--template", "small"}, env: env})
 	if o.code != 0 {
 		t.Fatalf("sandbox create: %d %q %q", o.code, o.stdout, o.stderr)
 	}
 	id := strings.TrimSpace(o.stdout)
-	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", id, "--", "sh", "-c", `echo "$GREETING"; echo /*`}, env: env})
-	if o.code != 0 || o.stdout != "from the image\n/bin /dev /etc /lib /lib64 /proc /srv /tmp /workspace\n" {
+	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", id, "--", "sh", "-c", `echo "$GREETING"; echo /*; pwd`}, env: env})
+	if o.code != 0 || o.stdout != "from the image\n/bin /dev /etc /home /lib /lib64 /proc /srv /tmp /workspace\n/srv\n" {
 		t.Errorf("exec in the image's sandbox: %d %q %q", o.code, o.stdout, o.stderr)
 	}
-	if !strings.Contains(d.log(), "image pull") {
-		t.Errorf("the daemon logged no pull: %s", d.log())
+	if l := d.log(); !strings.Contains(l, "a create waits for its image") || !strings.Contains(l, "image pulled") {
+		t.Errorf("the daemon did not log the pull: %s", l)
+	}
+	o = airlockRun(t, invocation{args: []string{"sandbox", "create", "--template", "outside"}, env: env})
+	if o.code == 0 || !strings.Contains(o.stderr, "(images)") || !strings.Contains(o.stderr, outside) {
+		t.Errorf("a template's image outside the policy's images: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+
+	// E2B's SDKs create with POST /sandboxes and a template name.
+	req, _ := http.NewRequest("POST", d.url+"/sandboxes", strings.NewReader(`{"templateID":"my-image"}`))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &created) != nil || created.SandboxID == "" {
+		t.Fatalf("E2B create of my-image: %d %s", resp.StatusCode, body)
+	}
+	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", created.SandboxID, "--", "sh", "-c", `echo "$GREETING"; pwd; echo /home/*`}, env: env})
+	if o.code != 0 || o.stdout != "from the image\n/srv\n/home/user\n" {
+		t.Errorf("exec in the E2B sandbox of the image: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+
+	digest := airlockRun(t, invocation{args: []string{"image", "pull", "--quiet", ref}})
+	o = airlockRun(t, invocation{args: []string{"audit", "tail", "-n", "100", filepath.Join(state, "audit.log")}})
+	if want := `"image_digest":"` + strings.TrimSpace(digest.stdout) + `"`; digest.code != 0 || strings.Count(o.stdout, want) != 2 {
+		t.Errorf("the audit log has %d create events with %s, want 2: %s", strings.Count(o.stdout, want), want, o.stdout)
 	}
 }
