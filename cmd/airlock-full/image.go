@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
@@ -145,11 +146,21 @@ sandbox runs the commands it is given.`,
 	}
 	f.add(cmd)
 	var quiet bool
+	var policyFile string
 	pull := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image (REF: name[:tag] or name@sha256:DIGEST) into the cache",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if policyFile != "" {
+				pol, err := policy.Load(policyFile)
+				if err != nil {
+					return err
+				}
+				if err := pol.CheckImage(args[0]); err != nil {
+					return err
+				}
+			}
 			s, err := f.store()
 			if err != nil {
 				return err
@@ -163,6 +174,7 @@ sandbox runs the commands it is given.`,
 		},
 	}
 	pull.Flags().BoolVarP(&quiet, "quiet", "q", false, "show no progress; print only the digest")
+	pull.Flags().StringVar(&policyFile, "policy", "", "a policy file whose images and require_image_digest the image must pass (refused before anything is fetched)")
 	load := &cobra.Command{
 		Use:   "load FILE",
 		Short: "Load the images of an OCI image layout (a directory or a tar of one) or a docker save archive",

@@ -51,6 +51,24 @@ func TestE2EImage(t *testing.T) {
 	script := `echo "$GREETING"; pwd; { echo x > /x; } 2>/dev/null || echo read-only; echo y > /workspace/y && echo writable`
 	want := "from the image\n/srv\nread-only\nwritable\n"
 
+	// The policy's images and require_image_digest refuse a run or a
+	// pull outside them, naming the rule, before anything is fetched.
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte("images = [\""+r.Host+"/test/*\"]\nrequire_image_digest = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []outcomeOf{run("--policy", pol, "--image", ref, "--", "true"), image("pull", "--policy", pol, ref)} {
+		if o.code == 0 || !strings.Contains(o.stderr, "require_image_digest") {
+			t.Errorf("a tag under require_image_digest: %d %q %q", o.code, o.stdout, o.stderr)
+		}
+	}
+	if o := image("pull", "--policy", pol, r.Host+"/other/x@sha256:"+strings.Repeat("0", 64)); o.code == 0 || !strings.Contains(o.stderr, "(images)") {
+		t.Errorf("an image outside the policy's images: %d %q", o.code, o.stderr)
+	}
+	if o := image("ls"); strings.Contains(o.stdout, ref) {
+		t.Errorf("a refused image was pulled: %q", o.stdout)
+	}
+
 	// A first run pulls, with a line per layer (stderr is no terminal).
 	o := run("--image", ref, "--", "sh", "-c", script)
 	if o.code != 0 || o.stdout != want || !strings.Contains(o.stderr, "layer 1/1") {
@@ -65,6 +83,15 @@ func TestE2EImage(t *testing.T) {
 	o = run("--image", ref, "--", "sh", "-c", script)
 	if o.code != 0 || o.stdout != want || o.stderr != "" {
 		t.Errorf("run --image (cached): %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	// The audit log's create event names the image and the digest run.
+	logDir := t.TempDir()
+	alog := filepath.Join(logDir, "audit.log")
+	if o := run("--audit-log", alog, "--audit-key", filepath.Join(logDir, "keys", "audit.key"), "--image", ref, "--", "sh", "-c", "exit 0"); o.code != 0 {
+		t.Errorf("run --audit-log: %d %q", o.code, o.stderr)
+	}
+	if b, _ := os.ReadFile(alog); !strings.Contains(string(b), `"image_digest":"`+digest+`"`) {
+		t.Errorf("the run's audit log has no create event with the digest %s: %s", digest, b)
 	}
 	t.Run("gvisor", func(t *testing.T) {
 		testcap.Require(t, "runsc")

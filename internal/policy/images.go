@@ -81,3 +81,19 @@ func (f *File) imageDecisions(ref string, deny func(rule, format string, a ...an
 		deny("require_image_digest", "image %q is not pinned by digest and the policy requires one (require_image_digest): name it as REF@sha256:DIGEST (`airlock image pull REF` prints the digest)", ref)
 	}
 }
+
+// CheckImage refuses (with a *Denied naming the rule) an image the
+// policy's images and require_image_digest do not allow: what
+// `airlock image pull --policy` asks before it pulls.
+func (p *Policy) CheckImage(ref string) error {
+	var d *Denied
+	p.f.imageDecisions(ref, func(rule, format string, a ...any) {
+		if d == nil {
+			d = &Denied{Decision: Decision{Verdict: Deny, Rule: rule, Reason: fmt.Sprintf(format, a...)}}
+		}
+	})
+	if d != nil {
+		return d
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,13 @@ func TestImagesPolicy(t *testing.T) {
 		case rule != "" && (d.Verdict != Deny || d.Rule != rule || !strings.Contains(d.Reason, ref)):
 			t.Errorf("%q: %+v, want denied by %s naming the image", ref, d, rule)
 		}
+	}
+	var d *Denied
+	if err := p.CheckImage("registry.example/other/app:1"); !errors.As(err, &d) || d.Decision.Rule != "images" {
+		t.Errorf("CheckImage outside: %v", err)
+	}
+	if err := p.CheckImage("registry.example/team/app" + digest); err != nil {
+		t.Errorf("CheckImage inside: %v", err)
 	}
 	for _, bad := range []string{"registry.example/app:1", "registry.example/app@sha256:0", "[", ""} {
 		if _, err := New(File{Images: []string{bad}}); err == nil {
