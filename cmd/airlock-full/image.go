@@ -135,7 +135,7 @@ func newImageCmd() *cobra.Command {
 	var f imageFlags
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Pull, load, list and remove the images native, gVisor and microvm sandboxes run (--image)",
+		Short: "Pull, load, save, list and remove the images native, gVisor and microvm sandboxes run (--image)",
 		Long: `The image cache: images pulled from registries (or loaded from archives)
 and unpacked, each once, into a read-only root that native, gVisor and
 microvm sandboxes of that image share (airlock run --image REF). Credentials come
@@ -241,6 +241,18 @@ sandbox runs the commands it is given.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(pull, load, ls, rm)
+	save := &cobra.Command{
+		Use:   "save REF FILE",
+		Short: "Write a cached image to FILE as a docker save archive (one layer made from its root), for airlock image load or docker load",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			return s.Save(args[0], args[1])
+		},
+	}
+	cmd.AddCommand(pull, load, save, ls, rm)
 	return cmd
 }

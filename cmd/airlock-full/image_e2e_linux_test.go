@@ -104,6 +104,18 @@ func TestE2EImage(t *testing.T) {
 	if o.code != 125 || !strings.Contains(o.stderr, "--root and --image") {
 		t.Errorf("--root with --image: %d %q", o.code, o.stderr)
 	}
+	// Saved and loaded into another cache, the image runs the same.
+	saved := filepath.Join(t.TempDir(), "small.tar")
+	if o := image("save", ref, saved); o.code != 0 {
+		t.Errorf("image save: %d %q", o.code, o.stderr)
+	}
+	other := []string{"AIRLOCK_IMAGE_CACHE=" + t.TempDir()}
+	if o := airlockRun(t, invocation{args: []string{"image", "load", "--quiet", saved}, env: other}); o.code != 0 || !strings.Contains(o.stdout, ref) {
+		t.Errorf("image load of the saved image: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	if o := airlockRun(t, invocation{args: []string{"run", "--image", ref, "--", "sh", "-c", script}, env: other}); o.code != 0 || o.stdout != want || o.stderr != "" {
+		t.Errorf("run of the loaded image (no registry asked): %d %q %q", o.code, o.stdout, o.stderr)
+	}
 	o = image("ls")
 	if o.code != 0 || !strings.Contains(o.stdout, ref) || !strings.Contains(o.stdout, digest[:19]) {
 		t.Errorf("image ls: %d %q %q", o.code, o.stdout, o.stderr)
