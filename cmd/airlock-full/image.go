@@ -89,13 +89,26 @@ type daemonImages struct {
 	err  error
 }
 
-func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (supervisor.ImageRun, error) {
+func (d *daemonImages) open() error {
 	d.once.Do(func() {
 		f := imageFlags{maxCache: "20G"}
 		d.s, d.err = f.store()
 	})
-	if d.err != nil {
-		return supervisor.ImageRun{}, d.err
+	return d.err
+}
+
+// HoldImage holds the root of a sandbox a restarted daemon reattached to
+// (supervisor.ImageHolder).
+func (d *daemonImages) HoldImage(digest string) (func(), error) {
+	if err := d.open(); err != nil {
+		return nil, err
+	}
+	return d.s.HoldDigest(digest)
+}
+
+func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (supervisor.ImageRun, error) {
+	if err := d.open(); err != nil {
+		return supervisor.ImageRun{}, err
 	}
 	start := time.Now()
 	pulled := false

@@ -173,3 +173,13 @@ func saveTag(ref string, img *Image) (name.Tag, error) {
 	}
 	return name.Tag{}, fmt.Errorf("save %s: the image has no tag to be saved under: pull it by a tag", ref)
 }
+
+// HoldDigest holds (Hold) the cached image of digest ("sha256:…"), for a
+// sandbox that runs on it already: a restarted daemon's reattached one.
+func (s *Store) HoldDigest(digest string) (release func(), err error) {
+	img, err := s.lookup(digest)
+	if err != nil {
+		return nil, err
+	}
+	return s.Hold(img)
+}

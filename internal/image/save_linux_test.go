@@ -3,9 +3,11 @@ package image
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -64,6 +66,18 @@ func TestSave(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(root, "empty")); err != nil || !fi.IsDir() {
 			t.Errorf("empty dir: %v", err)
 		}
+	}
+	// HoldDigest holds it as Hold does (a reattached sandbox's image).
+	release, err := a.HoldDigest(got[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Remove("registry.example/team/app:1"); !errors.Is(err, ErrInUse) {
+		t.Errorf("remove an image held by digest: %v", err)
+	}
+	release()
+	if _, err := a.HoldDigest("sha256:" + strings.Repeat("0", 64)); err == nil {
+		t.Error("held an image the cache lacks")
 	}
 	missing := filepath.Join(tmp, "missing.tar")
 	if err := a.Save("registry.example/team/other:1", missing); err == nil {

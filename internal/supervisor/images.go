@@ -16,6 +16,13 @@ type ImageSource interface {
 	ImageRoot(ctx context.Context, ref string) (ImageRun, error)
 }
 
+// ImageHolder is an ImageSource that can hold an image it unpacked
+// before, by digest, for a sandbox a restarted daemon reattached to (so
+// that the cache does not evict its root under it).
+type ImageHolder interface {
+	HoldImage(digest string) (release func(), err error)
+}
+
 // ImageRun is an image unpacked for one sandbox.
 type ImageRun struct {
 	// Root is its root directory.
@@ -74,4 +81,19 @@ func (s *Supervisor) imageOf(id string) (ref, digest string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.rec.Spec.Image, l.rec.ImageDigest
+}
+
+// holdImage holds the image root a reattached sandbox runs on, when the
+// image source can.
+func (s *Supervisor) holdImage(l *live) {
+	h, ok := s.opts.Images.(ImageHolder)
+	if !ok || l.rec.ImageDigest == "" {
+		return
+	}
+	release, err := h.HoldImage(l.rec.ImageDigest)
+	if err != nil {
+		s.log.Warn("the image of a reattached sandbox is not held: the cache may evict its root", "sandbox_id", l.rec.ID, "digest", l.rec.ImageDigest, "err", err)
+		return
+	}
+	l.releaseImage = release
 }

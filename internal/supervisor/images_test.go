@@ -34,7 +34,7 @@ func (d imageDriver) Capabilities() sandbox.Capabilities {
 	return c
 }
 
-type fakeImages struct{ calls, released atomic.Int64 }
+type fakeImages struct{ calls, holds, released atomic.Int64 }
 
 func (f *fakeImages) ImageRoot(_ context.Context, ref string) (ImageRun, error) {
 	f.calls.Add(1)
@@ -190,5 +190,70 @@ func TestImageRunWorkDirAuditRelease(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d create events", len(p.Events))
 		}
+	}
+}
+
+func (f *fakeImages) HoldImage(digest string) (func(), error) {
+	if digest != "sha256:abc" {
+		return nil, errors.New("not cached")
+	}
+	f.holds.Add(1)
+	return func() { f.released.Add(1) }, nil
+}
+
+// recoveringDriver is imageDriver whose sandboxes outlive the daemon.
+type recoveringDriver struct{ imageDriver }
+
+func (d recoveringDriver) Capabilities() sandbox.Capabilities {
+	c := d.imageDriver.Capabilities()
+	c.SurvivesRestart = true
+	return c
+}
+
+func (d recoveringDriver) Recover(ctx context.Context, id string, _ []byte) (sandbox.Instance, error) {
+	return d.Create(ctx, sandbox.Spec{ID: id})
+}
+
+// TestImageReattachHolds: a daemon that reattaches to a sandbox of an
+// image holds its root again (until the sandbox ends) and runs its execs
+// in the image's working directory, both from the sandbox's record.
+func TestImageReattachHolds(t *testing.T) {
+	st, err := store.Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	if err := st.PutSandbox(store.Sandbox{ID: "sb-image", Owner: alice.KeyID, Template: "default", Driver: "native",
+		Spec: sandbox.Spec{Image: "registry.example/py:3"}, State: store.StateRunning, Created: now, ExpiresAt: now.Add(time.Hour),
+		DriverState: []byte("x"), ImageDigest: "sha256:abc", WorkDir: "/app"}); err != nil {
+		t.Fatal(err)
+	}
+	dirs := new([]string)
+	imgs := &fakeImages{}
+	sup, err := New(Options{Store: st, Drivers: map[string]sandbox.Driver{"native": recoveringDriver{imageDriver{&fake.Driver{}, dirs}}}, Images: imgs,
+		Config: Config{Templates: []Template{{Name: "default"}}}, MemAvailable: func() (int64, error) { return 64 << 30, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(context.Background())
+	rep, err := sup.Recover(context.Background())
+	if err != nil || len(rep.Reattached) != 1 {
+		t.Fatalf("recover: %+v %v", rep, err)
+	}
+	if imgs.holds.Load() != 1 {
+		t.Errorf("the reattached sandbox's image is held %d times, want 1", imgs.holds.Load())
+	}
+	if _, err := sup.Exec(context.Background(), alice, "sb-image", ExecRequest{Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(*dirs, []string{"/app"}) {
+		t.Errorf("the exec ran in %q, want the image's /app", *dirs)
+	}
+	if err := sup.Kill(context.Background(), alice, "sb-image"); err != nil {
+		t.Fatal(err)
+	}
+	if imgs.released.Load() != 1 {
+		t.Errorf("released %d times after the sandbox ended, want 1", imgs.released.Load())
 	}
 }
