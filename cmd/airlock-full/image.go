@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
@@ -87,6 +88,73 @@ type daemonImages struct {
 	once sync.Once
 	s    *image.Store
 	err  error
+
+	// What /metrics shows of the pulls in progress: the creates waiting
+	// for an image, and per image pulled the bytes fetched so far and the
+	// bytes of the layers begun.
+	mu      sync.Mutex
+	waiting int
+	pulls   map[string]*pullState
+}
+
+type pullState struct{ before, done, total int64 }
+
+// collectors are the image metrics of the daemon's /metrics: a create
+// that must pull shows there while it waits.
+func (d *daemonImages) collectors() []prometheus.Collector {
+	sum := func(f func(*pullState) int64) float64 {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var n int64
+		for _, p := range d.pulls {
+			n += f(p)
+		}
+		return float64(n)
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_creates_waiting", Help: "Creates waiting for their image to be pulled and unpacked."}, func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return float64(d.waiting)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pulls", Help: "Images being pulled."}, func() float64 {
+			return sum(func(*pullState) int64 { return 1 })
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pull_bytes", Help: "Compressed bytes the pulls in progress have fetched."}, func() float64 {
+			return sum(func(p *pullState) int64 { return p.before + p.done })
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pull_layer_bytes", Help: "Compressed bytes of the layers the pulls in progress have begun (fetched or not)."}, func() float64 {
+			return sum(func(p *pullState) int64 { return p.before + p.total })
+		}),
+	}
+}
+
+// progress is a pull's progress (image.Progress) into the log and the
+// metrics.
+func (d *daemonImages) progress(e image.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch e.Phase {
+	case "resolve":
+		if d.pulls == nil {
+			d.pulls = map[string]*pullState{}
+		}
+		d.pulls[e.Ref] = &pullState{}
+		d.log.Info("image pull: a create waits for its image", "image", e.Ref)
+	case "layer":
+		p := d.pulls[e.Ref]
+		if p == nil {
+			return
+		}
+		p.done, p.total = e.Done, e.Total
+		if e.Done == e.Total {
+			p.before += e.Total
+			p.done, p.total = 0, 0
+			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
+		}
+	case "done":
+		delete(d.pulls, e.Ref)
+	}
 }
 
 func (d *daemonImages) open() error {
@@ -111,23 +179,34 @@ func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (supervisor.Im
 		return supervisor.ImageRun{}, err
 	}
 	start := time.Now()
-	pulled := false
+	pulled, pulledRef := false, ""
+	d.mu.Lock()
+	d.waiting++
+	d.mu.Unlock()
 	img, err := d.s.Get(ctx, ref, func(e image.Event) {
-		switch {
-		case e.Phase == "resolve":
-			pulled = true
-			d.log.Info("image pull: a create waits for its image", "image", e.Ref)
-		case e.Phase == "layer" && e.Done == e.Total:
-			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
+		if e.Phase == "resolve" { // guarded: a caller that gives up leaves the pull running
+			d.mu.Lock()
+			pulled, pulledRef = true, e.Ref
+			d.mu.Unlock()
 		}
+		d.progress(e)
 	})
+	d.mu.Lock()
+	d.waiting--
+	if err == nil || ctx.Err() == nil {
+		// This call's pull, done or failed. (One this caller gave up on
+		// goes on: its "done" ends it.)
+		delete(d.pulls, pulledRef)
+	}
+	wasPulled := pulled
+	d.mu.Unlock()
 	if err != nil {
-		if pulled {
+		if wasPulled {
 			d.log.Warn("image pull failed", "image", ref, "err", err, "seconds", time.Since(start).Seconds())
 		}
 		return supervisor.ImageRun{}, err
 	}
-	if pulled {
+	if wasPulled {
 		d.log.Info("image pulled", "image", ref, "digest", img.Digest, "seconds", time.Since(start).Seconds())
 	}
 	release, err := d.s.Hold(img)
