@@ -20,6 +20,7 @@ type benchFlags struct {
 	runs, density   int
 	dockerImage     string
 	dockerRuntime   string
+	imageTar        string
 	e2bSDK          string
 	only            []string
 }
@@ -55,6 +56,7 @@ native driver needs it.`,
 	fl.IntVarP(&f.runs, "runs", "n", 0, "time `N` runs of /bin/true per row, and N/4 of python3 (default 200, --quick 30)")
 	fl.IntVar(&f.density, "density", 0, "grow to `N` idle sandboxes at once (default 200, --quick 20)")
 	fl.StringVar(&f.dockerImage, "docker-image", "", "time the docker driver beside `docker run` on `IMAGE`, one the engine has (without it those rows are missing)")
+	fl.StringVar(&f.imageTar, "image-tar", "", "the image rows' image: a tar of a root with python3 (`FILE`), pushed to Debian's docker-registry on loopback (without it those rows are missing)")
 	fl.StringVar(&f.dockerRuntime, "docker-runtime", "", `the engine's runtime of the docker rows (default "runc")`)
 	fl.StringSliceVar(&f.only, "only", nil, "measure only these `SECTIONS` (comma-separated: "+strings.Join(bench.Sections, ", ")+")")
 	fl.StringVar(&f.e2bSDK, "e2b-sdk", "", "the npm project with the official E2B SDKs for the e2b rows (`DIR`; default internal/api/e2b/sdktest when run from the source tree and `npm ci` was run there)")
@@ -82,7 +84,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if front := os.Getenv(fullbin.EnvFront); front != "" {
 		o.Airlock, o.AirlockFull = front, self
 	}
-	o.DockerImage, o.DockerRuntime = f.dockerImage, f.dockerRuntime
+	o.DockerImage, o.DockerRuntime, o.ImageTar = f.dockerImage, f.dockerRuntime, f.imageTar
 	o.Progress = cmd.ErrOrStderr()
 	o.E2BSDK = f.e2bSDK
 	o.Only = f.only

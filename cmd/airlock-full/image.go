@@ -10,11 +10,15 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/policy"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -74,47 +78,142 @@ func resolveImage(ctx context.Context, ref string, w io.Writer, quiet bool) (cli
 
 // daemonImages is the image source of the daemon and of airlock mcp: the
 // default cache (opened at the first image) and the insecure registries
-// of the environment; a pull's layers are logged. Every image it gave a
-// sandbox is held (image.Store.Hold) until the process ends, so that no
-// eviction or rm removes a root under a running sandbox; the price is
-// that the cache's cap spares them.
+// of the environment. A create that must pull says so in the log: when
+// the pull starts, each layer as it lands, and when it is done. Each
+// sandbox holds its image (image.Store.Hold) until it ends (ImageRun.
+// Release), so that no eviction or rm removes a root under it, and the
+// cache's cap applies again once the last one is gone.
 type daemonImages struct {
 	log  *slog.Logger
 	once sync.Once
 	s    *image.Store
 	err  error
-	mu   sync.Mutex
-	held map[string]bool
+
+	// What /metrics shows of the pulls in progress: the creates waiting
+	// for an image, and per image pulled the bytes fetched so far and the
+	// bytes of the layers begun.
+	mu      sync.Mutex
+	waiting int
+	pulls   map[string]*pullState
 }
 
-func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (string, []string, error) {
+type pullState struct{ before, done, total int64 }
+
+// collectors are the image metrics of the daemon's /metrics: a create
+// that must pull shows there while it waits.
+func (d *daemonImages) collectors() []prometheus.Collector {
+	sum := func(f func(*pullState) int64) float64 {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var n int64
+		for _, p := range d.pulls {
+			n += f(p)
+		}
+		return float64(n)
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_creates_waiting", Help: "Creates waiting for their image to be pulled and unpacked."}, func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return float64(d.waiting)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pulls", Help: "Images being pulled."}, func() float64 {
+			return sum(func(*pullState) int64 { return 1 })
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pull_bytes", Help: "Compressed bytes the pulls in progress have fetched."}, func() float64 {
+			return sum(func(p *pullState) int64 { return p.before + p.done })
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_image_pull_layer_bytes", Help: "Compressed bytes of the layers the pulls in progress have begun (fetched or not)."}, func() float64 {
+			return sum(func(p *pullState) int64 { return p.before + p.total })
+		}),
+	}
+}
+
+// progress is a pull's progress (image.Progress) into the log and the
+// metrics.
+func (d *daemonImages) progress(e image.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch e.Phase {
+	case "resolve":
+		if d.pulls == nil {
+			d.pulls = map[string]*pullState{}
+		}
+		d.pulls[e.Ref] = &pullState{}
+		d.log.Info("image pull: a create waits for its image", "image", e.Ref)
+	case "layer":
+		p := d.pulls[e.Ref]
+		if p == nil {
+			return
+		}
+		p.done, p.total = e.Done, e.Total
+		if e.Done == e.Total {
+			p.before += e.Total
+			p.done, p.total = 0, 0
+			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
+		}
+	case "done":
+		delete(d.pulls, e.Ref)
+	}
+}
+
+func (d *daemonImages) open() error {
 	d.once.Do(func() {
 		f := imageFlags{maxCache: "20G"}
 		d.s, d.err = f.store()
 	})
-	if d.err != nil {
-		return "", nil, d.err
+	return d.err
+}
+
+// HoldImage holds the root of a sandbox a restarted daemon reattached to
+// (supervisor.ImageHolder).
+func (d *daemonImages) HoldImage(digest string) (func(), error) {
+	if err := d.open(); err != nil {
+		return nil, err
 	}
-	img, err := d.s.Get(ctx, ref, func(e image.Event) {
-		if e.Phase == "layer" && e.Done == e.Total {
-			d.log.Info("image pull", "image", e.Ref, "layer", e.Layer, "layers", e.Layers, "bytes", e.Total)
-		}
-	})
-	if err != nil {
-		return "", nil, err
+	return d.s.HoldDigest(digest)
+}
+
+func (d *daemonImages) ImageRoot(ctx context.Context, ref string) (supervisor.ImageRun, error) {
+	if err := d.open(); err != nil {
+		return supervisor.ImageRun{}, err
 	}
+	start := time.Now()
+	pulled, pulledRef := false, ""
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.held[img.Digest] {
-		if _, err := d.s.Hold(img); err != nil {
-			return "", nil, err
+	d.waiting++
+	d.mu.Unlock()
+	img, err := d.s.Get(ctx, ref, func(e image.Event) {
+		if e.Phase == "resolve" { // guarded: a caller that gives up leaves the pull running
+			d.mu.Lock()
+			pulled, pulledRef = true, e.Ref
+			d.mu.Unlock()
 		}
-		if d.held == nil {
-			d.held = map[string]bool{}
-		}
-		d.held[img.Digest] = true
+		d.progress(e)
+	})
+	d.mu.Lock()
+	d.waiting--
+	if err == nil || ctx.Err() == nil {
+		// This call's pull, done or failed. (One this caller gave up on
+		// goes on: its "done" ends it.)
+		delete(d.pulls, pulledRef)
 	}
-	return img.Root, img.Config.Env, nil
+	wasPulled := pulled
+	d.mu.Unlock()
+	if err != nil {
+		if wasPulled {
+			d.log.Warn("image pull failed", "image", ref, "err", err, "seconds", time.Since(start).Seconds())
+		}
+		return supervisor.ImageRun{}, err
+	}
+	if wasPulled {
+		d.log.Info("image pulled", "image", ref, "digest", img.Digest, "seconds", time.Since(start).Seconds())
+	}
+	release, err := d.s.Hold(img)
+	if err != nil {
+		return supervisor.ImageRun{}, err
+	}
+	return supervisor.ImageRun{Root: img.Root, Digest: img.Digest, Env: img.Config.Env, WorkingDir: img.Config.WorkingDir, Release: release}, nil
 }
 
 // progress shows a pull's progress on w: redrawn on a terminal, lines
@@ -128,7 +227,7 @@ func newImageCmd() *cobra.Command {
 	var f imageFlags
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Pull, load, list and remove the images native, gVisor and microvm sandboxes run (--image)",
+		Short: "Pull, load, save, list and remove the images native, gVisor and microvm sandboxes run (--image)",
 		Long: `The image cache: images pulled from registries (or loaded from archives)
 and unpacked, each once, into a read-only root that native, gVisor and
 microvm sandboxes of that image share (airlock run --image REF). Credentials come
@@ -139,11 +238,21 @@ sandbox runs the commands it is given.`,
 	}
 	f.add(cmd)
 	var quiet bool
+	var policyFile string
 	pull := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image (REF: name[:tag] or name@sha256:DIGEST) into the cache",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if policyFile != "" {
+				pol, err := policy.Load(policyFile)
+				if err != nil {
+					return err
+				}
+				if err := pol.CheckImage(args[0]); err != nil {
+					return err
+				}
+			}
 			s, err := f.store()
 			if err != nil {
 				return err
@@ -157,6 +266,7 @@ sandbox runs the commands it is given.`,
 		},
 	}
 	pull.Flags().BoolVarP(&quiet, "quiet", "q", false, "show no progress; print only the digest")
+	pull.Flags().StringVar(&policyFile, "policy", "", "a policy file whose images and require_image_digest the image must pass (refused before anything is fetched)")
 	load := &cobra.Command{
 		Use:   "load FILE",
 		Short: "Load the images of an OCI image layout (a directory or a tar of one) or a docker save archive",
@@ -223,6 +333,18 @@ sandbox runs the commands it is given.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(pull, load, ls, rm)
+	save := &cobra.Command{
+		Use:   "save REF FILE",
+		Short: "Write a cached image to FILE as a docker save archive (one layer made from its root), for airlock image load or docker load",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.store()
+			if err != nil {
+				return err
+			}
+			return s.Save(args[0], args[1])
+		},
+	}
+	cmd.AddCommand(pull, load, save, ls, rm)
 	return cmd
 }

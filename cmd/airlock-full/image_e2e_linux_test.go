@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +51,24 @@ func TestE2EImage(t *testing.T) {
 	script := `echo "$GREETING"; pwd; { echo x > /x; } 2>/dev/null || echo read-only; echo y > /workspace/y && echo writable`
 	want := "from the image\n/srv\nread-only\nwritable\n"
 
+	// The policy's images and require_image_digest refuse a run or a
+	// pull outside them, naming the rule, before anything is fetched.
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte("images = [\""+r.Host+"/test/*\"]\nrequire_image_digest = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []outcomeOf{run("--policy", pol, "--image", ref, "--", "true"), image("pull", "--policy", pol, ref)} {
+		if o.code == 0 || !strings.Contains(o.stderr, "require_image_digest") {
+			t.Errorf("a tag under require_image_digest: %d %q %q", o.code, o.stdout, o.stderr)
+		}
+	}
+	if o := image("pull", "--policy", pol, r.Host+"/other/x@sha256:"+strings.Repeat("0", 64)); o.code == 0 || !strings.Contains(o.stderr, "(images)") {
+		t.Errorf("an image outside the policy's images: %d %q", o.code, o.stderr)
+	}
+	if o := image("ls"); strings.Contains(o.stdout, ref) {
+		t.Errorf("a refused image was pulled: %q", o.stdout)
+	}
+
 	// A first run pulls, with a line per layer (stderr is no terminal).
 	o := run("--image", ref, "--", "sh", "-c", script)
 	if o.code != 0 || o.stdout != want || !strings.Contains(o.stderr, "layer 1/1") {
@@ -64,6 +84,15 @@ func TestE2EImage(t *testing.T) {
 	if o.code != 0 || o.stdout != want || o.stderr != "" {
 		t.Errorf("run --image (cached): %d %q %q", o.code, o.stdout, o.stderr)
 	}
+	// The audit log's create event names the image and the digest run.
+	logDir := t.TempDir()
+	alog := filepath.Join(logDir, "audit.log")
+	if o := run("--audit-log", alog, "--audit-key", filepath.Join(logDir, "keys", "audit.key"), "--image", ref, "--", "sh", "-c", "exit 0"); o.code != 0 {
+		t.Errorf("run --audit-log: %d %q", o.code, o.stderr)
+	}
+	if b, _ := os.ReadFile(alog); !strings.Contains(string(b), `"image_digest":"`+digest+`"`) {
+		t.Errorf("the run's audit log has no create event with the digest %s: %s", digest, b)
+	}
 	t.Run("gvisor", func(t *testing.T) {
 		testcap.Require(t, "runsc")
 		o := run("--driver", "gvisor", "--image", r.Host+"/test/small@"+digest, "--", "sh", "-c", script)
@@ -74,6 +103,18 @@ func TestE2EImage(t *testing.T) {
 	o = run("--image", ref, "--root", "/", "--", "true")
 	if o.code != 125 || !strings.Contains(o.stderr, "--root and --image") {
 		t.Errorf("--root with --image: %d %q", o.code, o.stderr)
+	}
+	// Saved and loaded into another cache, the image runs the same.
+	saved := filepath.Join(t.TempDir(), "small.tar")
+	if o := image("save", ref, saved); o.code != 0 {
+		t.Errorf("image save: %d %q", o.code, o.stderr)
+	}
+	other := []string{"AIRLOCK_IMAGE_CACHE=" + t.TempDir()}
+	if o := airlockRun(t, invocation{args: []string{"image", "load", "--quiet", saved}, env: other}); o.code != 0 || !strings.Contains(o.stdout, ref) {
+		t.Errorf("image load of the saved image: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	if o := airlockRun(t, invocation{args: []string{"run", "--image", ref, "--", "sh", "-c", script}, env: other}); o.code != 0 || o.stdout != want || o.stderr != "" {
+		t.Errorf("run of the loaded image (no registry asked): %d %q %q", o.code, o.stdout, o.stderr)
 	}
 	o = image("ls")
 	if o.code != 0 || !strings.Contains(o.stdout, ref) || !strings.Contains(o.stdout, digest[:19]) {
@@ -179,8 +220,12 @@ func fileSize(t *testing.T, p string) int64 {
 }
 
 // TestE2EImageDaemon: a template's image on the native driver is pulled
-// by the daemon at the first create and its sandboxes run on its root
-// with its environment.
+// by the daemon at the first create (which says so in the log) and its
+// sandboxes run on its root with its environment and working directory,
+// created through airlock's API or E2B's (a [e2b] templates name mapped to
+// the image's template); the policy's images allowlist refuses a
+// template's image outside it, naming the rule; the audit log's create
+// event records the digest the sandbox ran.
 func TestE2EImageDaemon(t *testing.T) {
 	requireE2E(t)
 	testcap.Require(t, "registry")
@@ -197,6 +242,10 @@ func TestE2EImageDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outside, err := r.Push("other/daemon:1", img)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("AIRLOCK_IMAGE_CACHE", t.TempDir())
 	t.Setenv("AIRLOCK_INSECURE_REGISTRIES", r.Host)
 	state := filepath.Join(t.TempDir(), "state")
@@ -206,21 +255,57 @@ func TestE2EImageDaemon(t *testing.T) {
 	}
 	key := strings.TrimSpace(o.stdout)
 	cfg := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\n[[template]]\nname = \"small\"\nimage = \""+ref+"\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("[[template]]\nname = \"default\"\n[[template]]\nname = \"small\"\nimage = \""+ref+"\"\n"+
+		"[[template]]\nname = \"outside\"\nimage = \""+outside+"\"\n[e2b]\ntemplates = [\"base=default\", \"my-image=small\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, state, "--config", cfg)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte("images = [\""+r.Host+"/test/*\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, state, "--config", cfg, "--policy", pol)
 	env := []string{"AIRLOCK_URL=" + d.url, "AIRLOCK_API_KEY=" + key}
 	o = airlockRun(t, invocation{args: []string{"sandbox", "create", "--template", "small"}, env: env})
 	if o.code != 0 {
 		t.Fatalf("sandbox create: %d %q %q", o.code, o.stdout, o.stderr)
 	}
 	id := strings.TrimSpace(o.stdout)
-	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", id, "--", "sh", "-c", `echo "$GREETING"; echo /*`}, env: env})
-	if o.code != 0 || o.stdout != "from the image\n/bin /dev /etc /lib /lib64 /proc /srv /tmp /workspace\n" {
+	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", id, "--", "sh", "-c", `echo "$GREETING"; echo /*; pwd`}, env: env})
+	if o.code != 0 || o.stdout != "from the image\n/bin /dev /etc /home /lib /lib64 /proc /srv /tmp /workspace\n/srv\n" {
 		t.Errorf("exec in the image's sandbox: %d %q %q", o.code, o.stdout, o.stderr)
 	}
-	if !strings.Contains(d.log(), "image pull") {
-		t.Errorf("the daemon logged no pull: %s", d.log())
+	if l := d.log(); !strings.Contains(l, "a create waits for its image") || !strings.Contains(l, "image pulled") {
+		t.Errorf("the daemon did not log the pull: %s", l)
+	}
+	o = airlockRun(t, invocation{args: []string{"sandbox", "create", "--template", "outside"}, env: env})
+	if o.code == 0 || !strings.Contains(o.stderr, "(images)") || !strings.Contains(o.stderr, outside) {
+		t.Errorf("a template's image outside the policy's images: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+
+	// E2B's SDKs create with POST /sandboxes and a template name.
+	req, _ := http.NewRequest("POST", d.url+"/sandboxes", strings.NewReader(`{"templateID":"my-image"}`))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &created) != nil || created.SandboxID == "" {
+		t.Fatalf("E2B create of my-image: %d %s", resp.StatusCode, body)
+	}
+	o = airlockRun(t, invocation{args: []string{"sandbox", "exec", created.SandboxID, "--", "sh", "-c", `echo "$GREETING"; pwd; echo /home/*`}, env: env})
+	if o.code != 0 || o.stdout != "from the image\n/srv\n/home/user\n" {
+		t.Errorf("exec in the E2B sandbox of the image: %d %q %q", o.code, o.stdout, o.stderr)
+	}
+
+	digest := airlockRun(t, invocation{args: []string{"image", "pull", "--quiet", ref}})
+	o = airlockRun(t, invocation{args: []string{"audit", "tail", "-n", "100", filepath.Join(state, "audit.log")}})
+	if want := `"image_digest":"` + strings.TrimSpace(digest.stdout) + `"`; digest.code != 0 || strings.Count(o.stdout, want) != 2 {
+		t.Errorf("the audit log has %d create events with %s, want 2: %s", strings.Count(o.stdout, want), want, o.stdout)
 	}
 }

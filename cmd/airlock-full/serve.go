@@ -131,7 +131,9 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	// What sandboxes that end by themselves leave on the host goes with
 	// the janitor, which outlives this daemon.
 	startJanitor(log, cli.DaemonInstance(f.stateDir), drivers)
+	images := &daemonImages{log: log}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(images.collectors()...)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_audit_ok", Help: "1 while the audit log records actions; 0 once it has failed (every action is refused)."}, func() float64 {
 			if alog.Err() != nil {
@@ -148,7 +150,7 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 	sup, err = supervisor.New(supervisor.Options{
 		Store: st, Drivers: drivers, Config: cfg,
 		Logger: log, Metrics: supervisor.NewMetrics(reg), Policy: pol, Audit: alog, Snapshots: snaps, Objects: objects,
-		Images: &daemonImages{log: log},
+		Images: images,
 	})
 	if err != nil {
 		return err

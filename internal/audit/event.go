@@ -109,14 +109,19 @@ type Event struct {
 	Kind Kind      `json:"kind"`
 	// Key is the id of the API key that asked ("" for the daemon itself,
 	// "cli" for the one-shot CLI).
-	Key      string   `json:"key,omitempty"`
-	Sandbox  string   `json:"sandbox,omitempty"`
-	Template string   `json:"template,omitempty"`
-	Argv     []string `json:"argv,omitempty"`
-	Code     string   `json:"code,omitempty"`
-	Language string   `json:"language,omitempty"`
-	Path     string   `json:"path,omitempty"`
-	Host     string   `json:"host,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Sandbox  string `json:"sandbox,omitempty"`
+	Template string `json:"template,omitempty"`
+	// Image is the image a create's sandbox runs, and ImageDigest the
+	// manifest digest it ran (for a driver that runs images from their
+	// unpacked root; the engine's image otherwise, digest unrecorded).
+	Image       string   `json:"image,omitempty"`
+	ImageDigest string   `json:"image_digest,omitempty"`
+	Argv        []string `json:"argv,omitempty"`
+	Code        string   `json:"code,omitempty"`
+	Language    string   `json:"language,omitempty"`
+	Path        string   `json:"path,omitempty"`
+	Host        string   `json:"host,omitempty"`
 	// Method is an egress request's method; Secrets name the secrets the
 	// proxy put into it.
 	Method  string   `json:"method,omitempty"`

@@ -64,6 +64,10 @@ type Options struct {
 	// DockerRuntime is the engine's runtime of the docker rows; empty
 	// means runc.
 	DockerRuntime string
+	// ImageTar is a tar of a root with python3 that the image rows push
+	// to a registry on loopback as a one-layer image; empty: those rows
+	// are missing.
+	ImageTar string
 	// Progress, when not nil, receives a line per step as the run goes.
 	Progress io.Writer
 	// Only, when not empty, names the sections to measure (start, exec,
@@ -96,7 +100,7 @@ func (o *Options) SetRuns(n int) {
 }
 
 // Sections are the sections Options.Only may name.
-var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b", "ports"}
+var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b", "ports", "image"}
 
 // want says whether any of sections is to be measured.
 func (o Options) want(sections ...string) bool {
@@ -254,6 +258,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.want("ports") {
 		add("ports", portsRows(ctx, o, drv, drvErr, progress))
+	}
+	if o.want("image") {
+		add("image", imageRows(ctx, o, progress))
 	}
 	if steps != nil {
 		r.Density = steps

@@ -34,6 +34,9 @@ type runGuard struct {
 	sandbox        string
 	stdout, stderr *auditHash
 	rout, rerr     *policy.RedactWriter
+	// imageDigest is the digest of the image unpacked for the sandbox,
+	// for its create event.
+	imageDigest string
 }
 
 // newRunGuard loads --policy (none: the safe defaults) and opens
@@ -81,7 +84,7 @@ func (g *runGuard) check(ctx context.Context, driver string, spec sandbox.Spec, 
 	}
 	limits := spec.Limits
 	for _, r := range []policy.Request{
-		{Action: policy.ActionCreate, Driver: driver, Limits: &limits, Mounts: mounts, Network: &spec.Network, Key: "cli"},
+		{Action: policy.ActionCreate, Driver: driver, Image: spec.Image, Limits: &limits, Mounts: mounts, Network: &spec.Network, Key: "cli"},
 		{Action: policy.ActionExec, Driver: driver, Argv: argv, Key: "cli"},
 	} {
 		d, err := g.pol.Decide(ctx, r)
@@ -121,11 +124,11 @@ func (g *runGuard) egress(ctx context.Context, _, host string, port int) (bool, 
 
 // created records the sandbox's creation and returns writers that mask
 // the policy's secrets in the output and hash it on its way to w.
-func (g *runGuard) created(ctx context.Context, id string, stdout, stderr io.Writer) (io.Writer, io.Writer, error) {
+func (g *runGuard) created(ctx context.Context, id, image string, stdout, stderr io.Writer) (io.Writer, io.Writer, error) {
 	g.sandbox = id
 	g.stdout, g.stderr = &auditHash{w: stdout, h: sha256.New()}, &auditHash{w: stderr, h: sha256.New()}
 	g.rout, g.rerr = g.pol.Redactor().Writer(g.stdout), g.pol.Redactor().Writer(g.stderr)
-	return g.rout, g.rerr, g.record(ctx, audit.Event{Kind: audit.KindCreate})
+	return g.rout, g.rerr, g.record(ctx, audit.Event{Kind: audit.KindCreate, Image: image, ImageDigest: g.imageDigest})
 }
 
 // ran records the exec.

@@ -189,7 +189,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	// What the driver cannot do is refused before it makes the sandbox.
 	caps := drv.Capabilities()
 	if caps.ImageRoot && spec.Image != "" {
-		if spec, f.workdir, err = withImage(ctx, spec, f.workdir, stderr, f.json); err != nil {
+		if spec, f.workdir, guard.imageDigest, err = withImage(ctx, spec, f.workdir, stderr, f.json); err != nil {
 			return fail(err)
 		}
 	}
@@ -214,7 +214,7 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 	} else {
 		req.Stdout, req.Stderr = stdout, stderr
 	}
-	if req.Stdout, req.Stderr, err = guard.created(ctx, sb.ID(), req.Stdout, req.Stderr); err != nil {
+	if req.Stdout, req.Stderr, err = guard.created(ctx, sb.ID(), spec.Image, req.Stdout, req.Stderr); err != nil {
 		return fail(err)
 	}
 	var res sandbox.Result

@@ -32,22 +32,22 @@ func SetImageResolver(f func(ctx context.Context, ref string, w io.Writer, quiet
 
 // withImage is spec with its image pulled and unpacked as its root, the
 // image's environment under the sandbox's, and workdir the image's
-// working directory unless one was given.
-func withImage(ctx context.Context, spec sandbox.Spec, workdir string, w io.Writer, quiet bool) (sandbox.Spec, string, error) {
+// working directory unless one was given, and the digest unpacked.
+func withImage(ctx context.Context, spec sandbox.Spec, workdir string, w io.Writer, quiet bool) (sandbox.Spec, string, string, error) {
 	if spec.Root != "" {
-		return spec, workdir, errors.New("--root and --image do not go together: the image is the root")
+		return spec, workdir, "", errors.New("--root and --image do not go together: the image is the root")
 	}
 	if resolveImage == nil {
-		return spec, workdir, errors.New("this airlock has no image cache: run the complete airlock (airlock-full)")
+		return spec, workdir, "", errors.New("this airlock has no image cache: run the complete airlock (airlock-full)")
 	}
 	img, err := resolveImage(ctx, spec.Image, w, quiet)
 	if err != nil {
-		return spec, workdir, fmt.Errorf("image %s: %w", spec.Image, err)
+		return spec, workdir, "", fmt.Errorf("image %s: %w", spec.Image, err)
 	}
 	spec.Root = img.Root
 	spec.Env = append(append([]string(nil), img.Env...), spec.Env...)
 	if workdir == "" {
 		workdir = img.WorkingDir
 	}
-	return spec, workdir, nil
+	return spec, workdir, img.Digest, nil
 }

@@ -373,7 +373,17 @@ func TestEvict(t *testing.T) {
 	if err := s.Remove("test/b"); !errors.Is(err, ErrInUse) {
 		t.Errorf("remove a held image: %v, want ErrInUse", err)
 	}
+	// Each sandbox holds it on its own (the daemon releases a sandbox's
+	// hold when it ends): one release leaves the other's.
+	release2, err := s.Hold(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	release()
+	if err := s.Remove("test/b"); !errors.Is(err, ErrInUse) {
+		t.Errorf("remove an image a second sandbox holds: %v, want ErrInUse", err)
+	}
+	release2()
 	if err := s.Remove("test/b"); err != nil {
 		t.Errorf("remove once released: %v", err)
 	}

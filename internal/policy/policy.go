@@ -94,6 +94,8 @@ type Request struct {
 	// request), or an exec's timeout (Timeout; zero for a background
 	// process without one).
 	Limits *sandbox.Limits `json:"limits,omitempty"`
+	// Image is the image a create's sandbox runs (REF as given).
+	Image string `json:"image,omitempty"`
 	// Mounts are a create's host mounts, as "HOST:PATH[:ro|:rw]".
 	Mounts []string `json:"mounts,omitempty"`
 	// Network is a create's network (the template's, or what it asks for).
@@ -172,6 +174,15 @@ type File struct {
 	// are applied). Empty allows any a template names; a create through
 	// the API may ask only for those listed here.
 	Mounts []string `toml:"mounts"`
+	// Images are the images a create may run (a template's image = "REF",
+	// `airlock run --image`), as globs over the repository
+	// ("registry.example/team/*": "*" within one path element, a last
+	// "/**" any deeper; Docker Hub's short names are docker.io/library/…).
+	// Empty allows any image.
+	Images []string `toml:"images"`
+	// RequireImageDigest refuses an image not named by digest
+	// (REF@sha256:…).
+	RequireImageDigest bool `toml:"require_image_digest"`
 	// Network, when set, bounds every sandbox's egress (see Network); nil
 	// leaves it to the templates.
 	Network  *Network `toml:"network"`
@@ -408,6 +419,9 @@ func New(f File) (*Policy, error) {
 	if p.ceilings, err = f.Ceilings.compile(); err != nil {
 		return nil, err
 	}
+	if err := checkImagePatterns(f.Images); err != nil {
+		return nil, err
+	}
 	for _, m := range f.Mounts {
 		if _, _, _, err := splitMount(m); err != nil {
 			return nil, fmt.Errorf("mounts: %w", err)
@@ -584,6 +598,7 @@ func (p *Policy) static(r Request) []Decision {
 		}
 	}
 	if r.Action == ActionCreate {
+		f.imageDecisions(r.Image, deny)
 		for _, m := range r.Mounts {
 			if len(f.Mounts) > 0 && !mountAllowed(f.Mounts, m) {
 				deny("mounts", "mount %q is not allowed by policy", m)

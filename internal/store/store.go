@@ -148,6 +148,12 @@ type Sandbox struct {
 	// to the snapshot its rollback restores: the next daemon finishes
 	// the transaction of an exec that outlives this one.
 	Transactions map[string]string `json:"transactions,omitempty"`
+	// ImageDigest is the manifest digest of the image its root was
+	// unpacked from, and WorkDir that image's working directory (the
+	// default of its execs), for a driver that runs images from their
+	// unpacked root.
+	ImageDigest string `json:"image_digest,omitempty"`
+	WorkDir     string `json:"workdir,omitempty"`
 	// Paused is set while it is paused.
 	Paused *Paused `json:"paused,omitempty"`
 }

@@ -127,7 +127,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		return Info{}, err
 	}
 	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: choice.Driver, Limits: &spec.Limits, Network: &spec.Network,
-		Mounts: mounts, Explicit: req.Driver != "", Labels: c.Labels}); err != nil {
+		Image: spec.Image, Mounts: mounts, Explicit: req.Driver != "", Labels: c.Labels}); err != nil {
 		return Info{}, err
 	}
 	s.policy.NarrowNetwork(&spec.Network)
@@ -138,8 +138,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 				if ok {
 					s.m.PoolHits.WithLabelValues(name).Inc()
 					s.m.ClaimSeconds.Observe(time.Since(start).Seconds())
+					img, digest := s.imageOf(info.ID)
 					s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: info.ID, Template: name, Rule: choice.Rule,
-						Reason: "claimed from the warm pool; driver " + choice.Driver + ": " + choice.Reason})
+						Image: img, ImageDigest: digest, Reason: "claimed from the warm pool; driver " + choice.Driver + ": " + choice.Reason})
 					info.DriverRule, info.DriverReason = choice.Rule, choice.Reason
 				}
 				return info, err
@@ -166,8 +167,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	s.m.Creates.WithLabelValues(name, "ok").Inc()
 	s.m.CreateSeconds.Observe(time.Since(start).Seconds())
+	img, digest := s.imageOf(rec.ID)
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindCreate, Key: c.KeyID, Sandbox: rec.ID, Template: name, Rule: choice.Rule,
-		Reason: "driver " + choice.Driver + ": " + choice.Reason})
+		Image: img, ImageDigest: digest, Reason: "driver " + choice.Driver + ": " + choice.Reason})
 	return s.info(l), nil
 }
 
@@ -370,8 +372,16 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	// The supervisor enforces the TTL, which can be extended; the driver's
 	// own lifetime is only a backstop.
 	spec.Limits.Lifetime = driverLifetime
-	if spec, err = s.withImageRoot(ctx, drv.Capabilities(), spec); err != nil {
+	var img ImageRun
+	if spec, img, err = s.withImageRoot(ctx, drv.Capabilities(), spec); err != nil {
 		return s.driverError(id, err)
+	}
+	if img.Release != nil {
+		defer func() {
+			if err != nil {
+				img.Release()
+			}
+		}()
 	}
 	if err := drv.Capabilities().CheckSpec(l.rec.Driver, spec); err != nil {
 		return s.driverError(id, err)
@@ -394,6 +404,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	protocol, _ := agentProtocol(inst)
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.State, r.DriverState, r.AgentProtocol = state, driverState, protocol
+		r.ImageDigest, r.WorkDir = img.Digest, img.WorkingDir
 		return nil
 	})
 	if err != nil {
@@ -406,7 +417,7 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 		_ = inst.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("%w: the daemon is shutting down", ErrCapacity)
 	}
-	l.inst, l.rec = inst, rec
+	l.inst, l.rec, l.releaseImage = inst, rec, img.Release
 	l.mu.Unlock()
 	s.m.Live.WithLabelValues(rec.Driver).Inc()
 	s.log.Info("sandbox created", "sandbox_id", id, "template", rec.Template, "owner", rec.Owner, "state", rec.State)

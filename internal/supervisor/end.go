@@ -74,7 +74,7 @@ func (s *Supervisor) end(l *live, reason, why string) {
 		return
 	}
 	l.ending = true
-	inst, id, drv := l.inst, l.rec.ID, l.rec.Driver
+	inst, id, drv, release := l.inst, l.rec.ID, l.rec.Driver, l.releaseImage
 	procs := make([]*proc, 0, len(l.procs))
 	for _, p := range l.procs {
 		procs = append(procs, p)
@@ -86,12 +86,19 @@ func (s *Supervisor) end(l *live, reason, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s.thawPaused(ctx, l)
+	closed := true
 	if inst != nil {
 		if err := inst.Close(ctx); err != nil {
+			closed = false
 			s.log.Warn("close sandbox", "sandbox_id", id, "err", err)
 		}
 	}
 	s.discardPaused(ctx, l)
+	// Its image's root may be evicted once nothing runs on it; a sandbox
+	// that would not close keeps it.
+	if release != nil && closed {
+		release()
+	}
 	now := s.opts.Now().UTC()
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.State, r.Ended, r.EndReason, r.EndMessage = store.StateDestroyed, now, reason, why

@@ -118,6 +118,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	req.Dir = l.defaultDir(req.Dir)
 	l.busy.Add(1)
 	l.touch(s.opts.Now())
 	defer func() {
@@ -281,6 +282,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	req.Dir = l.defaultDir(req.Dir)
 	req.Background = !r.Foreground
 	timeout, err := l.execTimeout(req, r.OwnTimeout)
 	if err != nil {

@@ -196,6 +196,7 @@ func (s *Supervisor) recoverOne(ctx context.Context, rec store.Sandbox) outcome 
 		return outExpired
 	}
 	l := &live{rec: rec, owner: rec.Owner, mem: s.memoryOf(rec), fds: s.descriptorsOf(rec), procs: map[string]*proc{}, inst: inst}
+	s.holdImage(l)
 	last := s.store.Activity(rec.ID)
 	if last.IsZero() {
 		last = rec.Created

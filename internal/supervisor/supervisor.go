@@ -145,6 +145,9 @@ type live struct {
 	inst sandbox.Instance // nil while creating
 	// ending is set once a kill started; no new work is accepted.
 	ending bool
+	// releaseImage lets the image cache evict the sandbox's image root
+	// (ImageRun.Release); nil without one. Called once, when it ends.
+	releaseImage func()
 
 	lastActive atomic.Int64 // unix nanoseconds
 	// flushed is the lastActive the registry has (flushActivity).

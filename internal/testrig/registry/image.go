@@ -30,7 +30,7 @@ func SmallImage() (v1.Image, error) {
 	var b bytes.Buffer
 	gz := gzip.NewWriter(&b)
 	tw := tar.NewWriter(gz)
-	for _, d := range []string{"bin/", "lib/", "lib/x86_64-linux-gnu/", "lib64/", "srv/", "etc/"} {
+	for _, d := range []string{"bin/", "lib/", "lib/x86_64-linux-gnu/", "lib64/", "srv/", "etc/", "home/"} {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
 			return nil, err
 		}
