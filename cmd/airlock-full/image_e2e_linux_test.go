@@ -17,7 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/registry"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/registry"
 )
 
 // The image section (issue 37): the first run of an image airlock has not

@@ -24,7 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/registry"
 )
 
 // startRegistry runs the reference registry for the test, on loopback.

@@ -21,7 +21,7 @@ var rigNames = []string{
 	"wasm",       // the wasm driver with python.wasm (make wasm-python)
 	"jupyter",    // a Jupyter kernel (python3-ipykernel, jupyter_client) that evaluates 1+1, for the E2B code interpreter
 	"s3",         // an S3-compatible server for the object store's tests (internal/s3server), built by make s3-rig
-	"registry",   // the reference container registry (Debian's docker-registry), for the image tests (internal/testrig/registry)
+	"registry",   // the reference container registry (Debian's docker-registry), for the image tests (internal/registry)
 }
 
 // Names lists every capability a test may require, in a stable order: the

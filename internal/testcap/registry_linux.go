@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/hostcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/registry"
 )
 
 // probeRegistry checks that the reference container registry of the image

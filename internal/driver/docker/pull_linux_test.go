@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/testrig/registry"
+	"github.com/airlock-sandbox/airlock/internal/registry"
 )
 
 // TestPullMissingImage: an image the engine does not have is pulled

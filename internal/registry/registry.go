@@ -1,6 +1,7 @@
 // Package registry starts the reference container registry (Debian's
 // docker-registry, github.com/docker/distribution) on a loopback port,
-// with its storage in a directory of the caller's, for the image tests.
+// with its storage in a directory of the caller's: the image tests'
+// registry, and the one `airlock bench` pulls from for its image rows.
 package registry
 
 import (
