@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-sandbox/airlock/internal/registry"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
-	"github.com/airlock-sandbox/airlock/internal/registry"
 	"github.com/airlock-sandbox/airlock/internal/testrig/rootimage"
 )
 

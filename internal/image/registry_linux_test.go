@@ -23,8 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/airlock-sandbox/airlock/internal/testcap"
 	"github.com/airlock-sandbox/airlock/internal/registry"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
 
 // startRegistry runs the reference registry for the test, on loopback.

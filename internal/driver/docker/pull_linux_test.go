@@ -9,9 +9,9 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/airlock-sandbox/airlock/internal/registry"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
-	"github.com/airlock-sandbox/airlock/internal/registry"
 )
 
 // TestPullMissingImage: an image the engine does not have is pulled
