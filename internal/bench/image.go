@@ -214,7 +214,7 @@ func dockerForget(ctx context.Context, ref string) error {
 		return nil // the engine has no such image
 	}
 	if out, err := exec.CommandContext(ctx, "docker", "rmi", "-f", strings.TrimSpace(string(id))).CombinedOutput(); err != nil {
-		return fmt.Errorf("docker rmi: %v: %s", err, out)
+		return fmt.Errorf("docker rmi: %w: %s", err, out)
 	}
 	return nil
 }

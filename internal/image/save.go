@@ -140,7 +140,7 @@ func tarRoot(root string, w io.Writer) error {
 		if !fi.Mode().IsRegular() {
 			return nil
 		}
-		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0) //nolint:gosec // G122: the walk is of the cache's own unpacked root (root's, read-only, no sandbox writes there); the final name is not followed
 		if err != nil {
 			return err
 		}
