@@ -89,29 +89,10 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	defer proxied.CloseIdleConnections()
 	base := "http://" + srvLn.Addr().String()
 
-	get := func(c *http.Client, u string) probe {
-		return func(ctx context.Context) (time.Duration, error) {
-			start := time.Now()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-			if err != nil {
-				return 0, err
-			}
-			resp, err := c.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return 0, fmt.Errorf("status %s", resp.Status)
-			}
-			return time.Since(start), nil
-		}
-	}
 	n := max(o.TrueRuns*5, 100)
 	progress("egress: %d requests direct and through the proxy", n)
 	for i, c := range []*http.Client{direct, proxied} {
-		s, err := timeRuns(ctx, n, 20, o.RowTime, get(c, base+"/small"))
+		s, err := timeRuns(ctx, n, 20, o.RowTime, httpGet(c, base+"/small"))
 		if err != nil {
 			return fail(err)
 		}
@@ -121,7 +102,7 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	for i, c := range []*http.Client{direct, proxied} {
 		row := &rows[2+i]
 		start := time.Now()
-		if _, err := get(c, base+"/big")(ctx); err != nil {
+		if _, err := httpGet(c, base+"/big")(ctx); err != nil {
 			row.Status, row.Detail = StatusFailed, err.Error()
 			continue
 		}
@@ -132,4 +113,26 @@ func egressRows(ctx context.Context, o Options, progress func(string, ...any)) [
 	}
 	rows = append(rows, tunnelRows(ctx, o, srvLn.Addr().String(), size, progress)...)
 	return append(rows, interceptRows(ctx, o, progress)...)
+}
+
+// httpGet is a probe that GETs u with c, reads the whole body, and wants
+// 200 OK.
+func httpGet(c *http.Client, u string) probe {
+	return func(ctx context.Context) (time.Duration, error) {
+		start := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("status %s", resp.Status)
+		}
+		return time.Since(start), nil
+	}
 }

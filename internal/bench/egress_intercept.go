@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -113,29 +112,10 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: pxLn.Addr().String()}),
 		TLSClientConfig: &tls.Config{RootCAs: trust}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4}}
 	defer client.CloseIdleConnections()
-	get := func(u string) probe {
-		return func(ctx context.Context) (time.Duration, error) {
-			start := time.Now()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-			if err != nil {
-				return 0, err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return 0, fmt.Errorf("status %s", resp.Status)
-			}
-			return time.Since(start), nil
-		}
-	}
 	n := max(o.TrueRuns*5, 100)
 	progress("egress: %d HTTPS requests through the proxy, tunnelled and intercepted", n)
 	for i, host := range []string{"tunnel.test", "intercept.test"} {
-		s, err := timeRuns(ctx, n, 20, o.RowTime, get(fmt.Sprintf("https://%s:%d/small", host, port)))
+		s, err := timeRuns(ctx, n, 20, o.RowTime, httpGet(client, fmt.Sprintf("https://%s:%d/small", host, port)))
 		if err != nil {
 			return fail(err)
 		}
@@ -144,7 +124,7 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 	progress("egress: a 100 MiB HTTPS download through the proxy, tunnelled and intercepted")
 	for i, host := range []string{"tunnel.test", "intercept.test"} {
 		row := &rows[2+i]
-		d, err := get(fmt.Sprintf("https://%s:%d/big", host, port))(ctx)
+		d, err := httpGet(client, fmt.Sprintf("https://%s:%d/big", host, port))(ctx)
 		if err != nil {
 			row.Status, row.Detail = StatusFailed, err.Error()
 			continue
