@@ -40,6 +40,23 @@ type PauseFinder interface {
 	Paused(ctx context.Context, id string, state []byte) ([]byte, bool)
 }
 
+// LiveForker is a Pauser that can also copy a running sandbox
+// (Capabilities.LiveFork): the source is saved without being ended, and
+// any number of new sandboxes start from that image, each running on
+// from the source's processes and memory with an identity of its own.
+type LiveForker interface {
+	// Checkpoint saves in's processes, their memory and its files into
+	// dir, which exists and is empty, and leaves in running (it stops no
+	// longer than the save takes). It returns the state Clone takes.
+	Checkpoint(ctx context.Context, in Instance, dir string) ([]byte, error)
+	// Clone starts a new sandbox as spec says (spec.ID is its id; its
+	// host name, machine id and random seed are its own, never the
+	// source's) from dir and state (Checkpoint's), running where the
+	// source was. dir is only read, and several clones of one image may
+	// run at once (sharing its memory image where the driver can).
+	Clone(ctx context.Context, spec Spec, state []byte, dir string) (Instance, error)
+}
+
 // Freezer is an instance that can stop every process of its sandbox where
 // it is (its memory stays on the host) and let it go on.
 type Freezer interface {
