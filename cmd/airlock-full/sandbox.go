@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
 	"github.com/airlock-sandbox/airlock/internal/symlink"
+	"github.com/airlock-sandbox/airlock/internal/tartree"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
@@ -296,7 +297,7 @@ directory) to stdout.`,
 					return c.WriteFile(ctx, did, dp, f, fi.Mode().Perm())
 				}
 				pr, pw := io.Pipe()
-				go func() { pw.CloseWithError(tarDir(args[0], pw)) }()
+				go func() { pw.CloseWithError(tartree.Write(args[0], pw)) }()
 				_, err = c.UploadArchive(ctx, did, dp, pr)
 				return err
 			default: // download
@@ -334,55 +335,6 @@ directory) to stdout.`,
 		},
 	}
 	return cmd
-}
-
-// tarDir writes the tree at dir to w as a tar archive.
-func tarDir(dir string, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		h, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // untar extracts a tar archive that came out of a sandbox into dir, with

@@ -1,21 +1,19 @@
 package image
 
 import (
-	"archive/tar"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/airlock-sandbox/airlock/internal/tartree"
 )
 
 // Save writes the cached image ref (a reference or digest) to file as a
@@ -49,7 +47,7 @@ func (s *Store) Save(ref, file string) error {
 	root := img.Root
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(tarRoot(root, pw)) }()
+		go func() { pw.CloseWithError(tartree.Write(root, pw)) }()
 		return pr, nil
 	})
 	if err != nil {
@@ -88,76 +86,6 @@ func (s *Store) Save(ref, file string) error {
 		return fmt.Errorf("save %s: %w", ref, err)
 	}
 	return nil
-}
-
-// tarRoot writes the tree at root to w as an uncompressed tar: regular
-// files (a hard link for a second name of one), directories and symlinks,
-// with their modes, owners and times. The tree is the cache's own (only
-// what the unpacker made), read without following a symlink.
-func tarRoot(root string, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	type inode struct{ dev, ino uint64 }
-	seen := map[inode]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		var link string
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		if st != nil && fi.Mode().IsRegular() && st.Nlink > 1 {
-			key := inode{uint64(st.Dev), st.Ino}
-			if first, ok := seen[key]; ok {
-				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-				return tw.WriteHeader(hdr)
-			}
-			seen[key] = hdr.Name
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0) //nolint:gosec // G122: the walk is of the cache's own unpacked root (root's, read-only, no sandbox writes there); the final name is not followed
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		n, err := io.Copy(tw, f)
-		if err == nil && n != hdr.Size {
-			err = errors.New("changed while saved")
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", hdr.Name, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // saveTag is the name an archive of img gets: ref when it is a tag, else
