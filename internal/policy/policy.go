@@ -59,7 +59,9 @@ const (
 //	argv     list(string)         the command line (for code: the interpreter's argv)
 //	code     string               the program text of a code exec
 //	language string               its language ("python", "bash", "sh")
-//	path     string               the file written or deleted
+//	path     string               the file written or deleted; on exec, the command's working
+//	                              directory. Of a sandbox, always absolute and clean, and its home
+//	                              (/home/user of E2B's) written as /workspace, the same files
 //	host     string               the host of an egress request (a name or an IP literal)
 //	port     int                  its port
 //	key      string               the id of the API key that asked
