@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -202,11 +203,14 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		BufferPool: portBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			id, port, _ := strings.Cut(r.URL.Host, ":")
+			var denied *policy.Denied
 			switch {
 			case errors.Is(err, sandbox.ErrPortClosed):
 				portError(w, http.StatusBadGateway, "no process listens on port %s in sandbox %s: start a server on it (on 0.0.0.0 or 127.0.0.1)", port, id)
 			case errors.Is(err, supervisor.ErrNotExposable):
 				portError(w, http.StatusForbidden, "sandbox %s: its template does not expose ports", id)
+			case errors.As(err, &denied):
+				portError(w, http.StatusForbidden, "port %s of sandbox %s: %s", port, id, truncate(denied.Error(), 500))
 			case errors.Is(err, context.Canceled):
 				// The client went away.
 			default:
