@@ -140,3 +140,18 @@ func TestExposePolicyAndSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestPortsListenNeedsE2B: a second listener for exposed ports with the
+// E2B endpoints off is refused, not left unserved in silence.
+func TestPortsListenNeedsE2B(t *testing.T) {
+	_, err := Config{Templates: []Template{{Name: "default"}}, E2B: E2BConfig{Disabled: true, PortsListen: "127.0.0.1:0"}}.withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "e2b.ports_listen") {
+		t.Errorf("ports_listen with e2b disabled: %v; want refused", err)
+	}
+	if _, err := (Config{Templates: []Template{{Name: "default"}}, E2B: E2BConfig{Disabled: true}}).withDefaults(); err != nil {
+		t.Errorf("e2b disabled: %v", err)
+	}
+	if _, err := (Config{Templates: []Template{{Name: "default"}}, E2B: E2BConfig{PortsListen: "127.0.0.1:0"}}).withDefaults(); err != nil {
+		t.Errorf("ports_listen: %v", err)
+	}
+}
