@@ -179,6 +179,18 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 	h.proxy.ServeHTTP(w, r)
 }
 
+// ServerProtocols are the protocols of a listener that serves exposed
+// ports: HTTP/1.1, and HTTP/2 without TLS by prior knowledge (h2c; the
+// standard library has no h2c Upgrade), which gRPC clients and a
+// TLS-terminating proxy in front of the daemon speak. Browsers speak
+// HTTP/2 only over TLS: to them the daemon is HTTP/1.1.
+func ServerProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
 // newPortProxy is the reverse proxy of exposed ports.
 func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
@@ -190,6 +202,14 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		IdleConnTimeout:    30 * time.Second,
 		DisableCompression: true,
 	}
+	// gRPC needs HTTP/2 end to end (trailers; its servers speak nothing
+	// else): such a request that came as HTTP/2 goes on as h2c to the
+	// sandbox's server. Every other request goes as HTTP/1.1, which every
+	// server speaks (an HTTP/2 request to a server that speaks only
+	// HTTP/1.1, as python3 -m http.server, would fail).
+	h2 := tr.Clone()
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", pr.In.URL.Host
@@ -197,7 +217,12 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			// behind E2B's proxy.
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:     tr,
+		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.ProtoMajor == 2 && isGRPC(r.Header.Get("Content-Type")) {
+				return h2.RoundTrip(r)
+			}
+			return tr.RoundTrip(r)
+		}),
 		FlushInterval: -1,
 		// The agent sends up to 256 KiB a message: copy as much a write.
 		BufferPool: portBuffers{},
@@ -219,6 +244,16 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			}
 		},
 	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// isGRPC says whether a request's Content-Type is gRPC's
+// (application/grpc, application/grpc+proto, ...).
+func isGRPC(ct string) bool {
+	return ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+") || strings.HasPrefix(ct, "application/grpc;")
 }
 
 // portBuffers are the proxy's copy buffers.
