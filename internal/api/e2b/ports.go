@@ -217,12 +217,7 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			// behind E2B's proxy.
 			pr.Out.Host = pr.In.Host
 		},
-		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.ProtoMajor == 2 && isGRPC(r.Header.Get("Content-Type")) {
-				return h2.RoundTrip(r)
-			}
-			return tr.RoundTrip(r)
-		}),
+		Transport:     portTransport{h1: tr, h2: h2},
 		FlushInterval: -1,
 		// The agent sends up to 256 KiB a message: copy as much a write.
 		BufferPool: portBuffers{},
@@ -246,9 +241,22 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 	}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// portTransport sends a gRPC request that came as HTTP/2 on as h2c, and
+// every other as HTTP/1.1.
+type portTransport struct{ h1, h2 *http.Transport }
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+func (t portTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 && isGRPC(r.Header.Get("Content-Type")) {
+		return t.h2.RoundTrip(r)
+	}
+	return t.h1.RoundTrip(r)
+}
+
+// CloseIdleConnections closes both transports' idle connections.
+func (t portTransport) CloseIdleConnections() {
+	t.h1.CloseIdleConnections()
+	t.h2.CloseIdleConnections()
+}
 
 // isGRPC says whether a request's Content-Type is gRPC's
 // (application/grpc, application/grpc+proto, ...).
