@@ -172,7 +172,13 @@ func TestExposedPorts(t *testing.T) {
 		t.Fatalf("an unknown sandbox: %d %q", st, b)
 	}
 
-	// A response is passed on as it comes, not when it ends.
+	// A response is passed on as it comes, not when it ends. (Its server
+	// may still be starting: wait until it answers at all.)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, _ := get("8766-"+sb.SandboxID+"."+domain, "/", nil); st != 502 || time.Now().After(deadline) {
+			break
+		}
+	}
 	func() {
 		req, _ := http.NewRequest("GET", e.url+"/", nil)
 		req.Host = "8766-" + sb.SandboxID + "." + domain
