@@ -196,13 +196,16 @@ func serve(ctx context.Context, f serveFlags, changed func(string) bool, stderr 
 		defer eh.Close(context.Background())
 		handler = eh
 		if pln != nil {
-			ps := &http.Server{Handler: eh.PortsHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
+			ps := &http.Server{Handler: eh.PortsHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn), Protocols: e2b.ServerProtocols()}
 			go func() { _ = ps.Serve(pln) }()
 			defer ps.Close()
 			log.Info("serving exposed ports", "addr", pln.Addr().String(), "domain", domain)
 		}
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
+	if !cfg.E2B.Disabled {
+		hs.Protocols = e2b.ServerProtocols() // h2c too, for exposed ports
+	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go sup.Run(runCtx)

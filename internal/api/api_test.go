@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/driver/fake"
 	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -42,6 +43,8 @@ type envOptions struct {
 	snapshots bool
 	// objects is the object store exports go to.
 	objects *objstore.Client
+	// pol is the daemon's policy; nil: the default.
+	pol *policy.Policy
 }
 
 func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
@@ -59,7 +62,7 @@ func startEnv(t testing.TB, drv sandbox.Driver, o envOptions) *testEnv {
 	}
 	sup, err := supervisor.New(supervisor.Options{
 		Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: o.cfg,
-		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem, Snapshots: snaps, Objects: o.objects,
+		Metrics: supervisor.NewMetrics(reg), MemAvailable: o.mem, Snapshots: snaps, Objects: o.objects, Policy: o.pol,
 	})
 	if err != nil {
 		t.Fatal(err)

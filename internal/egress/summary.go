@@ -10,7 +10,8 @@ import (
 // Summary is what one sandbox did through the proxy.
 type Summary struct {
 	SandboxID string `json:"sandbox_id"`
-	// Mode is "enforce" or "report".
+	// Mode is "enforce" or "report"; "none" for a sandbox without egress
+	// whose summary holds its exposed ports alone.
 	Mode string `json:"mode"`
 	// Requests counts HTTP requests and CONNECTs; Allowed + Denied +
 	// WouldDeny = Requests.
@@ -23,6 +24,25 @@ type Summary struct {
 	BytesReceived int64 `json:"bytes_received"`
 	// Hosts breaks the counts down by requested host, sorted by name.
 	Hosts []HostSummary `json:"hosts"`
+	// Exposed counts the connections from outside to the sandbox's
+	// exposed ports (E2B's getHost), by port; absent when none was asked
+	// for. The daemon fills it, not the proxy.
+	Exposed []PortSummary `json:"exposed,omitempty"`
+}
+
+// PortSummary is what reached one exposed port of a sandbox from outside.
+type PortSummary struct {
+	Port int `json:"port"`
+	// Connections reached a server on the port; Denied were refused by
+	// the policy or the template; Failed found no server listening (or
+	// could not be made).
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
+	Failed      int64 `json:"failed"`
+	// BytesSent went to the sandbox's server, BytesReceived came from it,
+	// counted as they pass.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
 }
 
 // HostSummary is what one sandbox did with one host.

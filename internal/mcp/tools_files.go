@@ -257,7 +257,9 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in Read
 }
 
 // writeBack writes data to p, keeping the permissions of the file it
-// replaces, and making missing parent directories.
+// replaces, and making missing parent directories (only missing ones: a
+// mkdir of an existing parent is a write the policy judges, and a rule
+// allowing writes only below /workspace/ refuses /workspace itself).
 func writeBack(ctx context.Context, t target, p string, data []byte) error {
 	mode := fs.FileMode(0o644)
 	fi, err := t.b.Stat(ctx, t.id, p)
@@ -268,8 +270,10 @@ func writeBack(ctx context.Context, t target, p string, data []byte) error {
 		mode = fi.Mode.Perm()
 	case errors.Is(err, sandbox.ErrNotFound) || isNotFound(err):
 		if dir := path.Dir(p); dir != "." && dir != "/" {
-			if err := t.b.Mkdir(ctx, t.id, dir); err != nil {
-				return err
+			if _, err := t.b.Stat(ctx, t.id, dir); err != nil {
+				if err := t.b.Mkdir(ctx, t.id, dir); err != nil {
+					return err
+				}
 			}
 		}
 	default:

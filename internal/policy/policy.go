@@ -48,20 +48,26 @@ const (
 	ActionFileWrite  Action = "file_write"
 	ActionFileDelete Action = "file_delete"
 	ActionEgress     Action = "egress"
+	// ActionExpose is a connection from outside to a port of the sandbox
+	// (an exposed port, E2B's getHost), asked with Port, and with Key and
+	// Labels of the sandbox's owner.
+	ActionExpose Action = "expose"
 )
 
 // Request is what an action asks. In rules it is seen as these variables:
 //
-//	action   string               "create", "exec", "file_write", "file_delete", "egress"
+//	action   string               "create", "exec", "file_write", "file_delete", "egress", "expose"
 //	sandbox  string               the sandbox id ("" on create)
 //	template string               the sandbox's template
 //	driver   string               the sandbox's driver
 //	argv     list(string)         the command line (for code: the interpreter's argv)
 //	code     string               the program text of a code exec
 //	language string               its language ("python", "bash", "sh")
-//	path     string               the file written or deleted
+//	path     string               the file written or deleted; on exec, the command's working
+//	                              directory. Of a sandbox, always absolute and clean, and its home
+//	                              (/home/user of E2B's) written as /workspace, the same files
 //	host     string               the host of an egress request (a name or an IP literal)
-//	port     int                  its port
+//	port     int                  its port; of an expose, the sandbox's port connected to
 //	key      string               the id of the API key that asked
 //	limits   map(string, double)  a create's limits: memory_bytes, cpus, pids, timeout_seconds,
 //	                              cpu_time_seconds, disk_bytes, tmp_bytes, output_bytes, open_files;
@@ -83,7 +89,7 @@ type Request struct {
 	Language string   `json:"language,omitempty"`
 	Path     string   `json:"path,omitempty"`
 	Host     string   `json:"host,omitempty"`
-	// Port is the port of an egress request.
+	// Port is the port of an egress request, or of an expose.
 	Port int `json:"port,omitempty"`
 	// Method is the HTTP method of an egress request the proxy can read
 	// (plain HTTP, or HTTPS it intercepts), whose Path is then the

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"path"
 	"regexp"
+	"strings"
 )
 
 // E2BHome is the home E2B's sandboxes have, and the E2B endpoints give
@@ -37,4 +38,26 @@ func UserOf(home string) string {
 		return "sandbox"
 	}
 	return path.Base(home)
+}
+
+// PolicyPath is the one name the policy judges path by, in a sandbox whose
+// Spec.Home is home: absolute (a relative path is the file API's, from the
+// home), cleaned lexically (no ".", "..", repeated or trailing slashes),
+// and the home written as Workspace, the file system both names are. So a
+// rule about /workspace/secret holds for /home/user/secret, and a rule
+// allowing writes only under /workspace allows the home's. In a sandbox
+// without a home, /home/... is another directory and stays as written.
+// Empty stays empty.
+func PolicyPath(home, p string) string {
+	if p == "" {
+		return ""
+	}
+	if !path.IsAbs(p) {
+		p = path.Join(HomeOf(home), p)
+	}
+	p = path.Clean(p)
+	if home != "" && (p == home || strings.HasPrefix(p, home+"/")) {
+		p = Workspace + p[len(home):]
+	}
+	return p
 }

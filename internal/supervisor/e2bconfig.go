@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,7 +15,9 @@ import (
 //	templates = ["base=default", "code-interpreter-v1=default"]
 //	interpreter = ["code-interpreter-v1"]
 type E2BConfig struct {
-	// Disabled turns the E2B endpoints off. False: on.
+	// Disabled turns the E2B endpoints off, and with them exposed ports
+	// (getHost), which airlock's own API has no way to name: ports_listen
+	// is then refused. False: on.
 	Disabled bool `toml:"disabled"`
 	// Templates map the template names E2B's SDKs ask for to this daemon's
 	// templates, as "E2B_NAME=TEMPLATE". Empty: base and
@@ -34,7 +37,8 @@ type E2BConfig struct {
 	// port of ports_listen, else of listen.
 	Domain string `toml:"domain"`
 	// PortsListen is a second listener that serves exposed ports only.
-	// Empty: none (the daemon's listener serves them).
+	// Empty: none (the daemon's listener serves them). Refused with
+	// Disabled.
 	PortsListen string `toml:"ports_listen"`
 }
 
@@ -72,6 +76,12 @@ func validE2BName(s string) bool {
 // withDefaults fills E2B's defaults and checks the mapping against the
 // templates there are.
 func (e E2BConfig) withDefaults(templates []Template) (E2BConfig, error) {
+	if e.Disabled && e.PortsListen != "" {
+		// Exposed ports are the E2B endpoints' (getHost): airlock's own
+		// API has no way to name them, and its sandboxes none to make
+		// their ports private, so a disabled E2B serves none.
+		return e, keyErr("e2b.ports_listen", errors.New("exposed ports are served only with the E2B endpoints, which disabled = true turns off: remove ports_listen, or enable them"))
+	}
 	have := func(name string) bool {
 		return slices.ContainsFunc(templates, func(t Template) bool { return t.Name == name })
 	}

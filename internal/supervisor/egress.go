@@ -263,7 +263,10 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 	return req, nil
 }
 
-// Egress says what sandbox id did through the egress proxy.
+// Egress says what sandbox id did through the egress proxy, and what
+// reached its exposed ports (Summary.Exposed). A sandbox without egress
+// whose ports were asked for has a summary of mode "none" with those
+// alone; one without either has none (not found).
 func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summary, error) {
 	l, err := s.lookup(c, id)
 	if err != nil {
@@ -272,10 +275,15 @@ func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summ
 	l.mu.Lock()
 	inst := l.inst
 	l.mu.Unlock()
+	exposed := l.exposed.summary()
 	if r, ok := inst.(egress.Reporter); ok {
 		if sum, ok := r.EgressSummary(); ok {
+			sum.Exposed = exposed
 			return sum, nil
 		}
+	}
+	if exposed != nil {
+		return egress.Summary{SandboxID: id, Mode: string(sandbox.NetworkNone), Hosts: []egress.HostSummary{}, Exposed: exposed}, nil
 	}
 	return egress.Summary{}, fmt.Errorf("sandbox %s has no egress (network mode none): %w", id, sandbox.ErrNotFound)
 }

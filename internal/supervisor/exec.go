@@ -129,7 +129,7 @@ func (s *Supervisor) Exec(ctx context.Context, c Caller, id string, r ExecReques
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Limits: &sandbox.Limits{Timeout: timeout}})
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Path: execDir(req.Dir), Limits: &sandbox.Limits{Timeout: timeout}})
 	if err := s.decide(ctx, c, pr); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -288,7 +288,7 @@ func (s *Supervisor) StartProcess(ctx context.Context, c Caller, id string, r St
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Limits: &sandbox.Limits{Timeout: timeout}})
+	pr := l.request(policy.Request{Action: policy.ActionExec, Argv: req.Argv, Code: r.Code, Language: r.Language, Path: execDir(req.Dir), Limits: &sandbox.Limits{Timeout: timeout}})
 	if err := s.decide(ctx, c, pr); err != nil {
 		return ProcessInfo{}, err
 	}
@@ -468,4 +468,14 @@ func (s *Supervisor) ExecResult(ctx context.Context, c Caller, id, pid string) (
 		return ProcessInfo{}, err
 	}
 	return p.info(true), nil
+}
+
+// execDir is the working directory of an exec whose Dir is dir, as the
+// policy's path sees it: dir, or the home the command starts in ("."
+// from the home, which live.request makes absolute).
+func execDir(dir string) string {
+	if dir == "" {
+		return "."
+	}
+	return dir
 }

@@ -87,10 +87,17 @@ func (s *Supervisor) decide(ctx context.Context, c Caller, r policy.Request) err
 	return nil
 }
 
-// sandboxRequest fills the sandbox's identity into r.
+// request fills the sandbox's identity into r, and writes a file path (of
+// a write, a delete, an exec's directory, their audit events) as the
+// policy judges it: sandbox.PolicyPath, absolute, clean, the home as
+// /workspace. Every file path the policy sees of a sandbox passes here.
+// An egress request's path is a URL's, left as it is.
 func (l *live) request(r policy.Request) policy.Request {
 	l.mu.Lock()
 	r.Sandbox, r.Template, r.Driver = l.rec.ID, l.rec.Template, l.rec.Driver
+	if r.Action != policy.ActionEgress {
+		r.Path = sandbox.PolicyPath(l.rec.Spec.Home, r.Path)
+	}
 	l.mu.Unlock()
 	return r
 }
@@ -134,7 +141,7 @@ func (g *guardedFiles) NoFollow() sandbox.Files { return g }
 
 // target resolves path for a write and has the policy judge it: the
 // resolved path, and the path as asked when they differ (the stricter
-// verdict wins).
+// verdict wins), each as the policy names it (live.request).
 func (g *guardedFiles) target(ctx context.Context, a policy.Action, path string) (string, error) {
 	real, err := g.Files.Resolve(ctx, path)
 	if err != nil {
@@ -143,7 +150,7 @@ func (g *guardedFiles) target(ctx context.Context, a policy.Action, path string)
 	if err := g.check(ctx, a, real); err != nil {
 		return "", err
 	}
-	if real != path {
+	if g.l.request(policy.Request{Path: real}).Path != g.l.request(policy.Request{Path: path}).Path {
 		if err := g.check(ctx, a, path); err != nil {
 			return "", err
 		}

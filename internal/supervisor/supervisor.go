@@ -154,6 +154,7 @@ type live struct {
 	flushed atomic.Int64
 	busy    atomic.Int32 // foreground execs and file transfers in flight
 	execs   atomic.Int64 // execs and processes the policy let run
+	exposed exposedPorts // connections to its exposed ports (ports.go)
 	cpuRef  cpuSample    // the reference of the next CPU rate (usage.go)
 	// mismatch, when set, says why the sandbox only ends: it was
 	// reattached after an upgrade and its agent speaks another protocol.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
@@ -178,6 +179,18 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 	h.proxy.ServeHTTP(w, r)
 }
 
+// ServerProtocols are the protocols of a listener that serves exposed
+// ports: HTTP/1.1, and HTTP/2 without TLS by prior knowledge (h2c; the
+// standard library has no h2c Upgrade), which gRPC clients and a
+// TLS-terminating proxy in front of the daemon speak. Browsers speak
+// HTTP/2 only over TLS: to them the daemon is HTTP/1.1.
+func ServerProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
 // newPortProxy is the reverse proxy of exposed ports.
 func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
@@ -189,6 +202,14 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		IdleConnTimeout:    30 * time.Second,
 		DisableCompression: true,
 	}
+	// gRPC needs HTTP/2 end to end (trailers; its servers speak nothing
+	// else): such a request that came as HTTP/2 goes on as h2c to the
+	// sandbox's server. Every other request goes as HTTP/1.1, which every
+	// server speaks (an HTTP/2 request to a server that speaks only
+	// HTTP/1.1, as python3 -m http.server, would fail).
+	h2 := tr.Clone()
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", pr.In.URL.Host
@@ -196,17 +217,20 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			// behind E2B's proxy.
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:     tr,
+		Transport:     portTransport{h1: tr, h2: h2},
 		FlushInterval: -1,
 		// The agent sends up to 256 KiB a message: copy as much a write.
 		BufferPool: portBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			id, port, _ := strings.Cut(r.URL.Host, ":")
+			var denied *policy.Denied
 			switch {
 			case errors.Is(err, sandbox.ErrPortClosed):
 				portError(w, http.StatusBadGateway, "no process listens on port %s in sandbox %s: start a server on it (on 0.0.0.0 or 127.0.0.1)", port, id)
 			case errors.Is(err, supervisor.ErrNotExposable):
 				portError(w, http.StatusForbidden, "sandbox %s: its template does not expose ports", id)
+			case errors.As(err, &denied):
+				portError(w, http.StatusForbidden, "port %s of sandbox %s: %s", port, id, truncate(denied.Error(), 500))
 			case errors.Is(err, context.Canceled):
 				// The client went away.
 			default:
@@ -215,6 +239,29 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			}
 		},
 	}
+}
+
+// portTransport sends a gRPC request that came as HTTP/2 on as h2c, and
+// every other as HTTP/1.1.
+type portTransport struct{ h1, h2 *http.Transport }
+
+func (t portTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 && isGRPC(r.Header.Get("Content-Type")) {
+		return t.h2.RoundTrip(r)
+	}
+	return t.h1.RoundTrip(r)
+}
+
+// CloseIdleConnections closes both transports' idle connections.
+func (t portTransport) CloseIdleConnections() {
+	t.h1.CloseIdleConnections()
+	t.h2.CloseIdleConnections()
+}
+
+// isGRPC says whether a request's Content-Type is gRPC's
+// (application/grpc, application/grpc+proto, ...).
+func isGRPC(ct string) bool {
+	return ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+") || strings.HasPrefix(ct, "application/grpc;")
 }
 
 // portBuffers are the proxy's copy buffers.

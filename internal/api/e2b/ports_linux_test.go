@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -171,7 +172,13 @@ func TestExposedPorts(t *testing.T) {
 		t.Fatalf("an unknown sandbox: %d %q", st, b)
 	}
 
-	// A response is passed on as it comes, not when it ends.
+	// A response is passed on as it comes, not when it ends. (Its server
+	// may still be starting: wait until it answers at all.)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, _ := get("8766-"+sb.SandboxID+"."+domain, "/", nil); st != 502 || time.Now().After(deadline) {
+			break
+		}
+	}
 	func() {
 		req, _ := http.NewRequest("GET", e.url+"/", nil)
 		req.Host = "8766-" + sb.SandboxID + "." + domain
@@ -189,6 +196,30 @@ func TestExposedPorts(t *testing.T) {
 
 	// A WebSocket: the upgrade and frames both ways.
 	wsRoundTrip(t, e.url, "8765-"+sb.SandboxID+"."+domain, "hi there", "echo: hi there")
+
+	// HTTP/2 without TLS (h2c, as a TLS proxy in front or a gRPC client
+	// speaks it) on a listener with ServerProtocols reaches python3's
+	// HTTP/1.1-only server.
+	func() {
+		h2s := httptest.NewUnstartedServer(e.h)
+		h2s.Config.Protocols = ServerProtocols()
+		h2s.Start()
+		defer h2s.Close()
+		var h2c http.Protocols
+		h2c.SetUnencryptedHTTP2(true)
+		cl := &http.Client{Transport: &http.Transport{Protocols: &h2c}}
+		req, _ := http.NewRequest("GET", h2s.URL+"/hello.txt", nil)
+		req.Host = host
+		res, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.ProtoMajor != 2 || res.StatusCode != 200 || string(b) != "hello from the sandbox\n" {
+			t.Fatalf("h2c to python3's http.server: %s %d %q", res.Proto, res.StatusCode, b)
+		}
+	}()
 
 	// A private sandbox: its traffic token, and nothing else, opens it.
 	priv := e.create(e.key, `{"templateID":"base","network":{"allowPublicTraffic":false}}`)
@@ -240,7 +271,7 @@ func TestExposedPorts(t *testing.T) {
 
 	// Each connection is audited at its end, with its bytes.
 	http.DefaultClient.CloseIdleConnections()
-	e.h.proxy.Transport.(*http.Transport).CloseIdleConnections()
+	e.h.proxy.Transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	var evs []audit.Event
 	var ok8000, closed9, ws bool
 	for deadline := time.Now().Add(5 * time.Second); !(ok8000 && closed9 && ws) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,9 @@ type Driver struct {
 	// Freezable makes its sandboxes pausable by a freeze, their memory
 	// kept in the host (sandbox.Freezer; pause.go).
 	Freezable bool
+	// Ports, when set, is what its sandboxes' DialPort does (an exposed
+	// port); nil refuses it as unsupported.
+	Ports func(ctx context.Context, port int) (net.Conn, error)
 	// Created, Closed, Swept, PausedCount (pauses) and Discarded count calls.
 	Created, Closed, Swept, PausedCount, Discarded atomic.Int32
 
@@ -281,3 +285,11 @@ func (p *process) Signal(_ context.Context, sig syscall.Signal) error {
 
 // String names the sandbox, for test failures.
 func (in *Instance) String() string { return fmt.Sprintf("fake sandbox %s", in.spec.ID) }
+
+// DialPort is Driver.Ports.
+func (in *Instance) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if in.d.Ports == nil {
+		return nil, fmt.Errorf("the fake driver cannot reach a port inside its sandboxes (no Driver.Ports): %w", sandbox.ErrUnsupported)
+	}
+	return in.d.Ports(ctx, port)
+}

@@ -71,6 +71,12 @@ name = "egress"
 mode = "egress"
 allow_hosts = ["*.example.com"]
 allow_addresses = ["127.0.0.1:{port}"]
+secrets = ["TOKEN"]
+
+[[egress.secret]]
+name = "TOKEN"
+hosts = ["secret.example.com"]
+value = "not-a-real-token"
 """
 
 

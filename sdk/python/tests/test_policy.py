@@ -149,6 +149,38 @@ class PolicyTest(DaemonTest):
         with self.assertRaises(airlock.NotFound):
             self.sandbox().egress()
 
+    def test_network_secrets_and_rules(self) -> None:
+        port = self.daemon.web_port
+        addr = [f"127.0.0.1:{port}"]
+        show = ["python3", "-c", "import os; print(os.environ.get('AIRLOCK_SECRET_TOKEN', 'none'))"]
+        # Left out, the template's secret: the sandbox sees its placeholder.
+        r = self.sandbox(template="egress").exec(show)
+        self.assertTrue(r.stdout_text.startswith("airlock-placeholder-token-"), r)
+        r = self.sandbox(template="egress", network=airlock.Network(allow_addresses=addr)).exec(show)
+        self.assertTrue(r.stdout_text.startswith("airlock-placeholder-token-"), r)
+        # [] is none of them.
+        r = self.sandbox(template="egress", network=airlock.Network(allow_addresses=addr, secrets=[])).exec(show)
+        self.assertEqual(r.stdout_text.strip(), "none")
+        # One the template does not name is refused.
+        with self.assertRaisesRegex(airlock.InvalidRequest, "does not allow it"):
+            self.paced(lambda: self.agent.create_sandbox(template="egress", network=airlock.Network(allow_addresses=addr, secrets=["OTHER"])))
+        # A create's own method and path rule narrows what the sandbox may send.
+        sb = self.sandbox(template="egress", network=airlock.Network(allow_addresses=addr, rules=[airlock.HostRule("127.0.0.1", deny=["GET /private/**"])]))
+        fetch = (
+            "import sys, urllib.request, urllib.error\n"
+            "for url in sys.argv[1:]:\n"
+            "    try:\n"
+            "        print(urllib.request.urlopen(url, timeout=20).read().decode().strip())\n"
+            "    except urllib.error.HTTPError as e:\n"
+            "        print(e.code, e.read().decode().strip())\n"
+        )
+        sb.write_file("fetch.py", fetch)
+        r = sb.exec(["python3", "fetch.py", f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port}/private/x"], env={"NO_PROXY": "", "no_proxy": ""})
+        self.assertTrue(r.ok, r)
+        lines = r.stdout_text.splitlines()
+        self.assertEqual(lines[0], "hello from the host")
+        self.assertTrue(lines[1].startswith("403 "), lines)
+
 
 if __name__ == "__main__":
     unittest.main()

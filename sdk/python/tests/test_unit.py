@@ -107,6 +107,36 @@ class DecodeTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             airlock.Network(allow_hosts="pypi.org").to_json()
 
+    def test_network_secrets_and_rules(self) -> None:
+        # Left out: the template's secrets and rules (nothing sent).
+        self.assertNotIn("secrets", airlock.Network(allow_hosts=["api.github.com"]).to_json())
+        self.assertNotIn("rules", airlock.Network(allow_hosts=["api.github.com"]).to_json())
+        # [] is none of the template's secrets, and is sent (an egress network).
+        self.assertEqual(airlock.Network(secrets=[]).to_json(), {"mode": "egress", "secrets": []})
+        self.assertEqual(
+            airlock.Network(
+                allow_hosts=["api.github.com"],
+                secrets=["GITHUB"],
+                rules=[airlock.HostRule("api.github.com", allow=["GET /repos/**"], deny=["DELETE"]), {"host": "*.example.com", "deny": ["POST"]}],
+            ).to_json(),
+            {
+                "mode": "egress",
+                "allow_hosts": ["api.github.com"],
+                "secrets": ["GITHUB"],
+                "rules": [{"host": "api.github.com", "allow": ["GET /repos/**"], "deny": ["DELETE"]}, {"host": "*.example.com", "deny": ["POST"]}],
+            },
+        )
+        for bad in (airlock.Network(secrets="GITHUB"), airlock.Network(rules=[airlock.HostRule("h", allow="GET")]), airlock.Network(rules=airlock.HostRule("h"))):
+            with self.assertRaises(TypeError):
+                bad.to_json()
+
+    def test_egress_summary_exposed(self) -> None:
+        s = airlock.EgressSummary.from_json(
+            {"sandbox_id": "sb-1", "mode": "none", "hosts": [], "exposed": [{"port": 8000, "connections": 2, "denied": 1, "failed": 0, "bytes_sent": 10, "bytes_received": 20}]}
+        )
+        self.assertEqual((s.mode, s.exposed), ("none", (airlock.ExposedPort(port=8000, connections=2, denied=1, bytes_sent=10, bytes_received=20),)))
+        self.assertEqual(airlock.EgressSummary.from_json({"sandbox_id": "sb-1"}).exposed, ())
+
 
 class ClientSetupTest(unittest.TestCase):
     def setUp(self) -> None:

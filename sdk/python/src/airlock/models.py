@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 __all__ = [
     "Limits",
+    "HostRule",
     "Network",
     "SandboxInfo",
     "Usage",
@@ -31,6 +32,7 @@ __all__ = [
     "Approval",
     "EgressHost",
     "EgressSummary",
+    "ExposedPort",
     "Health",
     "PoolStatus",
     "ExportedObject",
@@ -123,6 +125,31 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class HostRule:
+    """Method and path rules for the requests a sandbox sends to one host
+    (``"api.github.com"``, ``"*.example.com"``). Each rule is ``"METHOD"``
+    or ``"METHOD /path"`` (``*`` any method; ``*`` one path segment,
+    ``**`` any number): ``deny`` first, then ``allow`` if it has any. A
+    refused request gets 403 naming the rule. The host's HTTPS is
+    intercepted by the daemon's proxy so that the rules hold there too.
+    """
+
+    host: str
+    allow: Sequence[str] = ()
+    deny: Sequence[str] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"host": self.host}
+        for k in ("allow", "deny"):
+            v = getattr(self, k)
+            if isinstance(v, str):
+                raise TypeError(f"HostRule.{k}: give a list of strings, not one string")
+            if v:
+                d[k] = list(v)
+        return d
+
+
+@dataclass(frozen=True)
 class Network:
     """A sandbox's network. The default (no Network) is the template's,
     which is none at all unless the template says otherwise.
@@ -133,7 +160,16 @@ class Network:
     ``:port``) and ``allow_addresses`` (exact ``IP:port``, the only way to a
     private address); ``deny`` wins over both; ``report=True`` lets through
     what the rules would refuse and records it as ``would_deny``. A create
-    may ask only for what its template's network allows.
+    may ask only for what its template's network allows, and a Network
+    given replaces the template's allowlists: name the hosts it needs.
+
+    ``secrets`` names the daemon's secrets (``[[egress.secret]]``) the
+    sandbox may use, of those its template names: it sees each only as a
+    placeholder (``AIRLOCK_SECRET_<NAME>``) that the proxy replaces in
+    requests to that secret's hosts. None (left out) is the template's;
+    ``[]`` is none of them; naming another is refused. ``rules`` are
+    HostRule's added to the template's method and path rules (they only
+    narrow; left out, the template's alone apply).
     """
 
     mode: str | None = None
@@ -141,9 +177,11 @@ class Network:
     allow_addresses: Sequence[str] = ()
     deny: Sequence[str] = ()
     report: bool = False
+    secrets: Sequence[str] | None = None
+    rules: Sequence[HostRule] = ()
 
     def to_json(self) -> dict[str, Any]:
-        rules = bool(self.allow_hosts or self.allow_addresses or self.deny or self.report)
+        rules = bool(self.allow_hosts or self.allow_addresses or self.deny or self.report or self.secrets is not None or self.rules)
         d: dict[str, Any] = {"mode": self.mode or ("egress" if rules else "none")}
         for k in ("allow_hosts", "allow_addresses", "deny"):
             v = getattr(self, k)
@@ -153,6 +191,14 @@ class Network:
                 d[k] = list(v)
         if self.report:
             d["report"] = True
+        if self.secrets is not None:
+            if isinstance(self.secrets, str):
+                raise TypeError("Network.secrets: give a list of names, not one string")
+            d["secrets"] = list(self.secrets)
+        if self.rules:
+            if isinstance(self.rules, HostRule):
+                raise TypeError("Network.rules: give a list of HostRule, not one")
+            d["rules"] = [r.to_json() if isinstance(r, HostRule) else HostRule(**r).to_json() for r in self.rules]
         return d
 
 
@@ -539,12 +585,33 @@ class EgressHost:
 
 
 @dataclass(frozen=True)
+class ExposedPort:
+    """What reached one exposed port of a sandbox from outside (E2B's
+    getHost): connections made, refused (policy or template), failed (no
+    server), and bytes to the sandbox's server (sent) and from it."""
+
+    port: int
+    connections: int = 0
+    denied: int = 0
+    failed: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> ExposedPort:
+        d = _obj(d)
+        return cls(**{k: _int(d.get(k)) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class EgressSummary:
     """What a sandbox did through the egress proxy: requests by decision,
-    bytes, and the same per host (sorted by name)."""
+    bytes, and the same per host (sorted by name); and what reached its
+    exposed ports, by port."""
 
     sandbox_id: str
-    #: enforce or report.
+    #: enforce or report; none for a sandbox without egress whose exposed
+    #: ports were asked for.
     mode: str = ""
     requests: int = 0
     allowed: int = 0
@@ -553,6 +620,7 @@ class EgressSummary:
     bytes_sent: int = 0
     bytes_received: int = 0
     hosts: tuple[EgressHost, ...] = ()
+    exposed: tuple[ExposedPort, ...] = ()
 
     def host(self, name: str) -> EgressHost | None:
         """The counts of one host, or None."""
@@ -561,11 +629,12 @@ class EgressSummary:
     @classmethod
     def from_json(cls, d: Any) -> EgressSummary:
         d = _obj(d)
-        hosts = d.get("hosts")
+        hosts, exposed = d.get("hosts"), d.get("exposed")
         return cls(
             sandbox_id=_str(d.get("sandbox_id")),
             mode=_str(d.get("mode")),
             hosts=tuple(EgressHost.from_json(h) for h in hosts) if isinstance(hosts, list) else (),
+            exposed=tuple(ExposedPort.from_json(p) for p in exposed) if isinstance(exposed, list) else (),
             **{k: _int(d.get(k)) for k in ("requests", "allowed", "denied", "would_deny", "bytes_sent", "bytes_received")},
         )
 
