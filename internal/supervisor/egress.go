@@ -265,7 +265,7 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 
 // Egress says what sandbox id did through the egress proxy.
 func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summary, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return egress.Summary{}, err
 	}

@@ -38,7 +38,7 @@ func (s *Supervisor) pausedDir(id string) string {
 // foreground exec or a file transfer in flight is refused (ErrBusy).
 // On a failure the sandbox runs on.
 func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return Info{}, err
 	}
@@ -63,7 +63,7 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 	now := s.opts.Now()
 	p := &store.Paused{At: now.UTC(), Until: now.Add(time.Duration(s.templates[rec.Template].PausedTTL)).UTC()}
 	if !rec.ExpiresAt.IsZero() {
-		p.TTLLeft = max(rec.ExpiresAt.Sub(now), time.Second)
+		p.TTLLeft = ttlLeft(rec, now)
 	}
 	started := time.Now()
 	pauser, ok := drv.(sandbox.Pauser)

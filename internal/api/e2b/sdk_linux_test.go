@@ -337,8 +337,8 @@ func TestSDKsPauseGVisor(t *testing.T) {
 	d, key, other := startServe(t, "gvisor")
 	d.settled(t)
 	times := filepath.Join(t.TempDir(), "times")
-	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 1 {
-		t.Fatalf("node run.mjs reported %d tests, want 1", n)
+	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 2 {
+		t.Fatalf("node run.mjs reported %d tests, want 2", n)
 	}
 	if b, err := os.ReadFile(times); err == nil {
 		t.Log(string(b))
