@@ -330,7 +330,8 @@ func TestSDKsGVisor(t *testing.T) {
 
 // TestSDKsPauseGVisor: through the SDKs unchanged, a gVisor sandbox's
 // kernel variable and background server survive sandbox.pause() and
-// Sandbox.connect (pause.test.mjs).
+// Sandbox.connect; one made with lifecycle onTimeout 'pause' is paused at
+// its timeout, and with autoResume a command resumes it (pause.test.mjs).
 func TestSDKsPauseGVisor(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
 	dir := npmInstall(t)
