@@ -7,10 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -133,6 +131,4 @@ print(o.open('http://127.0.0.1:%d/', timeout=10).read().decode())`, port))
 	if strings.TrimSpace(fresh) != "hello" {
 		t.Fatalf("a new request through the proxy after the resume: %q", fresh)
 	}
-	_ = os.Remove(dir)
-	_ = time.Second
 }
