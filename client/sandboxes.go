@@ -42,6 +42,11 @@ type CreateRequest struct {
 	// Mounts are host paths to show inside, each named by the daemon's
 	// policy (its mounts allowlist).
 	Mounts []Mount `json:"mounts,omitempty"`
+	// OnTimeout "pause" pauses the sandbox at its TTL instead of ending
+	// it (a driver that can pause); AutoResume then has a call that needs
+	// it running resume it first.
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 // Mount makes a host path visible inside a sandbox: read-only, writable,
@@ -103,6 +108,10 @@ type Sandbox struct {
 	Steps       int64 `json:"steps,omitempty"`
 	// Paused is set while it is paused.
 	Paused *Paused `json:"paused,omitempty"`
+	// OnTimeout is "pause" when its TTL pauses it; AutoResume, when a
+	// call that needs it running resumes it.
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 // CreateSandbox makes a sandbox (or claims a ready one from the

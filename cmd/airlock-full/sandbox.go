@@ -51,8 +51,10 @@ func newSandboxCreateCmd() *cobra.Command {
 	var env []string
 	var checkpoints int
 	var mounts []string
+	var onTimeout string
+	var autoResume bool
 	cmd := &cobra.Command{
-		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V] [--checkpoints N] [--mount HOST:PATH[:ro|:rw|:cow]]",
+		Use:   "create [--template T] [--memory SIZE] [--ttl D] [-e K=V] [--checkpoints N] [--mount HOST:PATH[:ro|:rw|:cow]] [--on-timeout pause [--auto-resume]]",
 		Short: "Make a sandbox and print its id (alone, on stdout)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,7 +62,8 @@ func newSandboxCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := client.CreateRequest{Template: template, TTL: ttl, IdleTimeout: idle, Limits: client.Limits{CPUs: cpus, Pids: pids}, Checkpoints: checkpoints}
+			req := client.CreateRequest{Template: template, TTL: ttl, IdleTimeout: idle, Limits: client.Limits{CPUs: cpus, Pids: pids}, Checkpoints: checkpoints,
+				OnTimeout: onTimeout, AutoResume: autoResume}
 			if memory != "" {
 				if req.Limits.MemoryBytes, err = supervisor.ParseSize(memory); err != nil {
 					return fmt.Errorf("--memory: %w", err)
@@ -94,6 +97,8 @@ func newSandboxCreateCmd() *cobra.Command {
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE added to every command's environment (repeatable)")
 	fl.IntVar(&checkpoints, "checkpoints", 0, "snapshot /workspace before each of the last N commands (diff --step, restore --undo)")
 	fl.StringArrayVar(&mounts, "mount", nil, "a host path the daemon's policy allows: HOST:PATH[:ro|:rw|:cow]; cow: review the changes with `airlock sandbox changes` (repeatable)")
+	fl.StringVar(&onTimeout, "on-timeout", "", "what its TTL does: kill (the default) or pause (a driver that can pause)")
+	fl.BoolVar(&autoResume, "auto-resume", false, "with --on-timeout pause: a command, a file or a snapshot resumes it when paused")
 	return cmd
 }
 

@@ -68,6 +68,11 @@ type CreateSandboxRequest struct {
 	// mounts allowlist: {"source", "target", "writable"} or with
 	// "cow": true (copy-on-write, see docs/cow-api.md).
 	Mounts []sandbox.Mount `json:"mounts,omitempty"`
+	// OnTimeout "pause" pauses the sandbox at its TTL instead of ending
+	// it (a driver that can pause); AutoResume then has a call that needs
+	// it running resume it first.
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 // request checks the body and turns it into the supervisor's request.
@@ -102,6 +107,7 @@ func (b CreateSandboxRequest) request() (supervisor.CreateRequest, error) {
 		return req, badRequest("mounts: at most 16")
 	}
 	req.Mounts = b.Mounts
+	req.OnTimeout, req.AutoResume = b.OnTimeout, b.AutoResume
 	return req, nil
 }
 
@@ -138,10 +144,14 @@ type Sandbox struct {
 	Steps       int64 `json:"steps,omitempty"`
 	// Paused is set while it is paused (state paused).
 	Paused *Paused `json:"paused,omitempty"`
+	// OnTimeout is "pause" when its TTL pauses it; AutoResume, when a
+	// call that needs it running resumes it.
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 func wireSandbox(in supervisor.Info) Sandbox {
-	return Sandbox{
+	s := Sandbox{
 		ID: in.ID, Template: in.Template, Driver: in.Driver, State: in.State, Owner: in.Owner,
 		CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, IdleTimeoutSeconds: int64(in.IdleTimeout / time.Second),
 		LastActiveAt: in.LastActive, EndedAt: in.Ended, EndReason: in.EndReason, EndMessage: in.EndMessage,
@@ -150,6 +160,10 @@ func wireSandbox(in supervisor.Info) Sandbox {
 		DriverRule: in.DriverRule, DriverReason: in.DriverReason, Checkpoints: in.Checkpoints, Steps: in.Steps,
 		Paused: wirePaused(in.Paused),
 	}
+	if lc := in.Lifecycle; lc != nil {
+		s.OnTimeout, s.AutoResume = lc.OnTimeout, lc.AutoResume
+	}
+	return s
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller) error {

@@ -156,6 +156,19 @@ type Sandbox struct {
 	WorkDir     string `json:"workdir,omitempty"`
 	// Paused is set while it is paused.
 	Paused *Paused `json:"paused,omitempty"`
+	// Lifecycle, when set, is what its TTL does instead of ending it.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+}
+
+// Lifecycle is a sandbox's end other than at its TTL (E2B's lifecycle).
+type Lifecycle struct {
+	// OnTimeout "pause": at its TTL it is paused, not ended.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume: a call that needs it running resumes it first.
+	AutoResume bool `json:"auto_resume,omitempty"`
+	// TTL is the lifetime it was made with: a resume after a pause at
+	// its TTL gives it that much again.
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // Paused is what a paused sandbox's resume needs.

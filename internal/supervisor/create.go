@@ -56,6 +56,12 @@ type CreateRequest struct {
 	// Home replaces the template's home when set (sandbox.Spec.Home,
 	// /home/NAME): the E2B endpoints ask for sandbox.E2BHome.
 	Home string
+	// OnTimeout "pause" pauses the sandbox at its TTL instead of ending
+	// it ("" or "kill": ended), where its driver can pause; AutoResume
+	// (with "pause" only) has a call that needs it running resume it
+	// first (lifecycle.go).
+	OnTimeout  string
+	AutoResume bool
 }
 
 // Create makes a sandbox for caller, or claims a ready one from the
@@ -105,6 +111,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	if req.Checkpoints < 0 || req.Checkpoints > maxCheckpoints {
 		return Info{}, fmt.Errorf("%w: checkpoints %d: keep 0 to %d", sandbox.ErrInvalid, req.Checkpoints, maxCheckpoints)
 	}
+	if err := checkLifecycle(req); err != nil {
+		return Info{}, err
+	}
 	if req.Checkpoints > 0 && s.opts.Snapshots == nil {
 		return Info{}, &sandbox.UnsupportedError{What: "checkpoints", Why: "this daemon keeps no snapshot store", Fix: "run `airlock serve` with a data directory"}
 	}
@@ -124,6 +133,9 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 	}
 	choice, err := s.chooseDriver(ctx, c, name, t, req, spec)
 	if err != nil {
+		return Info{}, err
+	}
+	if err := s.canPauseAtTTL(choice.Driver, req); err != nil {
 		return Info{}, err
 	}
 	if err := s.decide(ctx, c, policy.Request{Action: policy.ActionCreate, Template: name, Driver: choice.Driver, Limits: &spec.Limits, Network: &spec.Network,
@@ -154,7 +166,7 @@ func (s *Supervisor) Create(ctx context.Context, c Caller, req CreateRequest) (I
 		DriverRule: choice.Rule, DriverReason: choice.Reason,
 		State: store.StateCreating, Created: now.UTC(), ExpiresAt: now.Add(ttl).UTC(), IdleTimeout: idle,
 		Metadata: maps.Clone(req.Metadata), Token: req.Token,
-		Checkpoints: req.Checkpoints,
+		Checkpoints: req.Checkpoints, Lifecycle: lifecycleOf(req, ttl),
 	}
 	l, err := s.admit(c, rec)
 	if err != nil {

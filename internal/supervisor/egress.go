@@ -268,7 +268,7 @@ func (t Template) network(req sandbox.Network) (sandbox.Network, error) {
 // whose ports were asked for has a summary of mode "none" with those
 // alone; one without either has none (not found).
 func (s *Supervisor) Egress(_ context.Context, c Caller, id string) (egress.Summary, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return egress.Summary{}, err
 	}

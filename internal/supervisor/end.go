@@ -18,7 +18,7 @@ import (
 // Kill destroys the sandbox id. Killing a sandbox that has already ended
 // is not an error.
 func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if errors.Is(err, ErrPaused) {
 		l, err = s.pausedLive(id), nil
 	}
@@ -42,7 +42,7 @@ func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 // ExtendTimeout sets the sandbox's TTL deadline to d from now (it may
 // shorten it too). d is bounded by the template's max_ttl.
 func (s *Supervisor) ExtendTimeout(ctx context.Context, c Caller, id string, d time.Duration) (Info, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return Info{}, err
 	}

@@ -25,7 +25,7 @@ func (s *Supervisor) tellLifetime(ctx context.Context, l *live) {
 	now := s.opts.Now()
 	var left time.Duration
 	if !rec.ExpiresAt.IsZero() {
-		left = max(rec.ExpiresAt.Sub(now), time.Millisecond)
+		left = max(rec.ExpiresAt.Sub(now), time.Millisecond) + pauseGrace(rec)
 	}
 	idleFor := max(now.Sub(time.Unix(0, l.lastActive.Load())), 0)
 	if err := ls.SetLifetime(ctx, left, rec.IdleTimeout, idleFor); err != nil {

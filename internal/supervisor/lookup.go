@@ -58,12 +58,15 @@ type Info struct {
 	Steps       int64
 	// Paused is set while it is paused.
 	Paused *store.Paused
+	// Lifecycle is set when its TTL pauses it (CreateRequest.OnTimeout).
+	Lifecycle *store.Lifecycle
 }
 
-// lookup finds the live sandbox id for c; ErrNotFound when it does not
-// exist or is pooled, ErrForbidden when another key owns it, ErrNotRunning
-// when it has ended.
-func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
+// lookupAsIs finds the live sandbox id for c; ErrNotFound when it does
+// not exist or is pooled, ErrForbidden when another key owns it,
+// ErrNotRunning when it has ended, ErrPaused when it is paused (lookup
+// resumes one made with auto-resume).
+func (s *Supervisor) lookupAsIs(c Caller, id string) (*live, error) {
 	if !sandbox.ValidID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
@@ -189,7 +192,7 @@ func recInfo(r store.Sandbox) Info {
 		Ended: r.Ended, EndReason: r.EndReason, EndMessage: r.EndMessage, AgentProtocol: r.AgentProtocol,
 		Limits: r.Spec.Limits, Env: r.Spec.Env, Home: r.Spec.Home, DriverRule: r.DriverRule, DriverReason: r.DriverReason,
 		Metadata: maps.Clone(r.Metadata), Token: r.Token, Checkpoints: r.Checkpoints,
-		Paused: r.Paused,
+		Paused: r.Paused, Lifecycle: r.Lifecycle,
 	}
 }
 

@@ -38,7 +38,7 @@ func (s *Supervisor) pausedDir(id string) string {
 // foreground exec or a file transfer in flight is refused (ErrBusy).
 // On a failure the sandbox runs on.
 func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return Info{}, err
 	}
@@ -63,7 +63,7 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 	now := s.opts.Now()
 	p := &store.Paused{At: now.UTC(), Until: now.Add(time.Duration(s.templates[rec.Template].PausedTTL)).UTC()}
 	if !rec.ExpiresAt.IsZero() {
-		p.TTLLeft = max(rec.ExpiresAt.Sub(now), time.Second)
+		p.TTLLeft = ttlLeft(rec, now)
 	}
 	started := time.Now()
 	pauser, ok := drv.(sandbox.Pauser)
@@ -84,6 +84,9 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 			l.mu.Unlock()
 			close(pausing)
 		}()
+		if err := s.checkStored(ctx, rec.Owner, id, 0); err != nil {
+			return Info{}, err
+		}
 		dir := s.pausedDir(id)
 		_ = os.RemoveAll(dir)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -98,13 +101,21 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 		}
 		state, back, err := pauser.Pause(ctx, inst, dir)
 		if err != nil {
+			full := diskFull(id, dir, err)
 			_, _ = s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Paused = nil; return nil })
 			_ = os.RemoveAll(dir)
 			s.pauseFailed(l, inst, back)
+			if full != nil {
+				s.log.Error("pause sandbox", "sandbox_id", id, "err", err)
+				return Info{}, full
+			}
 			return Info{}, s.pauseError(id, err)
 		}
 		p.DriverState = state
-		if p.Digests, p.Bytes, err = digestDir(dir); err != nil {
+		if p.Digests, p.Bytes, err = digestDir(dir); err == nil {
+			err = s.checkStored(ctx, rec.Owner, id, p.Bytes)
+		}
+		if err != nil {
 			// The image cannot be vouched for: bring the sandbox back.
 			if in2, rerr := pauser.Resume(context.WithoutCancel(ctx), id, state, dir); rerr == nil {
 				s.pauseFailed(l, inst, in2)
@@ -113,6 +124,9 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 			}
 			_ = os.RemoveAll(dir)
 			_, _ = s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Paused = nil; return nil })
+			if errors.Is(err, ErrQuota) {
+				return Info{}, err
+			}
 			return Info{}, fmt.Errorf("pause sandbox %s: read its image back: %w", id, err)
 		}
 	default:

@@ -101,6 +101,7 @@ func (s *Supervisor) claim(c Caller, p *pool, ttl, idle time.Duration, req Creat
 	rec, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error {
 		r.Owner, r.State, r.ExpiresAt, r.IdleTimeout = c.KeyID, store.StateRunning, exp, idle
 		r.Metadata, r.Token = maps.Clone(req.Metadata), req.Token
+		r.Lifecycle = lifecycleOf(req, ttl)
 		return nil
 	})
 	if err != nil {

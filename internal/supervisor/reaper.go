@@ -85,6 +85,9 @@ func (s *Supervisor) ReapExpired() int {
 		idleFor := now.Sub(time.Unix(0, l.lastActive.Load()))
 		switch {
 		case !rec.ExpiresAt.IsZero() && now.After(rec.ExpiresAt):
+			if s.pauseAtTTL(l, rec) {
+				continue
+			}
 			vs = append(vs, victim{l, "ttl", "its time to live ran out"})
 		case rec.IdleTimeout > 0 && l.mismatch == "" && l.busy.Load() == 0 && idleFor > rec.IdleTimeout:
 			// (A sandbox of another agent protocol cannot be used, so it

@@ -136,8 +136,8 @@ func (s *Supervisor) take(ctx context.Context, c Caller, l *live, r takeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if after.Bytes > q.MaxSnapshotBytes {
-		return nil, fmt.Errorf("%w: this key's snapshots may hold %s and would hold %s with this one: delete snapshots, or remove large files from the sandbox", ErrQuota, bytesText(q.MaxSnapshotBytes), bytesText(after.Bytes))
+	if paused := s.pausedBytes(owner, ""); after.Bytes+paused > q.MaxSnapshotBytes {
+		return nil, fmt.Errorf("%w: this key's snapshots (and paused sandboxes' images, %s) may hold %s and would hold %s with this one: delete snapshots, or remove large files from the sandbox", ErrQuota, bytesText(paused), bytesText(q.MaxSnapshotBytes), bytesText(after.Bytes+paused))
 	}
 	snap := &snapshot.Snapshot{Info: snapshot.Info{
 		ID: snapshot.NewID(), Name: r.name, Label: r.label, Owner: owner, Sandbox: rec.ID, Template: rec.Template, Driver: rec.Driver,

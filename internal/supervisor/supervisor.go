@@ -163,6 +163,8 @@ type live struct {
 	// pausing, while a pause runs, is closed when it has ended (guarded
 	// by mu): an instance that ends meanwhile may be the pause's doing.
 	pausing chan struct{}
+	// autoPausing is set while its TTL's pause runs (lifecycle.go).
+	autoPausing atomic.Bool
 
 	// snapMu serializes the sandbox's snapshots and restores; step counts
 	// its checkpoints (rollback.go).

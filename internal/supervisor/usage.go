@@ -38,7 +38,7 @@ type cpuSample struct {
 // Usage reads what the live sandbox id uses now. An error wrapping
 // sandbox.ErrUnsupported says its driver cannot tell.
 func (s *Supervisor) Usage(ctx context.Context, c Caller, id string) (Usage, error) {
-	l, err := s.lookup(c, id)
+	l, err := s.lookupAsIs(c, id)
 	if err != nil {
 		return Usage{}, err
 	}

@@ -184,7 +184,7 @@ func TestControlAPI(t *testing.T) {
 	if eb := e2bError(t, "an unknown template", 404, b, st); !strings.Contains(eb.Message, "template 'nope' not found") {
 		t.Fatalf("unknown template: %q", eb.Message)
 	}
-	for _, bad := range []string{`{"templateID":`, `{"timeout":-1e30}`, `{"envVars":{"A=B":"c"}}`, `{"autoPause":true}`, `{"mcp":{"x":{}}}`, `{"metadata":{"":"x"}}`, `{"allow_internet_access":true}`} {
+	for _, bad := range []string{`{"templateID":`, `{"timeout":-1e30}`, `{"envVars":{"A=B":"c"}}`, `{"autoResume":{"enabled":true}}`, `{"autoPause":true,"autoPauseMemory":false}`, `{"mcp":{"x":{}}}`, `{"metadata":{"":"x"}}`, `{"allow_internet_access":true}`} {
 		st, b = e.do("POST", "/v2/sandboxes", key, strings.NewReader(bad))
 		if st < 400 || st >= 500 {
 			t.Errorf("create %s: want a 4xx, got %d %s", bad, st, b)

@@ -129,6 +129,12 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 		}
 		h.writeError(w, r, errorf(http.StatusUnauthorized, "no running sandbox has this id and this access token: send the envdAccessToken that its create or connect answered (the SDKs do)"))
 		return
+	case info.State == store.StatePaused && info.Lifecycle != nil && info.Lifecycle.AutoResume:
+		// Made with autoResume: the request resumes it (lifecycle.go).
+		if info, err = h.woken(r.Context(), info); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	case info.State != store.StateRunning:
 		h.writeError(w, r, errorf(http.StatusBadGateway, "sandbox %q is not running: %s (%s)", id, info.State, info.EndReason))
 		return

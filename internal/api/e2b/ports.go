@@ -144,6 +144,14 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 	if sandbox.ValidID(id) {
 		info, err = h.sup.Sandbox(r.Context(), id)
 	}
+	if err == nil && !h.needsToken(info, r) && info.State == store.StatePaused {
+		// Made with autoResume, its traffic resumes it (lifecycle.go).
+		if info, err = h.woken(r.Context(), info); err != nil {
+			h.log.Warn("exposed port: resume a paused sandbox", "sandbox", id, "err", err)
+			portError(w, http.StatusBadGateway, "sandbox %s is paused, and its resume failed", truncate(id, 80))
+			return
+		}
+	}
 	switch {
 	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 		h.log.Error("exposed port: sandbox lookup failed", "sandbox", id, "err", err)

@@ -102,6 +102,7 @@ type newSandbox struct {
 	AllowInternetAccessCamel *bool        `json:"allowInternetAccess"`
 	Network                  *networkBody `json:"network"`
 	AutoPause                *bool        `json:"autoPause"`
+	AutoPauseMemory          *bool        `json:"autoPauseMemory"`
 	AutoResume               *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
@@ -156,8 +157,9 @@ type listedSandbox struct {
 
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
-	Domain          *string `json:"domain"`
+	EnvdAccessToken string         `json:"envdAccessToken,omitempty"`
+	Domain          *string        `json:"domain"`
+	Lifecycle       *lifecycleJSON `json:"lifecycle,omitempty"`
 }
 
 func listed(in supervisor.Info) listedSandbox {
@@ -208,6 +210,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *caller) erro
 	if err := body.unsupported(); err != nil {
 		return err
 	}
+	if err := body.lifecycle(&req); err != nil {
+		return err
+	}
 	if err := body.internetAccess(); err != nil {
 		return err
 	}
@@ -240,8 +245,6 @@ func (h *Handler) templateNames() []string {
 // unsupported refuses what airlock cannot do, rather than ignore it.
 func (b newSandbox) unsupported() error {
 	switch {
-	case b.AutoPause != nil && *b.AutoPause, b.AutoResume != nil && b.AutoResume.Enabled:
-		return errorf(http.StatusBadRequest, "airlock does not pause sandboxes: leave lifecycle.onTimeout as kill")
 	case len(b.MCP) > 0 && string(b.MCP) != "null":
 		return errorf(http.StatusBadRequest, "airlock does not run E2B's MCP gateway in a sandbox: use airlock's own MCP server (airlock mcp, or /mcp on the daemon)")
 	case len(b.VolumeMounts) > 0:
@@ -452,7 +455,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c *caller) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: listed(info), EnvdAccessToken: info.Token, Domain: &h.domain})
+	writeJSON(w, http.StatusOK, sandboxDetail{listedSandbox: listed(info), EnvdAccessToken: info.Token, Domain: &h.domain, Lifecycle: wireLifecycle(info)})
 	return nil
 }
 

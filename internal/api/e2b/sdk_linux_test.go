@@ -330,15 +330,16 @@ func TestSDKsGVisor(t *testing.T) {
 
 // TestSDKsPauseGVisor: through the SDKs unchanged, a gVisor sandbox's
 // kernel variable and background server survive sandbox.pause() and
-// Sandbox.connect (pause.test.mjs).
+// Sandbox.connect; one made with lifecycle onTimeout 'pause' is paused at
+// its timeout, and with autoResume a command resumes it (pause.test.mjs).
 func TestSDKsPauseGVisor(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "runsc", "node", "jupyter")
 	dir := npmInstall(t)
 	d, key, other := startServe(t, "gvisor")
 	d.settled(t)
 	times := filepath.Join(t.TempDir(), "times")
-	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 1 {
-		t.Fatalf("node run.mjs reported %d tests, want 1", n)
+	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 2 {
+		t.Fatalf("node run.mjs reported %d tests, want 2", n)
 	}
 	if b, err := os.ReadFile(times); err == nil {
 		t.Log(string(b))

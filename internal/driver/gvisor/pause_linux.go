@@ -69,6 +69,9 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 	case spec.Root != "" || len(spec.Mounts) > 0:
 		return nil, in, &sandbox.UnsupportedError{What: "pause", Why: "a gVisor sandbox with a host root or host mounts cannot be paused yet: its mounts are not kept for the restore", Fix: "copy the files in with the file API, or snapshot the sandbox's files instead"}
 	}
+	if err := h.checkRoom(dir); err != nil {
+		return nil, in, err
+	}
 	raw, err := h.DriverState()
 	if err != nil {
 		return nil, in, err

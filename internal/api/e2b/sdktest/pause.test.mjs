@@ -4,7 +4,7 @@
 import { writeFileSync } from 'node:fs'
 import { Sandbox } from '@e2b/code-interpreter'
 import { Sandbox as BaseSandbox } from 'e2b'
-import { assert, test, RUN } from './harness.mjs'
+import { assert, test, until, rejects, RUN } from './harness.mjs'
 
 const fetchSecret = `python3 -c "
 import urllib.request, time
@@ -51,5 +51,41 @@ http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()
     if (process.env.AIRLOCK_E2B_TIMES) writeFileSync(process.env.AIRLOCK_E2B_TIMES, `sandbox.pause() ${pauseMS} ms; Sandbox.connect to the server's answer ${resumeMS} ms`)
   } finally {
     await BaseSandbox.kill(sb.sandboxId)
+  }
+}, 240_000)
+
+test('lifecycle: onTimeout pause pauses at the timeout; autoResume resumes on a command', async () => {
+  const meta = { run: RUN, purpose: 'lifecycle' }
+  const sb = await Sandbox.create({ timeoutMs: 5_000, lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: meta })
+  const plain = await BaseSandbox.create({ timeoutMs: 5_000, lifecycle: { onTimeout: 'pause' }, metadata: meta })
+  try {
+    const info = await sb.getInfo()
+    assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true })
+    assert.equal((await sb.runCode('y = 6 * 7\ny')).text, '42')
+    await sb.files.write('/tmp/kept', 'on disk')
+    const listed = await until('both sandboxes listed paused after their 5 s timeout', async () => {
+      const l = await BaseSandbox.list({ query: { metadata: meta, state: ['paused'] } }).nextItems()
+      return l.length === 2 && l
+    }, 60_000)
+    assert.deepEqual(listed.map((s) => s.state), ['paused', 'paused'])
+
+    // autoResume: a command resumes it, its memory and files kept.
+    const t0 = Date.now()
+    const r = await sb.commands.run('cat /tmp/kept')
+    const wakeMS = Date.now() - t0
+    assert.equal(r.stdout, 'on disk')
+    assert.equal((await sb.runCode('y + 1')).text, '43')
+    assert.equal((await sb.getInfo()).state, 'running')
+
+    // Without autoResume, a command is refused and connect resumes it.
+    const err = await rejects(plain.commands.run('true'), 'a command in a paused sandbox without autoResume')
+    assert.match(`${err.name} ${err.message}`, /paused|not running|timeout/i)
+    assert.equal((await plain.getInfo()).state, 'paused')
+    const again = await BaseSandbox.connect(plain.sandboxId)
+    assert.equal((await again.commands.run('echo back')).stdout, 'back\n')
+    if (process.env.AIRLOCK_E2B_TIMES) writeFileSync(process.env.AIRLOCK_E2B_TIMES, `\nautoResume: a command in a paused sandbox answered in ${wakeMS} ms`, { flag: 'a' })
+  } finally {
+    await BaseSandbox.kill(sb.sandboxId)
+    await BaseSandbox.kill(plain.sandboxId)
   }
 }, 240_000)

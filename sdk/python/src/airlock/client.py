@@ -113,6 +113,8 @@ class Client:
         idle_timeout: float | None = None,
         checkpoints: int | None = None,
         mounts: Sequence[Mount | str] | None = None,
+        on_timeout: str | None = None,
+        auto_resume: bool = False,
     ) -> Sandbox:
         """Makes a sandbox (or claims a ready one from the template's warm
         pool) and returns it. Use it with ``with`` to have it killed at the
@@ -138,6 +140,10 @@ class Client:
                 "HOST:PATH[:ro|:rw|:cow]"; the daemon's policy must list
                 each. A cow mount's changes reach the host only through
                 Sandbox.apply_changes (review them with Sandbox.changes).
+            on_timeout: "pause" pauses the sandbox at its TTL instead of
+                killing it (a driver that can pause); "kill" is the default.
+            auto_resume: with on_timeout="pause", a command, a file or a
+                snapshot resumes the sandbox when it is paused.
 
         Raises Denied (the policy refused), QuotaExceeded, RateLimited,
         InsufficientCapacity, InvalidRequest (e.g. limits above the
@@ -162,6 +168,10 @@ class Client:
             body["checkpoints"] = int(checkpoints)
         if mounts:
             body["mounts"] = [(Mount.parse(m) if isinstance(m, str) else m).to_json() for m in mounts]
+        if on_timeout:
+            body["on_timeout"] = str(on_timeout)
+        if auto_resume:
+            body["auto_resume"] = True
         info = SandboxInfo.from_json(self._transport.request("POST", "/v1/sandboxes", json_body=body, read_timeout=None).json())
         return Sandbox(self, info.id, info)
 

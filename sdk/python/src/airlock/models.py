@@ -237,6 +237,9 @@ class SandboxInfo:
     paused_until: datetime | None = None
     memory_kept_in_host: bool = False
     paused_bytes: int = 0
+    #: "pause" when its TTL pauses it; whether a call resumes it then.
+    on_timeout: str = ""
+    auto_resume: bool = False
 
     @property
     def live(self) -> bool:
@@ -268,6 +271,8 @@ class SandboxInfo:
             paused_until=_time(_obj(d.get("paused") or {}).get("expires_at")),
             memory_kept_in_host=bool(_obj(d.get("paused") or {}).get("memory_kept_in_host")),
             paused_bytes=_int(_obj(d.get("paused") or {}).get("stored_bytes")),
+            on_timeout=_str(d.get("on_timeout")),
+            auto_resume=bool(d.get("auto_resume")),
         )
 
 
