@@ -265,6 +265,8 @@ type Sandbox struct {
 	hosts  map[string]*HostSummary
 
 	sent, recv atomic.Int64
+	// reserved is the byte budget splice rounds hold (splice.go).
+	reserved atomic.Int64
 
 	limitLogged     time.Time // see sampleLimit
 	limitSuppressed int64
@@ -599,10 +601,10 @@ func (s *Sandbox) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(cu, br) // what the client sent after CONNECT is in br
+		s.toUpstream(cu, c, br) // what the client sent after CONNECT is in br first
 		closeWrite(up)
 	}()
-	_, _ = io.Copy(c, cu)
+	s.fromUpstream(c, cu)
 	closeWrite(c)
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
