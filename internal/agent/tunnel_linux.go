@@ -94,9 +94,9 @@ type tunnels struct {
 	// reattached sandbox may connect before the host serves again).
 	serve   atomic.Pointer[func(net.Conn)]
 	pending []net.Conn
-	handed chan struct{} // a slot per handed egress connection being served
-	done   chan struct{}
-	once   sync.Once
+	handed  chan struct{} // a slot per handed egress connection being served
+	done    chan struct{}
+	once    sync.Once
 }
 
 type tunnelReply struct {

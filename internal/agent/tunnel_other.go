@@ -17,7 +17,7 @@ func DialLocal(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error
 // tunnels never exists off Linux.
 type tunnels struct{}
 
-func (*tunnels) close()                          {}
+func (*tunnels) close()                         {}
 func (*tunnels) setServe(func(net.Conn)) func() { return func() {} }
 
 func (*tunnels) dial(context.Context, int) (net.Conn, error) {

@@ -50,4 +50,3 @@ func (s *Sandbox) fromUpstream(c net.Conn, cu *countedConn) {
 	}
 	_, _ = io.Copy(c, cu)
 }
-
