@@ -686,6 +686,12 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(bigCopier{c})
 	defer func() { bw.Reset(nil); writers.Put(bw) }()
+	if len(secrets) == 0 {
+		// Nothing in the body to redact: the kernel may move it.
+		if handled, ok := s.spliceBody(c, bw, cu, br, req, resp); handled {
+			return ok
+		}
+	}
 	if err := resp.Write(bw); err != nil {
 		return false
 	}

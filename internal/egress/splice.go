@@ -2,8 +2,10 @@ package egress
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 )
 
 // spliceChunk is the most one splice round moves before the tunnel's
@@ -50,3 +52,52 @@ func (s *Sandbox) fromUpstream(c net.Conn, cu *countedConn) {
 	}
 	_, _ = io.Copy(c, cu)
 }
+
+// spliceBody writes resp, a plain-HTTP answer of known length whose body
+// nobody needs to read (no secret of its host could be in it), to the
+// client c, its body moved by splice from up: the status line and headers
+// as resp.Write writes them, what br holds of the body already, then the
+// rest of the body, exactly its length (an upstream that sends more cannot
+// smuggle an answer onto the client's connection), counted and within
+// the budget. It reports handled false, having written nothing, when the
+// connections are not both TCP or the answer is not of that kind; ok says
+// the client's connection may carry another request.
+func (s *Sandbox) spliceBody(c net.Conn, bw *bufio.Writer, cu *countedConn, br *bufio.Reader, req *http.Request, resp *http.Response) (handled, ok bool) {
+	n := resp.ContentLength
+	_, ctcp := c.(*net.TCPConn)
+	_, utcp := cu.Conn.(*net.TCPConn)
+	if !ctcp || !utcp || n < spliceMin || len(resp.TransferEncoding) > 0 || req.Method == http.MethodHead {
+		return false, false
+	}
+	fmt.Fprintf(bw, "HTTP/%d.%d %s\r\n", resp.ProtoMajor, resp.ProtoMinor, resp.Status)
+	if err := resp.Header.WriteSubset(bw, map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true, "Connection": true}); err != nil {
+		return true, false
+	}
+	fmt.Fprintf(bw, "Content-Length: %d\r\n", n)
+	if resp.Close {
+		bw.WriteString("Connection: close\r\n")
+	}
+	bw.WriteString("\r\n")
+	k := min(int64(br.Buffered()), n)
+	if k > 0 {
+		b, _ := br.Peek(int(k))
+		if _, err := bw.Write(b); err != nil {
+			return true, false
+		}
+		_, _ = br.Discard(int(k))
+	}
+	if err := bw.Flush(); err != nil {
+		return true, false
+	}
+	moved, _ := s.spliceN(c, cu.Conn, n-k, &cu.d.recv, &s.recv)
+	if moved < n-k {
+		// Upstream ended early, or the budget did: the client's
+		// connection cannot carry another answer.
+		return true, false
+	}
+	return true, !resp.Close
+}
+
+// spliceMin is the smallest body spliceBody moves: below it a copy costs
+// less than the pipe and the calls.
+const spliceMin = 64 << 10

@@ -23,19 +23,26 @@ import (
 // through countedConn: the connections are not both TCP, or src woke with
 // nothing to read.
 func (s *Sandbox) splice(dst, src net.Conn, count *int64, total *atomic.Int64) bool {
+	_, done := s.spliceN(dst, src, -1, count, total)
+	return done
+}
+
+// spliceN is splice of at most limit bytes (all of them when limit is
+// negative); it returns how many it moved, and stops at limit with done.
+func (s *Sandbox) spliceN(dst, src net.Conn, limit int64, count *int64, total *atomic.Int64) (moved int64, done bool) {
 	d, ok := dst.(*net.TCPConn)
 	if !ok {
-		return false
+		return 0, false
 	}
 	sc, ok := src.(*net.TCPConn)
 	if !ok {
-		return false
+		return 0, false
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, false
 	}
-	for {
+	for limit < 0 || moved < limit {
 		var avail int
 		var ended bool
 		var one [1]byte
@@ -53,22 +60,28 @@ func (s *Sandbox) splice(dst, src net.Conn, count *int64, total *atomic.Int64) b
 			ended = true
 			return true
 		}); err != nil {
-			return true
+			return moved, true
 		}
 		if ended {
 			// Its end or an error, which a copy reports.
-			return false
+			return moved, false
 		}
-		k := s.reserve(min(int64(avail), spliceChunk))
+		want := min(int64(avail), spliceChunk)
+		if limit >= 0 {
+			want = min(want, limit-moved)
+		}
+		k := s.reserve(want)
 		if k == 0 {
-			return true // errBudget: the caller ends the tunnel
+			return moved, true // errBudget: the caller ends the tunnel
 		}
 		n, err := d.ReadFrom(&io.LimitedReader{R: sc, N: k})
 		total.Add(n)
 		atomic.AddInt64(count, n)
 		s.reserved.Add(-k)
+		moved += n
 		if err != nil || n == 0 {
-			return true
+			return moved, true
 		}
 	}
+	return moved, true
 }

@@ -1,11 +1,16 @@
 package egress
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // tunnelGets sends n GETs of /big through a CONNECT tunnel to the
@@ -85,5 +90,66 @@ func testTunnelByteBudget(t *testing.T, budget int64) {
 	resp, body, _, _ := f.connect(t, fmt.Sprintf("allowed.test:%d", f.a.addr.Port()))
 	if resp.StatusCode != 403 || !strings.Contains(body, "byte-budget") {
 		t.Fatalf("CONNECT after the budget: %s %q, want 403 byte-budget", resp.Status, body)
+	}
+}
+
+// TestSplicedBody: a plain-HTTP answer's body, moved by splice, arrives
+// whole and exactly (an upstream that sends more than its length cannot
+// put an answer of its own on the client's connection), twice on one
+// client connection, and is counted.
+func TestSplicedBody(t *testing.T) {
+	const size = 300 << 10
+	body := strings.Repeat("a", size)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Kept: yes\r\n\r\n%sHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nevil!", size, body)
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	f := newFixture(t, Limits{}, nil, func(n *sandbox.Network, _, _ *server) {
+		n.AllowAddresses = append(n.AllowAddresses, addr)
+	})
+	// Two requests on one raw connection: the second answer must be
+	// upstream's answer to it, not the bytes past the first's length.
+	c, err := net.Dial("tcp", f.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", addr, addr)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(got) != body || resp.Header.Get("X-Kept") != "yes" {
+			t.Fatalf("answer %d: %d bytes %.20q (%v), header %q; want %d bytes of a", i, len(got), got, err, resp.Header.Get("X-Kept"), size)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.sb.Summary().BytesReceived < 2*size {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d bytes counted, want at least %d", f.sb.Summary().BytesReceived, 2*size)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
