@@ -42,6 +42,9 @@ type Client struct {
 	apply     *lazyClient[ApplyInput, ApplyEvent]
 	lifetime  *lazyClient[LifetimeRequest, Empty]
 	helloResp HelloResponse
+	// tun is the tunnel channel the agent took (DialLocal); nil: tunnels
+	// ride the HTTP/2 connection.
+	tun *tunnels
 }
 
 // VersionError is an agent that speaks another protocol version than this
@@ -130,7 +133,12 @@ func (c *Client) Forget(ctx context.Context, id string) error {
 }
 
 // Close ends the connection; the agent then kills every command and exits.
-func (c *Client) Close() error { return c.cc.Close() }
+func (c *Client) Close() error {
+	if c.tun != nil {
+		c.tun.close()
+	}
+	return c.cc.Close()
+}
 
 // Exec is one running command on the host's side.
 type Exec struct {

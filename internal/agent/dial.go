@@ -33,6 +33,9 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: %w", port, sandbox.ErrInvalid)
 	}
+	if c.tun != nil {
+		return c.tun.dial(ctx, port)
+	}
 	// The connection outlives ctx (an HTTP client's dial context may end
 	// while its connection is pooled): ctx bounds only the connecting.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

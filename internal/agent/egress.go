@@ -77,6 +77,11 @@ const egressIdle = 4
 // sandbox's proxy port. It returns when ctx ends or the agent connection
 // fails.
 func (c *Client) ServeEgress(ctx context.Context, serve func(net.Conn)) error {
+	if c.tun != nil {
+		// Connections to the proxy port come handed over; the streams
+		// below still carry the forwarded addresses'.
+		defer c.tun.setServe(serve)()
+	}
 	taken := make(chan error, egressIdle)
 	wait := func() {
 		sc, err := c.openEgress(ctx)

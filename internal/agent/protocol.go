@@ -85,6 +85,9 @@ type HelloResponse struct {
 	// Persistent says the sandbox outlives its host sessions (see
 	// Config.Listen).
 	Persistent bool `json:"persistent,omitempty"`
+	// Tunnels says the agent took this session's tunnel channel: it hands
+	// tunnelled connections to the host (tunnel.go).
+	Tunnels bool `json:"tunnels,omitempty"`
 }
 
 // ExecStart is the first message of an Exec stream.

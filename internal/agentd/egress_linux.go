@@ -22,6 +22,8 @@ import (
 type egressServer struct {
 	lns   []net.Listener
 	conns chan accepted
+	// tun is where a connection is handed to the host instead.
+	tun *tunnelChannel
 }
 
 // accepted is a command's connection, to the proxy port or to a forward.
@@ -34,7 +36,7 @@ type accepted struct {
 
 // startEgress listens on the proxy port when the agent.Config asks for it. It
 // runs before any command does, so no command can take the port first.
-func startEgress(cfg *agent.EgressConfig) (*egressServer, error) {
+func startEgress(cfg *agent.EgressConfig, tun *tunnelChannel) (*egressServer, error) {
 	if cfg == nil {
 		return nil, nil
 	}
@@ -46,7 +48,7 @@ func startEgress(cfg *agent.EgressConfig) (*egressServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on the egress proxy port %s: %w", addr, err)
 	}
-	e := &egressServer{lns: []net.Listener{ln}, conns: make(chan accepted)}
+	e := &egressServer{lns: []net.Listener{ln}, conns: make(chan accepted), tun: tun}
 	go e.accept(ln, "")
 	for _, f := range cfg.Forward {
 		fl, err := net.Listen("tcp", f)
@@ -80,6 +82,11 @@ func (e *egressServer) accept(ln net.Listener, forward string) {
 			}
 			continue // EMFILE and the like: the next accept may work
 		}
+		// Handed to the host where it took a tunnel channel (the
+		// forwards' CONNECT is the agent's to speak: they take a stream).
+		if forward == "" && e.tun.hand(c) {
+			continue
+		}
 		// Waits for a host stream; the host keeps some ready.
 		e.conns <- accepted{c: c, forward: forward}
 	}
@@ -95,22 +102,9 @@ func (e *egressServer) register(mux *http.ServeMux) {
 // host's ready message and a command's connection, then carries the
 // connection's bytes both ways until both halves end.
 func (e *egressServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != agent.EgressContentType {
-		w.Header().Set("Accept-Post", agent.EgressContentType)
-		http.Error(w, "send a POST of "+agent.EgressContentType, http.StatusUnsupportedMediaType)
-		return
-	}
-	fl, ok := w.(http.Flusher)
+	st, end, ok := openRaw(w, r, "egress")
 	if !ok {
-		http.Error(w, "the egress stream needs HTTP/2", http.StatusHTTPVersionNotSupported)
 		return
-	}
-	st := &rawStream{body: r.Body, w: w, fl: fl}
-	w.Header().Set("Content-Type", agent.EgressContentType)
-	end := func(code connect.Code, err error) {
-		// The status and headers go with the end when nothing was sent.
-		_, _ = w.Write(agent.EgressEnd(code, err))
-		fl.Flush()
 	}
 	if e == nil {
 		end(connect.CodeFailedPrecondition, errors.New("this sandbox has no egress"))

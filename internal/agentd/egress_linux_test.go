@@ -37,7 +37,7 @@ func tunnelPair(t testing.TB, serve func(net.Conn)) string {
 		return c
 	}
 	agentEnd, hostEnd := conn(fds[0]), conn(fds[1])
-	e, err := startEgress(&agent.EgressConfig{Listen: "127.0.0.1:0"})
+	e, err := startEgress(&agent.EgressConfig{Listen: "127.0.0.1:0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,7 +209,7 @@ func run() error {
 			}
 			eng.discardSpawners()
 		}
-		if s.egress, err = startEgress(cfg.Egress); err != nil {
+		if s.egress, err = startEgress(cfg.Egress, &s.tun); err != nil {
 			return err
 		}
 		if err := s.writeCABundle(cfg.Egress); err != nil && s.rootErr == nil {
@@ -252,7 +252,7 @@ func run() error {
 			// its runtime) kills it.
 			return s.serveSessions(sessions)
 		}
-		agent.ServeConn(context.Background(), conn, s.mux)
+		agent.ServeConn(context.Background(), s.tun.takeOffer(conn), s.mux)
 		// A restore past its commit point finishes before the agent ends.
 		s.snap.commits.Wait()
 		// The agent's exit ends the sandbox: as PID 1 of its pid namespace
@@ -354,6 +354,8 @@ type server struct {
 	rootErr error
 	// egress serves the tunnels of network mode egress; nil otherwise.
 	egress *egressServer
+	// tun is the current session's tunnel channel (tunnel_linux.go).
+	tun tunnelChannel
 	// mux serves every host session.
 	mux http.Handler
 	// sessMu guards current, the host session being served: one at a time.
@@ -414,7 +416,8 @@ func (s *server) hello(context.Context, *agent.HelloRequest) (*agent.HelloRespon
 	if s.eng.landlock {
 		layers = append(layers, sandbox.LayerLandlock)
 	}
-	return &agent.HelloResponse{Version: agent.Version, Layers: layers, ExecSeq: s.eng.execs.lastSeq(), Persistent: s.cfg.Listen != nil || s.cfg.Contained != nil && s.cfg.Contained.Listen != ""}, nil
+	return &agent.HelloResponse{Version: agent.Version, Layers: layers, ExecSeq: s.eng.execs.lastSeq(), Persistent: s.cfg.Listen != nil || s.cfg.Contained != nil && s.cfg.Contained.Listen != "",
+		Tunnels: s.tun.current() != nil}, nil
 }
 
 func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Empty, error) {

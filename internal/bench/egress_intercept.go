@@ -121,10 +121,21 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 		}
 		rows[i] = latencyRow(rows[i], s)
 	}
-	progress("egress: a 100 MiB HTTPS download through the proxy, tunnelled and intercepted")
-	for i, host := range []string{"tunnel.test", "intercept.test"} {
+	// Direct: the same client without the proxy, tunnel.test dialled at
+	// the server's address.
+	var dialer net.Dialer
+	direct := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, srvLn.Addr().String())
+		}}}
+	defer direct.CloseIdleConnections()
+	progress("egress: a 100 MiB HTTPS download, direct, then through the proxy tunnelled and intercepted")
+	for i, c := range []struct {
+		client *http.Client
+		host   string
+	}{{direct, "tunnel.test"}, {client, "tunnel.test"}, {client, "intercept.test"}} {
 		row := &rows[2+i]
-		d, err := httpGet(client, fmt.Sprintf("https://%s:%d/big", host, port))(ctx)
+		d, err := httpGet(c.client, fmt.Sprintf("https://%s:%d/big", c.host, port))(ctx)
 		if err != nil {
 			row.Status, row.Detail = StatusFailed, err.Error()
 			continue
@@ -134,7 +145,7 @@ func interceptRows(ctx context.Context, o Options, progress func(string, ...any)
 	if rows[0].Status == StatusOK && rows[1].Status == StatusOK {
 		rows[1].Detail = fmt.Sprintf("adds %.3f ms at p50", rows[1].Stats.P50-rows[0].Stats.P50)
 	}
-	sandboxHTTPSRows(ctx, o, proxy, rootPEM, srvLn.Addr().String(), rows[4:], progress)
+	sandboxHTTPSRows(ctx, o, proxy, rootPEM, srvLn.Addr().String(), rows[5:], progress)
 	return rows
 }
 
@@ -179,20 +190,27 @@ func benchPKI(names ...string) (*x509.CertPool, []byte, tls.Certificate, error) 
 	return pool, caPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// interceptTemplate returns the interception rows, not measured yet.
+// interceptTemplate returns the interception rows, not measured yet. The
+// intercepted downloads are set beside a direct download first (the
+// target of issue 36 is a fraction of direct), then beside the tunnelled
+// one.
 func interceptTemplate() []Row {
 	return []Row{
 		{Section: "egress", ID: "egress/https-tunnel", What: "GET 1 KiB over HTTPS (HTTP/2) on loopback through the proxy, tunnelled", Unit: UnitMS},
 		{Section: "egress", ID: "egress/https-intercept", What: "the same GET, intercepted: decrypted with the daemon's CA, a method and path rule checked, sent on over TLS", Unit: UnitMS,
 			Compare: []Comparison{{Baseline: "egress/https-tunnel", Name: "tunnel"}}},
-		{Section: "egress", ID: "egress/https-tunnel-download", What: "100 MiB HTTPS download on loopback through the proxy, tunnelled (higher is better)", Unit: UnitMiBps},
+		{Section: "egress", ID: "egress/https-direct-download", What: "100 MiB HTTPS download on loopback, the same Go client, direct (higher is better)", Unit: UnitMiBps},
+		{Section: "egress", ID: "egress/https-tunnel-download", What: "100 MiB HTTPS download on loopback through the proxy, tunnelled (higher is better)", Unit: UnitMiBps,
+			Compare: []Comparison{{Baseline: "egress/https-direct-download", Name: "direct"}}},
 		{Section: "egress", ID: "egress/https-intercept-download", What: "the same download, intercepted (higher is better)", Unit: UnitMiBps,
-			Compare: []Comparison{{Baseline: "egress/https-tunnel-download", Name: "tunnel"}}},
+			Compare: []Comparison{{Baseline: "egress/https-direct-download", Name: "direct"}, {Baseline: "egress/https-tunnel-download", Name: "tunnel"}}},
 		{Section: "egress", ID: "egress/sandbox-https-tunnel", What: "GET 1 KiB over HTTPS (HTTP/1.1) on loopback, python3 in a sandbox through its agent tunnel and the proxy, tunnelled (native)", Unit: UnitMS},
 		{Section: "egress", ID: "egress/sandbox-https-intercept", What: "the same GET from the sandbox, intercepted (the sandbox's CA bundle, a method and path rule)", Unit: UnitMS,
 			Compare: []Comparison{{Baseline: "egress/sandbox-https-tunnel", Name: "tunnel"}}},
-		{Section: "egress", ID: "egress/sandbox-https-tunnel-download", What: "100 MiB HTTPS download, python3 in a sandbox, tunnelled (native; higher is better)", Unit: UnitMiBps},
+		{Section: "egress", ID: "egress/sandbox-https-direct-download", What: "100 MiB HTTPS download, the same python3 on the host, direct (higher is better)", Unit: UnitMiBps},
+		{Section: "egress", ID: "egress/sandbox-https-tunnel-download", What: "100 MiB HTTPS download, python3 in a sandbox, tunnelled (native; higher is better)", Unit: UnitMiBps,
+			Compare: []Comparison{{Baseline: "egress/sandbox-https-direct-download", Name: "direct"}}},
 		{Section: "egress", ID: "egress/sandbox-https-intercept-download", What: "the same download from the sandbox, intercepted (higher is better)", Unit: UnitMiBps,
-			Compare: []Comparison{{Baseline: "egress/sandbox-https-tunnel-download", Name: "tunnel"}}},
+			Compare: []Comparison{{Baseline: "egress/sandbox-https-direct-download", Name: "direct"}, {Baseline: "egress/sandbox-https-tunnel-download", Name: "tunnel"}}},
 	}
 }

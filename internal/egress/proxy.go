@@ -265,6 +265,8 @@ type Sandbox struct {
 	hosts  map[string]*HostSummary
 
 	sent, recv atomic.Int64
+	// reserved is the byte budget splice rounds hold (splice.go).
+	reserved atomic.Int64
 
 	limitLogged     time.Time // see sampleLimit
 	limitSuppressed int64
@@ -599,10 +601,10 @@ func (s *Sandbox) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(cu, br) // what the client sent after CONNECT is in br
+		s.toUpstream(cu, c, br) // what the client sent after CONNECT is in br first
 		closeWrite(up)
 	}()
-	_, _ = io.Copy(c, cu)
+	s.fromUpstream(c, cu)
 	closeWrite(c)
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
@@ -684,6 +686,12 @@ func (s *Sandbox) forward(c net.Conn, req *http.Request) bool {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(bigCopier{c})
 	defer func() { bw.Reset(nil); writers.Put(bw) }()
+	if len(secrets) == 0 {
+		// Nothing in the body to redact: the kernel may move it.
+		if handled, ok := s.spliceBody(c, bw, cu, br, req, resp); handled {
+			return ok
+		}
+	}
 	if err := resp.Write(bw); err != nil {
 		return false
 	}

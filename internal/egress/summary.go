@@ -120,6 +120,12 @@ func (s *Sandbox) Summary() Summary {
 
 func (s *Sandbox) bytesUsed() int64 { return s.sent.Load() + s.recv.Load() }
 
+// bytesLeft is what is left of the byte budget, less what splice rounds
+// have reserved (splice.go).
+func (s *Sandbox) bytesLeft() int64 {
+	return s.p.opts.Limits.MaxBytes - s.bytesUsed() - s.reserved.Load()
+}
+
 // errBudget ends a connection whose sandbox spent its byte budget.
 var errBudget = errors.New("egress byte budget spent")
 
@@ -137,7 +143,7 @@ func (s *Sandbox) counted(c net.Conn, d *decision) *countedConn {
 }
 
 func (c *countedConn) Read(p []byte) (int, error) {
-	left := c.s.p.opts.Limits.MaxBytes - c.s.bytesUsed()
+	left := c.s.bytesLeft()
 	if left <= 0 {
 		return 0, errBudget
 	}
@@ -151,7 +157,7 @@ func (c *countedConn) Read(p []byte) (int, error) {
 }
 
 func (c *countedConn) Write(p []byte) (int, error) {
-	left := c.s.p.opts.Limits.MaxBytes - c.s.bytesUsed()
+	left := c.s.bytesLeft()
 	if left <= 0 {
 		return 0, errBudget
 	}

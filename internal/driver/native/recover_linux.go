@@ -72,7 +72,7 @@ func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client
 	if h.watch, err = procid.WatchPidfd(peer.Pidfd, h.closeDone); err != nil {
 		return nil, nil, fmt.Errorf("watch its agent: %w", err)
 	}
-	client, agentLayers, err := agent.Dial(ctx, h.conn)
+	client, agentLayers, err := agent.DialLocal(ctx, h.conn)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,25 @@
+//go:build !linux
+
+package agent
+
+import (
+	"context"
+	"net"
+
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// DialLocal is Dial: tunnels are handed over on Linux only.
+func DialLocal(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
+	return Dial(ctx, c)
+}
+
+// tunnels never exists off Linux.
+type tunnels struct{}
+
+func (*tunnels) close()                         {}
+func (*tunnels) setServe(func(net.Conn)) func() { return func() {} }
+
+func (*tunnels) dial(context.Context, int) (net.Conn, error) {
+	return nil, sandbox.ErrUnsupported
+}
