@@ -59,6 +59,10 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
+// persistent says whether the driver's sandboxes outlive its process
+// (Options.Persistent).
+func (d *Driver) persistent() bool { return d.rc != nil && d.rc.Persistent }
+
 // Name is "native".
 func (d *Driver) Name() string { return "native" }
 
