@@ -58,7 +58,11 @@ func Serve() int {
 		fmt.Fprintf(os.Stderr, "airlock-agent: forker: %v\n", err)
 		return 1
 	}
-	go reap()
+	// Registered before the first fork: a SIGCHLD that came before it
+	// would be lost, and its child left a zombie.
+	exits := make(chan os.Signal, 1)
+	signal.Notify(exits, unix.SIGCHLD)
+	go reap(exits)
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
 	for {
@@ -157,11 +161,10 @@ func rights(oob []byte) ([]int, error) {
 }
 
 // reap reaps the agents as they exit (until the forker ends, when they
-// pass to the host's init).
-func reap() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, unix.SIGCHLD)
-	for range ch {
+// pass to the host's init). A SIGCHLD that finds the channel full is
+// dropped, but the one waiting there drains every exited child.
+func reap(exits <-chan os.Signal) {
+	for range exits {
 		for {
 			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
 			if errors.Is(err, unix.EINTR) {
