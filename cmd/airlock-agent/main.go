@@ -8,6 +8,7 @@ import (
 	"runtime"
 
 	"github.com/airlock-sandbox/airlock/internal/agentd"
+	"github.com/airlock-sandbox/airlock/internal/forker"
 )
 
 func init() {
@@ -23,4 +24,10 @@ func init() {
 	runtime.GOMAXPROCS(1)
 }
 
-func main() { os.Exit(agentd.Main()) }
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == forker.Arg {
+		// The host's forker of agents (docs/decisions.md, 62).
+		os.Exit(forker.Serve())
+	}
+	os.Exit(agentd.Main())
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/confine"
 	"github.com/airlock-sandbox/airlock/internal/cow"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/forker"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -57,6 +58,10 @@ func New(opts Options) (*Driver, error) {
 	d.hier, d.hierErr = cgroup.Detect()
 	return d, nil
 }
+
+// persistent says whether the driver's sandboxes outlive its process
+// (Options.Persistent).
+func (d *Driver) persistent() bool { return d.rc != nil && d.rc.Persistent }
 
 // Name is "native".
 func (d *Driver) Name() string { return "native" }
@@ -283,7 +288,15 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	}
 	files := append(append([]*os.File{cfgR, agentEnd}, extra...), hold...)
-	proc, err := startAgent(d.rc.Agent, args, stderr, files, sys)
+	var fk *forker.Client
+	if d.rc.Persistent {
+		// A daemon's sandboxes are forked by the forker, whose page tables
+		// stay small however many sandboxes the daemon holds; a one-shot
+		// run's agent is forked here, where its parent-death signal
+		// follows this process.
+		fk = forkerOf(d.rc.Agent)
+	}
+	proc, err := startAgent(fk, d.rc.Agent, args, stderr, files, sys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the sandbox: %w", err)
 	}
@@ -334,6 +347,15 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 		case <-time.After(2 * time.Second):
 		}
 		return nil, nil, fmt.Errorf("start the sandbox: %w%s", err, h.agentErr())
+	}
+	if h.persistent {
+		// The agent holds the sandbox's locks now, as it does for a
+		// process that reattaches: this one keeps two descriptors per
+		// sandbox, the agent's connection and its pidfd (Teardown takes
+		// the sandbox's lock again once the agent is dead).
+		h.slot.Drop()
+		h.lock.Drop()
+		h.slot, h.lock = nil, nil
 	}
 	return client, append(hostLayers, agentLayers...), nil
 }

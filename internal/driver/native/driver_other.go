@@ -11,3 +11,6 @@ type Driver struct{ agentdriver.Unavailable }
 func New(Options) (*Driver, error) {
 	return nil, agentdriver.Unavailable{Driver: "native", Needs: "Linux"}.Err()
 }
+
+// persistent is false: there are no sandboxes to outlive anything.
+func (d *Driver) persistent() bool { return false }

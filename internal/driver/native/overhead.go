@@ -21,19 +21,25 @@ func agentLimits(l sandbox.Limits) cgroup.Limits {
 
 // overhead is what a sandbox with limits l costs the host beyond them:
 // what its two cgroups (the workload's, with its limits, and the agent's)
-// allow beyond PinnableBytes, and the agent's threads.
-func overhead(l sandbox.Limits) sandbox.Overhead {
-	return sandbox.Overhead{
+// allow beyond PinnableBytes, the agent's threads, and the descriptors
+// the host holds for it.
+func overhead(l sandbox.Limits, persistent bool) sandbox.Overhead {
+	o := sandbox.Overhead{
 		MemoryBytes: max(l.MemoryBytes+agentLimits(l).MemoryBytes-l.PinnableBytes(), 0),
 		Tasks:       agentPids,
-		// The agent's connection and pidfd, the sandbox's lock and its
-		// uid range's: 4 a sandbox in `airlock serve` at rest, measured.
-		Descriptors: 4,
+		// `airlock serve` (persistent) holds the agent's connection and
+		// its pidfd (the agent holds the sandbox's locks): 2, measured. A
+		// one-shot run holds the locks and the agent's log pipe too.
+		Descriptors: 2,
 	}
+	if !persistent {
+		o.Descriptors = 5
+	}
+	return o
 }
 
 // Overhead is what a sandbox of spec costs the host beyond its limits
 // (sandbox.Overheader): admission counts it.
 func (d *Driver) Overhead(spec sandbox.Spec) sandbox.Overhead {
-	return overhead(spec.Limits.WithDefaults())
+	return overhead(spec.Limits.WithDefaults(), d.persistent())
 }

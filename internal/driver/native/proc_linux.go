@@ -8,18 +8,24 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/forker"
 )
 
-// agentProc is the agent's process, this process's child, followed through
-// its pidfd in the runtime's poller. os/exec waits for a child in a
-// blocking waitid: one host thread per live sandbox, which at thousands of
-// sandboxes is thousands of the machine's pids (kernel.pid_max).
+// agentProc is the agent's process, followed through its pidfd in the
+// runtime's poller. os/exec waits for a child in a blocking waitid: one
+// host thread per live sandbox, which at thousands of sandboxes is
+// thousands of the machine's pids (kernel.pid_max). The agent is this
+// process's child, or the forker's (a persistent driver's), which reaps
+// it: then its pidfd says when it has exited.
 type agentProc struct {
 	pid   int
 	pidfd *os.File // non-blocking, in the poller
 	raw   syscall.RawConn
+	child bool // this process reaps it
 	// logDone is closed once the agent's standard error, when it is a
 	// pipe, has been read to its end.
 	logDone chan struct{}
@@ -28,10 +34,11 @@ type agentProc struct {
 }
 
 // startAgent starts path with files as its descriptors 0, 1, 2, 3… (nil
-// is /dev/null). A stderr that is not an *os.File gets a pipe, read
-// until the agent and every copy of its end are gone.
-func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, sys *syscall.SysProcAttr) (*agentProc, error) {
-	p := &agentProc{logDone: make(chan struct{})}
+// is /dev/null), from the forker fk when it is not nil, else from this
+// process. A stderr that is not an *os.File gets a pipe, read until the
+// agent and every copy of its end are gone.
+func startAgent(fk *forker.Client, path string, argv []string, stderr io.Writer, files []*os.File, sys *syscall.SysProcAttr) (*agentProc, error) {
+	p := &agentProc{logDone: make(chan struct{}), child: fk == nil}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -69,7 +76,13 @@ func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, 
 	pidfd := -1
 	attr := *sys
 	attr.PidFD = &pidfd
-	pid, err := forkFromForker(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
+	var pid int
+	if fk != nil {
+		attr.PidFD = nil
+		pid, pidfd, err = fk.Fork(argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
+	} else {
+		pid, err = forkFromForker(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
+	}
 	if err != nil {
 		if logR != nil {
 			logR.Close() // the copier ends on the closed pipe
@@ -81,23 +94,52 @@ func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, 
 		// A kernel without CLONE_PIDFD (before 5.2): the native driver
 		// needs 5.13 for Landlock, so this does not happen.
 		_ = unix.Kill(pid, unix.SIGKILL)
-		_, _ = unix.Wait4(pid, nil, 0, nil)
+		if fk == nil {
+			_, _ = unix.Wait4(pid, nil, 0, nil)
+		}
 		return nil, errors.New("start the sandbox: the kernel gave no pidfd for the agent (needs Linux 5.3 or later)")
 	}
 	if err := unix.SetNonblock(pidfd, true); err != nil {
-		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		_ = unix.Waitid(unix.P_PIDFD, pidfd, &unix.Siginfo{}, unix.WEXITED, nil)
+		killPidfd(pidfd, p.child)
 		unix.Close(pidfd)
 		return nil, err
 	}
 	p.pidfd = os.NewFile(uintptr(pidfd), "agent-pidfd")
 	if p.raw, err = p.pidfd.SyscallConn(); err != nil {
-		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		_ = unix.Waitid(unix.P_PIDFD, pidfd, &unix.Siginfo{}, unix.WEXITED, nil)
+		killPidfd(pidfd, p.child)
 		p.pidfd.Close()
 		return nil, err
 	}
 	return p, nil
+}
+
+// killPidfd kills the process of pidfd and, when it is this process's
+// child, reaps it.
+func killPidfd(pidfd int, child bool) {
+	_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	if child {
+		_ = unix.Waitid(unix.P_PIDFD, pidfd, &unix.Siginfo{}, unix.WEXITED, nil)
+	}
+}
+
+// awaitReaped waits (up to 5 s) until the forker has reaped the exited
+// process of pidfd: a zombie still holds its pid and its uid, and the
+// sandbox is not gone until it is. A zombie takes signals, a reaped
+// process's pidfd refuses them (ESRCH).
+func awaitReaped(pidfd int) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+	}
+}
+
+// exited says whether the process of pidfd has exited (the forker reaps
+// it).
+func exited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents != 0
 }
 
 // wait returns once the agent has exited and has been reaped (its pidfd
@@ -105,6 +147,16 @@ func startAgent(path string, argv []string, stderr io.Writer, files []*os.File, 
 // not a thread.
 func (p *agentProc) wait() {
 	err := p.raw.Read(func(fd uintptr) bool {
+		if !p.child {
+			if !exited(int(fd)) {
+				return false // running: wait until the pidfd is readable
+			}
+			awaitReaped(int(fd))
+			p.mu.Lock()
+			p.reaped = true
+			p.mu.Unlock()
+			return true
+		}
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
 		switch {
@@ -121,7 +173,17 @@ func (p *agentProc) wait() {
 		p.mu.Unlock()
 		return true
 	})
-	if err != nil {
+	if err != nil && !p.child {
+		// Not in the poller after all: wait the blocking way.
+		for !exited(int(p.pidfd.Fd())) {
+			fds := []unix.PollFd{{Fd: int32(p.pidfd.Fd()), Events: unix.POLLIN}}
+			_, _ = unix.Poll(fds, -1)
+		}
+		awaitReaped(int(p.pidfd.Fd()))
+		p.mu.Lock()
+		p.reaped = true
+		p.mu.Unlock()
+	} else if err != nil {
 		// Not in the poller after all: wait the blocking way.
 		for {
 			if _, err := unix.Wait4(p.pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
@@ -205,66 +267,9 @@ type forkResult struct {
 func runForker(jobs <-chan forkJob) {
 	runtime.LockOSThread() // never unlocked: this thread must not end
 	for j := range jobs {
-		var pid int
-		err := asOwner(namespaceOwner(j.attr.Sys), func() error {
-			var err error
-			pid, _, err = syscall.StartProcess(j.path, j.argv, j.attr)
-			return err
-		})
+		pid, err := forker.Start(j.path, j.argv, j.attr)
 		j.reply <- forkResult{pid, err}
 	}
-}
-
-// namespaceOwner is the host uid that is to own the new user namespace sys
-// makes: the one the sandbox's root maps to, or -1 when sys makes none.
-//
-// A user namespace's owner pays for it: the kernel charges what a process
-// in it takes of the per-user pools (inotify instances and watches, pending
-// signals, POSIX message queue bytes, locked shared memory) to its own user
-// in its namespace and, at the host's level, to the namespace's owner. With
-// root as the owner, every sandbox drew on root's pools, shared with the
-// host's own services: one sandbox taking all 128 inotify instances made
-// inotify_init1 fail with EMFILE for root everywhere on the host. Owned by
-// its own uid range, each sandbox draws on a pool of its own.
-func namespaceOwner(sys *syscall.SysProcAttr) int {
-	if sys == nil || sys.Cloneflags&unix.CLONE_NEWUSER == 0 || len(sys.UidMappings) == 0 || sys.UidMappings[0].ContainerID != 0 {
-		return -1
-	}
-	return sys.UidMappings[0].HostID
-}
-
-// asOwner runs f, which forks, with the calling thread's effective uid set
-// to uid (none when uid is -1), so that a user namespace the fork makes is
-// owned by uid. The thread keeps its capabilities meanwhile (it writes the
-// child's uid map and puts it into its cgroup) and gets its own uid back
-// afterwards. Only this thread changes: the calls are raw system calls,
-// not the runtime's all-threads ones. The caller is locked to its thread.
-func asOwner(uid int, f func() error) error {
-	if uid < 0 || unix.Geteuid() != 0 {
-		return f() // only root can own a namespace by another uid
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var caps [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &caps[0]); err != nil {
-		return fmt.Errorf("read the forking thread's capabilities: %w", err)
-	}
-	keep := ^uintptr(0) // -1: leave the real and saved uids as they are
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
-		return fmt.Errorf("take uid %d to own the sandbox's user namespace: %w", uid, e)
-	}
-	// Back to uid 0 the kernel copies the permitted capabilities to the
-	// effective ones again.
-	defer func() {
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
-			panic(fmt.Sprintf("native: the forking thread cannot take back its uid: %v", e))
-		}
-	}()
-	// Leaving uid 0 emptied the effective set; the permitted set is as
-	// it was (the real and saved uids are still 0).
-	if err := unix.Capset(&hdr, &caps[0]); err != nil {
-		return fmt.Errorf("keep the forking thread's capabilities as uid %d: %w", uid, err)
-	}
-	return f()
 }
 
 func forkFromForker(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
@@ -276,4 +281,23 @@ func forkFromForker(path string, argv []string, attr *syscall.ProcAttr) (int, er
 	forkerJobs <- forkJob{path, argv, attr, reply}
 	r := <-reply
 	return r.pid, r.err
+}
+
+// forkers are the persistent drivers' forkers, one per agent binary, for
+// the process's life.
+var (
+	forkersMu sync.Mutex
+	forkers   = map[string]*forker.Client{}
+)
+
+// forkerOf returns the forker that starts agent (started on first use).
+func forkerOf(agent string) *forker.Client {
+	forkersMu.Lock()
+	defer forkersMu.Unlock()
+	c := forkers[agent]
+	if c == nil {
+		c = &forker.Client{Path: agent, Start: forkFromForker}
+		forkers[agent] = c
+	}
+	return c
 }
