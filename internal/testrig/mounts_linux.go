@@ -79,3 +79,17 @@ func UnmountUnder(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// RigMount reports whether mount point p belongs to a test rig's own
+// engine: the kube rig's cluster (containerd's overlays, the kubelet's
+// volumes) or the Docker rig's engine. Those mount and unmount on the host
+// while other packages' tests run beside them, so a check for mounts a
+// sandbox left behind must not count them.
+func RigMount(p string) bool {
+	for _, dir := range []string{KubeDir, DockerDir, filepath.Join(CacheDir(), "dockerd")} {
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -22,6 +22,13 @@ import (
 // EnvCache names the variable that moves the cache of heavy builds.
 const EnvCache = "AIRLOCK_CACHE"
 
+// Where the rigs' engines keep a running cluster's or engine's state (the
+// kube rig's and the Docker rig's packages use these).
+const (
+	KubeDir   = "/var/lib/airlock-kube"
+	DockerDir = "/run/airlock-test/docker"
+)
+
 // DefaultCacheDir is where heavy builds are cached when AIRLOCK_CACHE is
 // unset.
 const DefaultCacheDir = "/var/cache/airlock"

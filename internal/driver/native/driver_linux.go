@@ -338,7 +338,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 		}
 		h.conn = c
 	}
-	client, agentLayers, err := agent.DialLocal(dctx, h.conn)
+	client, agentLayers, err := h.dialAgent(dctx)
 	if err != nil {
 		// An agent that failed says why on stderr; that is read to the end
 		// once it has exited.

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // holderEnv makes the test binary a helper that holds a sandbox until it
@@ -186,11 +187,19 @@ func findLeaks(id string, r sandboxRecord) []string {
 // othersMount reports a host mount no native sandbox can have made: a
 // namespace file bound to a path (runsc and ip-netns do that; the native
 // driver never mounts on the host, and inside its own mount namespace it
-// binds no namespace files). Other programs on the host, a gVisor test for
-// one, may make them while a test runs.
+// binds no namespace files), or a mount of a test rig's engine (the kube
+// rig's containerd and kubelet, the Docker rig's engine). Other programs on
+// the host, a gVisor or Kubernetes test for one, may make them while a
+// test runs.
 func othersMount(line string) bool {
-	_, post, ok := strings.Cut(line, " - ")
-	return ok && strings.HasPrefix(post, "nsfs ")
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return false
+	}
+	if f := strings.Fields(pre); len(f) > 4 && testrig.RigMount(mountinfo.Unescape(f[4])) {
+		return true
+	}
+	return strings.HasPrefix(post, "nsfs ")
 }
 
 // mountTable returns the lines of this process's mount table, as a set: a

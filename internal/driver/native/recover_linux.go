@@ -72,7 +72,7 @@ func (d *Driver) reattach(ctx context.Context, h *host, st state) (*agent.Client
 	if h.watch, err = procid.WatchPidfd(peer.Pidfd, h.closeDone); err != nil {
 		return nil, nil, fmt.Errorf("watch its agent: %w", err)
 	}
-	client, agentLayers, err := agent.DialLocal(ctx, h.conn)
+	client, agentLayers, err := h.dialAgent(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,4 +95,17 @@ func (d *Driver) checkPeer(id string, st state, peer procid.Peer) error {
 		return fmt.Errorf("sandbox %s: refused its session socket: the process listening (pid %d) is not in the sandbox's agent cgroup", id, peer.Pid)
 	}
 	return nil
+}
+
+// dialAgent performs the handshake on h's agent connection. A sandbox
+// with a network gets the tunnel channel (agent.DialLocal: its egress and
+// exposed-port connections are handed to the host and spliced), which
+// costs the host a third descriptor; one without keeps two (its
+// connection and its agent's pidfd), and its exposed ports go through the
+// agent connection's Dial streams (decisions 61 and 62).
+func (h *host) dialAgent(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
+	if h.spec.Network.Mode == sandbox.NetworkNone || h.spec.Network.Mode == "" {
+		return agent.Dial(ctx, h.conn)
+	}
+	return agent.DialLocal(ctx, h.conn)
 }

@@ -39,7 +39,7 @@ import (
 // Where the rig's own engine lives.
 const (
 	// Dir holds its socket, state, log and locks.
-	Dir = "/run/airlock-test/docker"
+	Dir = testrig.DockerDir
 	// Socket is where it listens.
 	Socket = Dir + "/docker.sock"
 	// DefaultHost is where an engine listens when DOCKER_HOST is unset.

@@ -52,6 +52,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // Names the rig gives things in the cluster and on the host.
@@ -63,7 +65,7 @@ const (
 	// RuntimeHandlerRunsc is the containerd runtime behind it.
 	RuntimeHandlerRunsc = "runsc"
 	// DefaultDir holds a running cluster's state.
-	DefaultDir = "/var/lib/airlock-kube"
+	DefaultDir = testrig.KubeDir
 
 	nodeIP       = "198.18.0.1"
 	nodeLink     = "airlock-node"
