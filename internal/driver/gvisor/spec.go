@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"path"
 	"slices"
 	"strconv"
@@ -188,9 +190,17 @@ func agentConfig(spec sandbox.Spec) *agent.Config {
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
 		FileSize: l.DiskBytes, Home: spec.Home,
-		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
+		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName), MachineID: newMachineID()},
 	}
 }
 
 // cgroupsPath is where a sandbox's host cgroup lives below each hierarchy.
 func cgroupsPath(parent, id string) string { return "/" + path.Join(parent, id) }
+
+// newMachineID is a sandbox's /etc/machine-id: 128 random bits in 32
+// lower-case hex digits.
+func newMachineID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
