@@ -162,6 +162,9 @@ type live struct {
 	// pausing, while a pause runs, is closed when it has ended (guarded
 	// by mu): an instance that ends meanwhile may be the pause's doing.
 	pausing chan struct{}
+	// clone, when set, starts the sandbox instead of its driver's
+	// Create: a live fork's clone (livefork.go).
+	clone cloneFunc
 
 	// snapMu serializes the sandbox's snapshots and restores; step counts
 	// its checkpoints (rollback.go).
