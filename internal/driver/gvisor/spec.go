@@ -186,12 +186,18 @@ func (b bundle) spec() *specs.Spec {
 // gets the limits it enforces inside and how to treat commands.
 func agentConfig(spec sandbox.Spec) *agent.Config {
 	l := spec.Limits
-	return &agent.Config{
+	cfg := &agent.Config{
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
 		FileSize: l.DiskBytes, Home: spec.Home,
-		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName), MachineID: newMachineID()},
+		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
 	}
+	if spec.Root == "" {
+		// The composed root's /etc has the mount points of the sandbox's
+		// own identity files (etcFiles); a given root may not.
+		cfg.Contained.MachineID = newMachineID()
+	}
+	return cfg
 }
 
 // cgroupsPath is where a sandbox's host cgroup lives below each hierarchy.
