@@ -55,6 +55,7 @@ func wantRows(clients []int) []string {
 		"e2b/published-e2b", "e2b/published-computesdk", "e2b/published-cubesandbox")
 	ids = append(ids, "ports/direct", "ports/latency", "ports/direct-download", "ports/throughput")
 	ids = append(ids, idImageDockerPull, idImageFirst, idImageComposed, idImageCached)
+	ids = append(ids, "livefork/first-exec")
 	return ids
 }
 
@@ -131,6 +132,8 @@ func TestQuickBenchIsComplete(t *testing.T) {
 			want = []Status{StatusMissing}
 		case row.Section == "image": // measured by TestImageRows
 			want = []Status{StatusMissing}
+		case row.Section == "livefork" && !testcap.Probe(ctx, "runsc").OK:
+			want = []Status{StatusFailed}
 		case row.Section == "export" && s3Err != nil:
 			want = []Status{StatusMissing}
 		case (strings.HasPrefix(row.ID, "e2b/create") || row.ID == "e2b/run-code") && !e2bReady:
