@@ -112,7 +112,7 @@ class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin, ChangesMixin):
         if metadata is not None:
             body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
         d = self._t.request("POST", self._path("fork"), json_body=body, read_timeout=None).json()
-        out = []
+        out: list[Sandbox] = []
         for raw in d.get("sandboxes") or []:
             info = SandboxInfo.from_json(raw)
             out.append(Sandbox(self.client, info.id, info))
