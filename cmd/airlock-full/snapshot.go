@@ -216,14 +216,23 @@ text files (capped); binary files are marked.`,
 func newSandboxForkCmd() *cobra.Command {
 	var ttl time.Duration
 	var env []string
+	var live liveForkFlags
 	cmd := &cobra.Command{
-		Use:   "fork SNAP | fork ID NAME",
-		Short: "Make a new sandbox from a snapshot and print its id",
+		Use:   "fork SNAP | fork ID NAME | fork --live ID [NAME]",
+		Short: "Make a new sandbox from a snapshot, or running copies of a running sandbox (--live), and print their ids",
 		Long: `Make a new sandbox from a snapshot: the same template, its own identity,
 the snapshot's files. Name the snapshot by its id, or by the sandbox and
-the snapshot's name.`,
+the snapshot's name.
+
+With --live, copy running sandbox ID, its processes and memory, into
+--count new running sandboxes (labelled name=NAME when given), each with
+its own id, host name, machine id and entropy; ID runs on. Drivers
+without live_fork (airlock drivers) refuse it with their reason.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if live.on {
+				return runLiveFork(cmd, args, live, ttl, env)
+			}
 			c, err := client.FromEnv()
 			if err != nil {
 				return err
@@ -246,6 +255,7 @@ the snapshot's name.`,
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default: the template's)")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE added to every command's environment (repeatable)")
+	live.add(cmd)
 	return cmd
 }
 

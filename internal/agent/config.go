@@ -186,6 +186,12 @@ type ContainedConfig struct {
 	// root, because its own read-only root keeps the image's names (gVisor
 	// under a container engine).
 	ReadOnlyRoot bool `json:"read_only_root,omitempty"`
+	// MachineID, when set, is the sandbox's /etc/machine-id (32
+	// lower-case hex digits): the agent binds files of its own over the
+	// root's /etc/machine-id, /etc/hostname and /etc/hosts (which must
+	// exist), and can give them a new identity after a restore (a live
+	// fork's clone: see Identity). Empty: the root's files stay.
+	MachineID string `json:"machine_id,omitempty"`
 	// CgroupV1 lets the agent use the runtime's cgroup v1 hierarchies, in
 	// a cgroup namespace of the container's own, when there is no cgroup
 	// v2 inside: the workload's group and one per exec below the

@@ -96,6 +96,9 @@ func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	if err := ownEtc(cfg); err != nil {
 		return 0, err
 	}
+	if err := ownIdentity(cfg); err != nil {
+		return 0, err
+	}
 	if g.MaskProc {
 		if err := maskProc(g.Home); err != nil {
 			return 0, err

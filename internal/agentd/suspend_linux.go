@@ -71,6 +71,7 @@ func (s *server) serveSuspendable(ln net.Listener, path string) error {
 					return err
 				}
 			case v == agent.ResumeSignal && cur == nil:
+				s.takeIdentity(filepath.Dir(path))
 				l, err := listenSessions(path)
 				if err != nil {
 					mu.Unlock()

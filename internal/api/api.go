@@ -119,6 +119,7 @@ var routes = []route{
 	{method: "DELETE", path: "/v1/sandboxes/{id}", h: (*Server).deleteSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/timeout", h: (*Server).extendTimeout},
 	{method: "POST", path: "/v1/sandboxes/{id}/pause", op: opRequest, h: (*Server).pauseSandbox},
+	{method: "POST", path: "/v1/sandboxes/{id}/fork", op: opCreate, h: (*Server).forkSandbox},
 	{method: "POST", path: "/v1/sandboxes/{id}/resume", op: opRequest, h: (*Server).resumeSandbox},
 	{method: "GET", path: "/v1/sandboxes/{id}/egress", h: (*Server).egressSummary},
 	{method: "GET", path: "/v1/sandboxes/{id}/usage", h: (*Server).sandboxUsage},

@@ -100,7 +100,7 @@ func (o *Options) SetRuns(n int) {
 }
 
 // Sections are the sections Options.Only may name.
-var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b", "ports", "image", "pause"}
+var Sections = []string{"start", "exec", "docker", "microvm", "density", "egress", "wasm", "snapshots", "export", "throughput", "restart", "e2b", "ports", "image", "pause", "livefork"}
 
 // want says whether any of sections is to be measured.
 func (o Options) want(sections ...string) bool {
@@ -264,6 +264,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.want("pause") {
 		add("pause", pauseRows(ctx, o, progress))
+	}
+	if o.want("livefork") {
+		add("livefork", liveForkRows(ctx, o, progress))
 	}
 	if steps != nil {
 		r.Density = steps

@@ -56,6 +56,7 @@ func wantRows(clients []int) []string {
 	ids = append(ids, "ports/direct", "ports/latency", "ports/direct-download", "ports/throughput")
 	ids = append(ids, idImageDockerPull, idImageFirst, idImageComposed, idImageCached)
 	ids = append(ids, pauseRowIDs()...)
+	ids = append(ids, "livefork/first-exec")
 	return ids
 }
 
@@ -132,7 +133,7 @@ func TestQuickBenchIsComplete(t *testing.T) {
 			want = []Status{StatusMissing}
 		case row.Section == "image": // measured by TestImageRows
 			want = []Status{StatusMissing}
-		case row.Section == "pause" && !testcap.Probe(ctx, "runsc").OK:
+		case (row.Section == "pause" || row.Section == "livefork") && !testcap.Probe(ctx, "runsc").OK:
 			want = []Status{StatusFailed}
 		case row.Section == "export" && s3Err != nil:
 			want = []Status{StatusMissing}

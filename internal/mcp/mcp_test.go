@@ -270,7 +270,7 @@ func TestToolsListed(t *testing.T) {
 		tools[tl.Name] = tl
 	}
 	want := []string{
-		"sandbox_create", "sandbox_list", "sandbox_kill", "sandbox_set_timeout", "sandbox_pause", "sandbox_resume",
+		"sandbox_create", "sandbox_list", "sandbox_kill", "sandbox_set_timeout", "sandbox_pause", "sandbox_resume", "sandbox_fork_live",
 		"run_code", "run_command", "process_list", "process_wait", "process_output", "process_kill", "process_send_input",
 		"run_python_code", "execute_code", "execute",
 		"read_file", "write_file", "edit_file", "list_directory", "get_file_info", "create_directory", "move_file", "delete", "glob", "grep",

@@ -73,6 +73,7 @@ func (s *Server) addSandboxTools() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.sandboxSetTimeout)
 	s.addPauseTools()
+	s.addLiveForkTools()
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, req *sdk.CallToolRequest, in SandboxCreateInput) (*sdk.CallToolResult, SandboxEntry, error) {

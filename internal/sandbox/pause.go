@@ -46,9 +46,13 @@ type PauseFinder interface {
 // from the source's processes and memory with an identity of its own.
 type LiveForker interface {
 	// Checkpoint saves in's processes, their memory and its files into
-	// dir, which exists and is empty, and leaves in running (it stops no
-	// longer than the save takes). It returns the state Clone takes.
-	Checkpoint(ctx context.Context, in Instance, dir string) ([]byte, error)
+	// dir, which exists and is empty, and leaves the sandbox running (it
+	// stops no longer than the save takes). It returns the state Clone
+	// takes, and the Instance the sandbox runs on afterwards, on an error
+	// too: in itself, or a reattached one (a driver whose host session
+	// cannot be saved lets go of it around the save, as Pause does); nil
+	// means it was lost on the way.
+	Checkpoint(ctx context.Context, in Instance, dir string) ([]byte, Instance, error)
 	// Clone starts a new sandbox as spec says (spec.ID is its id; its
 	// host name, machine id and random seed are its own, never the
 	// source's) from dir and state (Checkpoint's), running where the

@@ -398,7 +398,11 @@ func (s *Supervisor) start(ctx context.Context, l *live) (err error) {
 	if err := drv.Capabilities().CheckSpec(l.rec.Driver, spec); err != nil {
 		return s.driverError(id, err)
 	}
-	inst, err := drv.Create(ctx, spec)
+	create := drv.Create
+	if l.clone != nil {
+		create = l.clone
+	}
+	inst, err := create(ctx, spec)
 	if err != nil {
 		return s.driverError(id, err)
 	}

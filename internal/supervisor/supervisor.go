@@ -165,6 +165,9 @@ type live struct {
 	pausing chan struct{}
 	// autoPausing is set while its TTL's pause runs (lifecycle.go).
 	autoPausing atomic.Bool
+	// clone, when set, starts the sandbox instead of its driver's
+	// Create: a live fork's clone (livefork.go).
+	clone cloneFunc
 
 	// snapMu serializes the sandbox's snapshots and restores; step counts
 	// its checkpoints (rollback.go).

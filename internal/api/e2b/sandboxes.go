@@ -43,11 +43,10 @@ func (h *Handler) routeControl() {
 	m.HandleFunc("PUT /sandboxes/{id}/network", h.withKey(h.updateNetwork))
 	m.HandleFunc("POST /sandboxes/{id}/pause", h.withKey(h.pause))
 	m.HandleFunc("POST /sandboxes/{id}/resume", h.withKey(h.resume))
-	for _, p := range []string{"POST /sandboxes/{id}/snapshots", "POST /sandboxes/{id}/fork"} {
-		m.HandleFunc(p, h.withKey(func(w http.ResponseWriter, r *http.Request, _ *caller) error {
-			return errorf(http.StatusNotImplemented, "airlock does not snapshot or fork sandboxes through the E2B API: use airlock's own API (POST /v1/sandboxes/{id}/snapshots, …/fork), or kill the sandbox and create another")
-		}))
-	}
+	m.HandleFunc("POST /sandboxes/{id}/fork", h.withKey(h.fork))
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", h.withKey(func(w http.ResponseWriter, r *http.Request, _ *caller) error {
+		return errorf(http.StatusNotImplemented, "airlock does not snapshot sandboxes through the E2B API: use airlock's own API (POST /v1/sandboxes/{id}/snapshots), or Sandbox.fork for running copies")
+	}))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errorf(http.StatusNotFound, "no such route: %s %s", r.Method, truncate(r.URL.Path, 200)))
 	})

@@ -44,11 +44,17 @@ type Driver struct {
 	// Ports, when set, is what its sandboxes' DialPort does (an exposed
 	// port); nil refuses it as unsupported.
 	Ports func(ctx context.Context, port int) (net.Conn, error)
+	// LiveForkable makes its sandboxes copyable running
+	// (sandbox.LiveForker; livefork.go).
+	LiveForkable bool
+	// CloneFail, when set, is every live fork clone's error.
+	CloneFail error
 	// Created, Closed, Swept, PausedCount (pauses) and Discarded count calls.
 	Created, Closed, Swept, PausedCount, Discarded atomic.Int32
 
 	mu     sync.Mutex
 	paused map[string]*tree // the trees of paused sandboxes, by id
+	images map[string]*tree // the trees of live forks' checkpoints, by source id
 	specs  []sandbox.Spec
 	hook   func(ctx context.Context, spec sandbox.Spec) error
 }
@@ -71,7 +77,7 @@ func (d *Driver) Probe(context.Context) error { return nil }
 
 // Capabilities are those of a Linux driver, without egress.
 func (d *Driver) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true, Pause: d.Pausable || d.Freezable, MemoryKeptInHost: d.Freezable}
+	return sandbox.Capabilities{Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true, PTY: true, Snapshots: true, Home: true, Pause: d.Pausable || d.Freezable, MemoryKeptInHost: d.Freezable, LiveFork: d.LiveForkable}
 }
 
 // Sweep counts.

@@ -170,10 +170,10 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, HostRoot: true, HostMounts: true, PTY: true, Snapshots: true, SurvivesRestart: d.rc.Persistent, CowMounts: true, Home: true,
 		Images: true, ImageRoot: true,
-		Pause: d.rc.Persistent,
+		Pause: d.rc.Persistent, LiveFork: d.rc.Persistent,
 		Lacks: map[sandbox.Capability]sandbox.Lack{
 			sandbox.CapPause:    {Why: "this gVisor driver's sandboxes die with the process that made them (a one-shot run's): there is no daemon to keep a paused one", Fix: "pause sandboxes of `airlock serve`"},
-			sandbox.CapLiveFork: {Why: "a live fork of a gVisor sandbox is not built yet (runsc checkpoint --leave-running, then restore under a new id)", Fix: "pause it and fork from a snapshot of its files"},
+			sandbox.CapLiveFork: {Why: "this gVisor driver's sandboxes die with the process that made them (a one-shot run's): there is no daemon to keep the clones", Fix: "fork sandboxes of `airlock serve`"},
 		},
 	}
 }

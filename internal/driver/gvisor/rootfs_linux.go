@@ -99,7 +99,7 @@ func (d *Driver) etcSnapshot() (string, error) {
 			return "", err
 		}
 	}
-	for name, content := range rootfs.EtcFiles(workloadUID, workloadGID, hostname) {
+	for name, content := range etcFiles() {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
 			return "", fmt.Errorf("write /etc/%s: %w", name, err)
 		}
@@ -165,7 +165,7 @@ func fingerprintEtc(etcDir string, names []string) (string, error) {
 			return "", fmt.Errorf("look at host %s/%s: %w", etcDir, name, err)
 		}
 	}
-	files := rootfs.EtcFiles(workloadUID, workloadGID, hostname)
+	files := etcFiles()
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		fmt.Fprintf(h, "generated %s\x00%s\n", name, files[name])
 	}
@@ -533,4 +533,14 @@ func writeSpec(path string, s *specs.Spec) error {
 		return fmt.Errorf("write the OCI spec: %w", err)
 	}
 	return nil
+}
+
+// etcFiles are the generated files of the /etc snapshot: rootfs.EtcFiles,
+// and an empty machine-id, the mount point of the sandbox's own (the
+// agent binds its identity files over machine-id, hostname and hosts:
+// agent.ContainedConfig.MachineID).
+func etcFiles() map[string]string {
+	files := rootfs.EtcFiles(workloadUID, workloadGID, hostname)
+	files["machine-id"] = ""
+	return files
 }

@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"path"
 	"slices"
 	"strconv"
@@ -184,13 +186,27 @@ func (b bundle) spec() *specs.Spec {
 // gets the limits it enforces inside and how to treat commands.
 func agentConfig(spec sandbox.Spec) *agent.Config {
 	l := spec.Limits
-	return &agent.Config{
+	cfg := &agent.Config{
 		Hostname: hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: workloadUID, GID: workloadGID, Env: spec.Env, OpenFiles: l.OpenFiles,
 		FileSize: l.DiskBytes, Home: spec.Home,
 		Contained: &agent.ContainedConfig{Pids: l.Pids, AgentMount: path.Join(agentDir, agentName)},
 	}
+	if spec.Root == "" {
+		// The composed root's /etc has the mount points of the sandbox's
+		// own identity files (etcFiles); a given root may not.
+		cfg.Contained.MachineID = newMachineID()
+	}
+	return cfg
 }
 
 // cgroupsPath is where a sandbox's host cgroup lives below each hierarchy.
 func cgroupsPath(parent, id string) string { return "/" + path.Join(parent, id) }
+
+// newMachineID is a sandbox's /etc/machine-id: 128 random bits in 32
+// lower-case hex digits.
+func newMachineID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}

@@ -98,6 +98,26 @@ class Sandbox(ExecMixin, FilesMixin, SnapshotsMixin, ChangesMixin):
         self.info = SandboxInfo.from_json(self._t.request("POST", self._path("resume")).json())
         return self.info
 
+    def fork_live(self, count: int = 1, *, ttl: float | None = None, metadata: dict[str, str] | None = None) -> list[Sandbox]:
+        """Copies the running sandbox, its processes and their memory, into
+        count (1 to 16) new running sandboxes, each with its own id, host
+        name, machine id and entropy; this one runs on. A driver without
+        live fork raises Unsupported with its reason. (fork, from
+        SnapshotsMixin, makes a sandbox from a snapshot of the files.)"""
+        body: dict[str, object] = {"live": True, "count": count}
+        if ttl is not None:
+            if ttl <= 0 or not math.isfinite(ttl):
+                raise ValueError(f"ttl {ttl}: give a positive number of seconds")
+            body["ttl_seconds"] = math.ceil(ttl)
+        if metadata is not None:
+            body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+        d = self._t.request("POST", self._path("fork"), json_body=body, read_timeout=None).json()
+        out: list[Sandbox] = []
+        for raw in d.get("sandboxes") or []:
+            info = SandboxInfo.from_json(raw)
+            out.append(Sandbox(self.client, info.id, info))
+        return out
+
     def extend(self, ttl: float) -> SandboxInfo:
         """Makes the sandbox live for ttl seconds from now (at most the
         template's max_ttl), and returns its updated info."""
