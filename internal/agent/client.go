@@ -41,6 +41,7 @@ type Client struct {
 	readBlobs *lazyClient[ReadBlobsRequest, BlobChunk]
 	apply     *lazyClient[ApplyInput, ApplyEvent]
 	lifetime  *lazyClient[LifetimeRequest, Empty]
+	suspend   *lazyClient[SuspendRequest, Empty]
 	helloResp HelloResponse
 }
 
@@ -90,6 +91,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		readBlobs: newLazy[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, blobClientOptions()...),
 		apply:     newLazy[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, blobClientOptions()...),
 		lifetime:  newLazy[LifetimeRequest, Empty](hc, baseURL+ProcLifetime, o...),
+		suspend:   newLazy[SuspendRequest, Empty](hc, baseURL+ProcSuspend, o...),
 	}
 	resp, err := cl.hello.get().CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
