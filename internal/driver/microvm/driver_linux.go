@@ -195,7 +195,7 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, PTY: true, Snapshots: true, Home: true,
 		// QEMU's migration of the whole machine to a file (pause_linux.go).
-		Pause: true,
+		Pause: true, LiveFork: true,
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
 		HostRoot: true, HostMounts: false,

@@ -78,18 +78,60 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) ([]
 		}
 		// The agent waits for a resume: the machine runs on from where
 		// it stopped, with a new session.
-		if back, rerr := d.runOn(ctx, ai, h, st.Token); rerr == nil {
-			return nil, back, fmt.Errorf("pause %s: %w", h.spec.ID, err)
-		} else {
+		back, rerr := d.runOn(ctx, ai, h, st.Token)
+		if rerr != nil {
 			_ = in.Close(context.WithoutCancel(ctx))
 			return nil, nil, fmt.Errorf("pause %s: %w; and the sandbox was lost going on: %w", h.spec.ID, err, rerr)
 		}
+		return nil, back, fmt.Errorf("pause %s: %w", h.spec.ID, err)
+	}
+	// The save is complete: a daemon that dies before the supervisor
+	// records it finds it (Paused).
+	raw := mustJSON(st.pausedState)
+	if err := d.markPaused(h.spec.ID, raw); err != nil {
+		d.rc.Logger.Warn("mark the microVM saved", "sandbox_id", h.spec.ID, "err", err)
 	}
 	// QEMU, its cgroup and the locks go; the machine is in dir.
 	if err := in.Close(context.WithoutCancel(ctx)); err != nil {
 		d.rc.Logger.Warn("end the paused microVM", "sandbox_id", h.spec.ID, "err", err)
 	}
-	return mustJSON(st.pausedState), nil, nil
+	return raw, nil, nil
+}
+
+var _ sandbox.PauseFinder = (*Driver)(nil)
+
+// pausedMark is the file that says sandbox id's machine was saved
+// completely, with its paused state; it goes with a resume or a discard.
+func (d *Driver) pausedMark(id string) string {
+	return filepath.Join(d.rc.StateDir, "microvm-paused", id)
+}
+
+func (d *Driver) markPaused(id string, raw []byte) error {
+	path := d.pausedMark(id)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Paused finds sandbox id saved by a process that died before its pause
+// was recorded: its QEMU died with that process, and the mark says the
+// save was complete. Without the mark the save was not (and the sandbox
+// died with its QEMU).
+func (d *Driver) Paused(_ context.Context, id string, _ []byte) ([]byte, bool) {
+	if !sandbox.ValidID(id) {
+		return nil, false
+	}
+	raw, err := os.ReadFile(d.pausedMark(id))
+	var st pausedState
+	if err != nil || json.Unmarshal(raw, &st) != nil || st.Spec.ID != id {
+		return nil, false
+	}
+	return raw, true
 }
 
 // saved is a save's outcome: the paused state, and whether the agent was
@@ -200,7 +242,11 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 		return nil, fmt.Errorf("resume %s: %w", id, err)
 	}
 	h.created = time.Now().Add(-st.Ran)
-	return h.finish(ctx, st, &agent.GuestRefresh{Seed: newSeed()}, h.created)
+	in, err := h.finish(ctx, st, &agent.GuestRefresh{Seed: newSeed()}, h.created)
+	if err == nil {
+		_ = os.Remove(d.pausedMark(id))
+	}
+	return in, err
 }
 
 // load starts the machine that st and dir saved, for st.Spec, and
@@ -216,7 +262,8 @@ func (d *Driver) load(ctx context.Context, st pausedState, dir string) (_ *host,
 	}
 	for _, f := range []string{st.StubKernel, st.StubInitrd, st.RootImage} {
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("%w: the machine's files are gone from the cache: %w", sandbox.ErrNotFound, err)
+			// Not the path: errors reach the API.
+			return nil, fmt.Errorf("%w: the machine's restore stub or root image is gone from the cache (%s)", sandbox.ErrNotFound, filepath.Base(f))
 		}
 	}
 	hostLayers, err := d.layers()
@@ -296,10 +343,13 @@ func (h *host) finish(ctx context.Context, st pausedState, ref *agent.GuestRefre
 }
 
 // Discard forgets paused sandbox id: the driver keeps nothing of it
-// outside its directory.
+// outside its directory but its mark.
 func (d *Driver) Discard(_ context.Context, id string, _ []byte) error {
 	if !sandbox.ValidID(id) {
 		return fmt.Errorf("discard %q: %w", id, sandbox.ErrInvalid)
+	}
+	if err := os.Remove(d.pausedMark(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("discard %s: %w", id, err)
 	}
 	return nil
 }

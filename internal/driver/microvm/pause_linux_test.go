@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
 // pauseServer keeps a random secret in a Python process's memory and
@@ -100,8 +102,14 @@ func TestPauseResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A daemon that died before it recorded the pause: the next one's
+	// driver finds the sandbox saved.
+	d2 := newDriver(t, Options{})
+	if found, ok := d2.Paused(ctx, id, nil); !ok || string(found) != string(st) {
+		t.Fatalf("another driver did not find the sandbox saved: %v %s", ok, found)
+	}
 	t0 = time.Now()
-	in2, err := d.Resume(ctx, id, st, dir)
+	in2, err := d2.Resume(ctx, id, st, dir)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
@@ -109,6 +117,9 @@ func TestPauseResume(t *testing.T) {
 	resume := time.Since(t0)
 	sh(t, in2, "true")
 	first := time.Since(t0)
+	if _, ok := d2.Paused(ctx, id, nil); ok {
+		t.Fatal("a resumed sandbox is still found saved")
+	}
 	if got := fetchSecret(t, in2); got != secret {
 		t.Fatalf("after the resume the server answered %q, before %q", got, secret)
 	}
@@ -157,5 +168,213 @@ func TestResumeRefusesCutImage(t *testing.T) {
 	}
 	if leaks := findLeaks(id); len(leaks) > 0 {
 		t.Fatalf("a refused resume left on the host: %v", leaks)
+	}
+}
+
+// TestPauseResumeMemory measures pauses and resumes of guests whose
+// Python process holds most of their memory (non-zero pages): 256 MiB
+// holding 64 MiB, and (without -short) 1 GiB holding 512 MiB. The
+// server answers a digest of what it holds, the same after the resume.
+func TestPauseResumeMemory(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		limit   int64 // the workload's: the guest has 128 MiB more
+		holdMiB int
+		long    bool
+	}{
+		{"256MiB", 128 << 20, 64, false},
+		{"1GiB", 896 << 20, 512, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.long && testing.Short() {
+				t.Skip("-short")
+			}
+			d := newDriver(t, Options{})
+			ctx := t.Context()
+			l := pauseLimits
+			l.MemoryBytes = c.limit
+			in, err := d.Create(ctx, sandbox.Spec{Limits: l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hold := strings.ReplaceAll(`import http.server, hashlib, os
+data = bytearray(HOLD << 20)
+for i in range(HOLD): data[i << 20:(i + 1) << 20] = os.urandom(1 << 20)
+digest = hashlib.sha256(data).hexdigest()[:16]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(hashlib.sha256(data).hexdigest()[:16].encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()
+`, "HOLD", strconv.Itoa(c.holdMiB))
+			if _, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", hold}, Background: true}); err != nil {
+				in.Close(context.Background())
+				t.Fatal(err)
+			}
+			before := fetchSecret(t, in)
+			t.Logf("before the pause: %s", sh(t, in, "grep -E '^(MemTotal|MemFree|MemAvailable|Shmem|Cached)' /proc/meminfo | tr -s ' ' | tr '\\n' ' '; cat /sys/fs/cgroup/memory.current 2>/dev/null"))
+			id := in.ID()
+			dir := t.TempDir()
+			t0 := time.Now()
+			st, back, err := d.Pause(ctx, in, dir)
+			if err != nil {
+				if back != nil {
+					back.Close(context.Background())
+				}
+				t.Fatalf("pause: %v", err)
+			}
+			pause := time.Since(t0)
+			fi, err := os.Stat(filepath.Join(dir, pauseImage))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 = time.Now()
+			in2, err := d.Resume(ctx, id, st, dir)
+			if err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			defer in2.Close(context.Background())
+			resume := time.Since(t0)
+			sh(t, in2, "true")
+			first := time.Since(t0)
+			after := fetchSecret(t, in2)
+			t.Logf("%s guest holding %d MiB: pause %v, image %d MiB (%.2f s/GiB of guest); resume %v, to a first exec %v",
+				c.name, c.holdMiB, pause.Round(time.Millisecond), fi.Size()>>20,
+				pause.Seconds()/(float64(guestMemoryMiB(c.limit))/1024), resume.Round(time.Millisecond), first.Round(time.Millisecond))
+			if after != before || len(before) != 16 {
+				t.Fatalf("the server's digest of its memory was %q, after the resume %q", before, after)
+			}
+		})
+	}
+}
+
+// TestLiveFork checkpoints a running sandbox whose server holds a secret
+// and starts a clone from it: both run on and answer the secret; the
+// clone's host name is its id, its machine id and random output are its
+// own.
+func TestLiveFork(t *testing.T) {
+	d := newDriver(t, Options{})
+	ctx := t.Context()
+	in, secret := pausedSandbox(t, d, pauseLimits)
+	defer in.Close(context.Background())
+	dir := t.TempDir()
+	t0 := time.Now()
+	st, err := d.Checkpoint(ctx, in, dir)
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	checkpoint := time.Since(t0)
+	if got := fetchSecret(t, in); got != secret {
+		t.Fatalf("after the checkpoint the source answered %q, before %q", got, secret)
+	}
+	t0 = time.Now()
+	clone, err := d.Clone(ctx, sandbox.Spec{ID: sandbox.NewID()}, st, dir)
+	if err != nil {
+		t.Fatalf("clone: %v", err)
+	}
+	defer clone.Close(context.Background())
+	sh(t, clone, "true")
+	first := time.Since(t0)
+	if got := fetchSecret(t, clone); got != secret {
+		t.Fatalf("the clone's server answered %q, the source's %q", got, secret)
+	}
+	ident := "hostname; cat /etc/machine-id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'"
+	a, b := strings.Fields(sh(t, in, ident)), strings.Fields(sh(t, clone, ident))
+	if len(a) != 3 || len(b) != 3 {
+		t.Fatalf("identity: %q, %q", a, b)
+	}
+	if b[0] != clone.ID() || a[0] != in.ID() {
+		t.Fatalf("host names: source %q, clone %q (its id %s)", a[0], b[0], clone.ID())
+	}
+	if a[1] == b[1] || a[2] == b[2] {
+		t.Fatalf("the source and its clone share a machine id or random output: %q, %q", a, b)
+	}
+	t.Logf("checkpoint %v; clone to a first exec %v", checkpoint.Round(time.Millisecond), first.Round(time.Millisecond))
+}
+
+// TestPauseDiskFull: a pause whose image does not fit (a 4 MiB file
+// system) fails with the reason, and the sandbox runs on where it was.
+func TestPauseDiskFull(t *testing.T) {
+	d := newDriver(t, Options{})
+	ctx := t.Context()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatalf("mount a small tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	in, secret := pausedSandbox(t, d, pauseLimits)
+	_, back, err := d.Pause(ctx, in, dir)
+	if back != nil {
+		defer back.Close(context.Background())
+	} else {
+		in.Close(context.Background())
+	}
+	if err == nil {
+		t.Fatal("a pause into 4 MiB worked")
+	}
+	t.Logf("refused: %v", err)
+	if back == nil {
+		t.Fatalf("the sandbox was lost: %v", err)
+	}
+	if got := fetchSecret(t, back); got != secret {
+		t.Fatalf("after the failed pause the server answered %q, before %q", got, secret)
+	}
+}
+
+// TestSupervisorRefusesTamperedImage: through the supervisor, a microVM's
+// pause image changed after the pause (one byte of its memory flipped,
+// which QEMU would load without a word) is refused by its digest, and
+// the sandbox stays paused.
+func TestSupervisorRefusesTamperedImage(t *testing.T) {
+	d := newDriver(t, Options{})
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tmpl := supervisor.Template{Name: supervisor.DefaultTemplate, Driver: "microvm", Memory: supervisor.Size(pauseLimits.MemoryBytes),
+		CPUs: 1, Pids: 64, Disk: supervisor.Size(pauseLimits.DiskBytes), Tmp: supervisor.Size(pauseLimits.TmpBytes),
+		TTL: supervisor.Duration(10 * time.Minute), PausedTTL: supervisor.Duration(time.Hour)}
+	sup, err := supervisor.New(supervisor.Options{
+		Store: st, Drivers: map[string]sandbox.Driver{"microvm": d},
+		Config: supervisor.Config{StateDir: dir, Templates: []supervisor.Template{tmpl}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(ctx)
+	caller := supervisor.Caller{KeyID: "key-test"}
+	info, err := sup.Create(ctx, caller, supervisor.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Kill(ctx, caller, info.ID)
+	if _, err := sup.Pause(ctx, caller, info.ID); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	img := filepath.Join(dir, "paused", info.ID, pauseImage)
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("the pause image is not where the supervisor keeps images: %v", err)
+	}
+	fi, _ := f.Stat()
+	b := make([]byte, 1)
+	off := fi.Size() / 2
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = sup.Resume(ctx, caller, info.ID)
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "changed or cut short") {
+		t.Fatalf("resume of a tampered image: %v", err)
+	}
+	if got, _ := sup.Get(ctx, caller, info.ID); got.State != store.StatePaused {
+		t.Fatalf("after a refused resume it is %s", got.State)
 	}
 }
