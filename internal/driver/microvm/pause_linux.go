@@ -297,18 +297,9 @@ func (d *Driver) load(ctx context.Context, st pausedState, dir string) (_ *host,
 		State: img, Cont: true,
 		UID: h.uid, GID: h.uid, Groups: d.vmGroups(), Group: h.group,
 	}
-	if st.RAMBackend {
-		fd, err := unix.MemfdCreate("airlock-microvm-ram", unix.MFD_CLOEXEC)
-		if err != nil {
-			return h, fmt.Errorf("make a memfd for the machine's memory: %w", err)
-		}
-		ram := os.NewFile(uintptr(fd), "airlock-microvm-ram")
-		defer ram.Close()
-		if err := ram.Truncate(int64(st.MemoryMiB) << 20); err != nil {
-			return h, err
-		}
-		m.RAM = ram
-	}
+	// The memory a snapshot's machine ran on was a backend's: the image
+	// loads into one of the same name, of anonymous memory.
+	m.AnonRAM = st.RAMBackend
 	h.console = &agentdriver.LogBuffer{}
 	m.Console = h.console
 	v, err := d.vmm.Start(ctx, m)

@@ -70,7 +70,7 @@ const (
 // and resource controls.
 func (q *qemu) args(m *machine) []string {
 	mach := "microvm"
-	if m.RAM != nil {
+	if m.RAM != nil || m.AnonRAM {
 		mach += ",memory-backend=ram"
 	}
 	a := []string{
@@ -85,6 +85,8 @@ func (q *qemu) args(m *machine) []string {
 			share = "on"
 		}
 		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/dev/fd/%d,share=%s", m.MemoryMiB, qemuFDFirst, share))
+	} else if m.AnonRAM {
+		a = append(a, "-object", fmt.Sprintf("memory-backend-ram,id=ram,size=%dM", m.MemoryMiB))
 	}
 	a = append(a,
 		"-kernel", m.Kernel, "-initrd", m.Initramfs, "-append", m.Cmdline,

@@ -52,6 +52,12 @@ type machine struct {
 	// with every other machine restored from it).
 	RAM       *os.File
 	RAMShared bool
+	// AnonRAM, without RAM, makes the memory a backend of anonymous
+	// memory with the same name as RAM's (a paused machine that ran on a
+	// snapshot's RAM loads into it). A page of a private mapping of a
+	// memfd costs the host twice once written: the memfd's page, read in
+	// first, and the copy.
+	AnonRAM bool
 	// State, when set, is the saved device state the machine resumes from.
 	State *os.File
 	// Cont says State was saved stopped (a pause): the machine is
