@@ -41,6 +41,7 @@ type Client struct {
 	readBlobs *lazyClient[ReadBlobsRequest, BlobChunk]
 	apply     *lazyClient[ApplyInput, ApplyEvent]
 	lifetime  *lazyClient[LifetimeRequest, Empty]
+	suspend   *lazyClient[SuspendRequest, Empty]
 	helloResp HelloResponse
 	// tun is the tunnel channel the agent took (DialLocal); nil: tunnels
 	// ride the HTTP/2 connection.
@@ -93,6 +94,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		readBlobs: newLazy[ReadBlobsRequest, BlobChunk](hc, baseURL+ProcReadBlobs, blobClientOptions()...),
 		apply:     newLazy[ApplyInput, ApplyEvent](hc, baseURL+ProcApply, blobClientOptions()...),
 		lifetime:  newLazy[LifetimeRequest, Empty](hc, baseURL+ProcLifetime, o...),
+		suspend:   newLazy[SuspendRequest, Empty](hc, baseURL+ProcSuspend, o...),
 	}
 	resp, err := cl.hello.get().CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {

@@ -80,6 +80,12 @@ type Config struct {
 	// ReadyFD, with Template, is a descriptor (a pipe's writing end) the
 	// agent writes a byte to once it waits for the sandbox's config.
 	ReadyFD int `json:"ready_fd,omitempty"`
+	// GuestControl, in a virtual machine, is a descriptor (a unix socket)
+	// to the guest's init: the agent sends it each resume's GuestRefresh
+	// as a JSON line, and the init, which holds the capabilities to set
+	// the clock, answers a line ("ok", or what failed). Zero: not a
+	// machine's agent, which cannot suspend its session.
+	GuestControl int `json:"guest_control,omitempty"`
 	// WarmUp, with Template, are commands the agent runs once, as the
 	// workload, before it waits: what they read from the root is then in
 	// the page cache a snapshot keeps. A command that fails is ignored.

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,7 @@ func guestMain() error {
 	if err := a.claim(cfg, raw); err != nil {
 		return err
 	}
+	go serveControl(a.ctl)
 	err = a.cmd.Wait()
 	fmt.Fprintf(os.Stderr, "airlock-guest: the agent ended: %v\n", err)
 	return nil
@@ -352,6 +354,7 @@ func writeIdentity(cfg *agent.Config) error {
 // guestAgent is the agent proper, started by the guest's init.
 type guestAgent struct {
 	cmd   *exec.Cmd
+	ctl   *os.File // the init's end of the agent's control socket
 	cfg   *os.File // where its configs go
 	ready *os.File // reads end-of-file once it waits for its sandbox
 }
@@ -420,8 +423,14 @@ func startAgent(port *os.File) (*guestAgent, error) {
 		}
 		cfg.Mounts = append(cfg.Mounts, agent.MountConfig{FD: add(f), Target: "/etc/" + name})
 	}
+	ctl, err := controlPair()
+	if err != nil {
+		return nil, err
+	}
+	cfg.GuestControl = add(ctl[1])
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
+		ctl[0].Close()
 		return nil, err
 	}
 	cfg.ReadyFD = add(readyW)
@@ -457,7 +466,7 @@ func startAgent(port *os.File) (*guestAgent, error) {
 		return nil, fmt.Errorf("start the agent: %w", err)
 	}
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0)
-	a := &guestAgent{cmd: cmd, cfg: cfgW, ready: readyR}
+	a := &guestAgent{cmd: cmd, cfg: cfgW, ready: readyR, ctl: ctl[0]}
 	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
 		a.kill()
 		return nil, fmt.Errorf("configure the agent: %w", err)
@@ -522,4 +531,54 @@ func guestInit(exitAtOnce bool) int {
 	}
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	return 1
+}
+
+// controlPair is the agent's control socket to the init: the init's end,
+// the agent's.
+func controlPair() ([2]*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return [2]*os.File{}, fmt.Errorf("make the agent's control socket: %w", err)
+	}
+	return [2]*os.File{os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control")}, nil
+}
+
+// serveControl applies each agent.GuestRefresh the agent sends (a resume
+// of the machine: the host's clock, fresh entropy, for a clone its
+// identity) and answers "ok" or what failed, until the agent ends.
+func serveControl(ctl *os.File) {
+	r := bufio.NewReaderSize(ctl, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		answer := "ok"
+		var ref agent.GuestRefresh
+		if err := json.Unmarshal(line, &ref); err != nil {
+			answer = "read the refresh: " + err.Error()
+		} else if err := applyRefresh(&ref); err != nil {
+			answer = err.Error()
+		}
+		if _, err := ctl.WriteString(strings.ReplaceAll(answer, "\n", " ") + "\n"); err != nil {
+			return
+		}
+	}
+}
+
+// applyRefresh makes a resumed guest take on ref.
+func applyRefresh(ref *agent.GuestRefresh) error {
+	if ref.TimeUnixNano > 0 {
+		tv := unix.NsecToTimeval(ref.TimeUnixNano)
+		if err := unix.Settimeofday(&tv); err != nil {
+			return fmt.Errorf("set the guest's clock: %w", err)
+		}
+	}
+	if err := addEntropy(ref.Seed); err != nil {
+		return err
+	}
+	if ref.Hostname == "" {
+		return nil
+	}
+	return writeIdentity(&agent.Config{Hostname: ref.Hostname, Guest: &agent.GuestConfig{MachineID: ref.MachineID}})
 }

@@ -226,6 +226,9 @@ func run() error {
 			if conn, err = hostConn(agent.FDConn); err != nil {
 				return fmt.Errorf("open the host connection: %w", err)
 			}
+			if cfg.GuestControl > 0 {
+				s.port = newGuestPort(conn, cfg.GuestControl)
+			}
 		}
 		// An idle sandbox should cost the host little: a tight heap (the agent's
 		// live heap is about 2 MiB), and what building the sandbox took goes
@@ -252,7 +255,11 @@ func run() error {
 			// its runtime) kills it.
 			return s.serveSessions(sessions)
 		}
-		agent.ServeConn(context.Background(), s.tun.takeOffer(conn), s.mux)
+		if s.port != nil {
+			s.port.serve(s.mux)
+		} else {
+			agent.ServeConn(context.Background(), s.tun.takeOffer(conn), s.mux)
+		}
 		// A restore past its commit point finishes before the agent ends.
 		s.snap.commits.Wait()
 		// The agent's exit ends the sandbox: as PID 1 of its pid namespace
@@ -361,6 +368,9 @@ type server struct {
 	// sessMu guards current, the host session being served: one at a time.
 	sessMu  sync.Mutex
 	current net.Conn
+	// port, in a virtual machine, serves its sessions one after another
+	// (guestport_linux.go); nil otherwise.
+	port *guestPort
 	// snap is the snapshot state (snapshot_linux.go).
 	snap *snapState
 	// trim ends idle threads once the agent is quiet (threads_linux.go).
@@ -398,6 +408,7 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcResolve, connect.NewUnaryHandlerSimple(agent.ProcResolve, s.resolve, o...))
 	mux.Handle(agent.ProcList, connect.NewUnaryHandlerSimple(agent.ProcList, s.list, o...))
 	mux.Handle(agent.ProcForget, connect.NewUnaryHandlerSimple(agent.ProcForget, s.forget, o...))
+	mux.Handle(agent.ProcSuspend, connect.NewUnaryHandlerSimple(agent.ProcSuspend, s.suspendSession, o...))
 	s.egress.register(mux)
 	mux.Handle(agent.ProcDial, http.HandlerFunc(serveDial))
 	s.registerSnapshots(mux)

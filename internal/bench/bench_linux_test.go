@@ -32,6 +32,7 @@ func wantRows(clients []int) []string {
 	}
 	ids = append(ids, "exec/native", "exec/http", idDockerRun, idAirlockDocker, idDockerExec, idDockerClaim,
 		"microvm/cold", "microvm/snapshot", "microvm/exec", "microvm/idle-pss",
+		"microvm/pause-256m", "microvm/pause-image-256m", "microvm/resume-256m", "microvm/pause-1g", "microvm/pause-image-1g", "microvm/resume-1g",
 		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
 		"density/pss", "density/cgroup", "density/tasks", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",

@@ -61,6 +61,9 @@ func microvmRows(ctx context.Context, o Options, progress func(string, ...any)) 
 			r.Status, r.Detail = StatusFailed, why
 			out[i] = *r
 		}
+		for _, id := range microvmPauseRowIDs() {
+			out = append(out, Row{Section: "microvm", ID: id, What: "microvm " + strings.TrimPrefix(id, "microvm/"), Status: StatusFailed, Detail: why})
+		}
 		return out
 	}
 
@@ -126,7 +129,7 @@ func microvmRows(ctx context.Context, o Options, progress func(string, ...any)) 
 
 	progress("microvm: memory of %d idle microVMs", o.microvmIdleSandboxes())
 	mem = idleMicroVMs(ctx, o, warm, spec, mem)
-	return []Row{cold, snap, execR, mem}, nil
+	return append([]Row{cold, snap, execR, mem}, microvmPauseRows(ctx, o, warm, progress)...), nil
 }
 
 // idleMicroVMs starts idle microVMs and reads the PSS of what each has in

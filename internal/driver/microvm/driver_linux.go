@@ -194,6 +194,8 @@ func (d *Driver) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{
 		Shell: true, Languages: []string{"sh", "bash", "python3"}, Files: true, Background: true,
 		Egress: true, PTY: true, Snapshots: true, Home: true,
+		// QEMU's migration of the whole machine to a file (pause_linux.go).
+		Pause: true, LiveFork: true,
 		// Spec.Root becomes a disk image; no host directory is ever
 		// visible inside (the guest kernel has no 9p, Debian no virtiofsd).
 		HostRoot: true, HostMounts: false,
@@ -301,7 +303,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &host{d: d, spec: spec, lock: b.Lock}
+	h := &host{d: d, spec: spec, lock: b.Lock, created: time.Now(), hostLayers: hostLayers}
 	b.Host(h)
 	if h.uidLock, h.uid, err = hostlock.UIDRange(d.rc.StateDir); err != nil {
 		return nil, nil, err

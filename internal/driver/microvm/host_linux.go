@@ -29,6 +29,18 @@ type host struct {
 	console *agentdriver.LogBuffer // the guest's console and QEMU's messages
 	// Restored says the machine came from a snapshot (else it booted).
 	Restored bool
+	// shape is what the machine was started with (for a pause).
+	shape shape
+	// created is when the sandbox was made (a resumed one: less the
+	// time it ran before its pause); hostLayers the host's layers then.
+	created    time.Time
+	hostLayers []sandbox.Layer
+	// client is the agent's session on sess, over the port vm.Agent,
+	// which outlives sessions (a pause's suspend, pause_linux.go); wmu
+	// keeps their writes apart.
+	client *agent.Client
+	sess   *agent.SessionConn
+	wmu    sync.Mutex
 
 	agentdriver.Lifecycle
 
@@ -91,6 +103,7 @@ func (h *host) limitCPU() error {
 // shape (made now when there is none yet), else booted.
 func (h *host) start(ctx context.Context, s shape) error {
 	d := h.d
+	h.shape = s
 	m := s.machine()
 	m.UID, m.GID, m.Groups, m.Group = h.uid, h.uid, d.vmGroups(), h.group
 	if !d.opts.Cold {
@@ -151,13 +164,15 @@ func (h *host) handshake(ctx context.Context, cfg *agent.Config) (*agent.Client,
 	if err := agent.WriteConfig(h.vm.Agent, cfg); err != nil {
 		return nil, nil, h.startError(err)
 	}
-	client, layers, err := agent.Dial(dctx, h.vm.Agent)
+	h.sess = agent.NewSession(h.vm.Agent, &h.wmu)
+	client, layers, err := agent.Dial(dctx, h.sess)
 	if err != nil {
 		if dctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w (the agent did not answer within %v)", err, h.d.opts.BootTimeout)
 		}
 		return nil, nil, h.startError(err)
 	}
+	h.client = client
 	return client, layers, nil
 }
 

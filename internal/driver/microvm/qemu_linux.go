@@ -70,7 +70,7 @@ const (
 // and resource controls.
 func (q *qemu) args(m *machine) []string {
 	mach := "microvm"
-	if m.RAM != nil {
+	if m.RAM != nil || m.AnonRAM {
 		mach += ",memory-backend=ram"
 	}
 	a := []string{
@@ -85,6 +85,8 @@ func (q *qemu) args(m *machine) []string {
 			share = "on"
 		}
 		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,mem-path=/dev/fd/%d,share=%s", m.MemoryMiB, qemuFDFirst, share))
+	} else if m.AnonRAM {
+		a = append(a, "-object", fmt.Sprintf("memory-backend-ram,id=ram,size=%dM", m.MemoryMiB))
 	}
 	a = append(a,
 		"-kernel", m.Kernel, "-initrd", m.Initramfs, "-append", m.Cmdline,
@@ -206,7 +208,7 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 		}
 		// Loading the device state takes milliseconds (the RAM is mapped,
 		// not read); a snapshot QEMU cannot load ends it.
-		if err := waitRunning(qctx, ctl); err != nil {
+		if err := waitRunning(qctx, ctl, m.Cont); err != nil {
 			return nil, q.startError(v, fmt.Errorf("restore the snapshot: %w", err))
 		}
 	}
@@ -214,8 +216,9 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 }
 
 // waitRunning waits until the machine runs: its incoming migration is
-// done (the snapshot was saved running, so it resumes by itself).
-func waitRunning(ctx context.Context, ctl *qmp) error {
+// done (a snapshot was saved running, so it resumes by itself; a paused
+// machine was saved stopped, and is continued when cont says so).
+func waitRunning(ctx context.Context, ctl *qmp, cont bool) error {
 	for {
 		raw, err := ctl.call(ctx, "query-status", nil)
 		if err != nil {
@@ -231,6 +234,13 @@ func waitRunning(ctx context.Context, ctl *qmp) error {
 		case "running":
 			return nil
 		case "inmigrate", "prelaunch":
+		case "paused":
+			if !cont {
+				return errors.New("the machine is paused, not running")
+			}
+			if _, err := ctl.call(ctx, "cont", nil); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("the machine is %s, not running", st.Status)
 		}
@@ -271,6 +281,11 @@ func (q *qemu) Save(ctx context.Context, v *vm, state *os.File) error {
 	if _, err := ctl.call(ctx, "migrate", map[string]any{"uri": "fd:state"}); err != nil {
 		return err
 	}
+	return awaitMigration(ctx, ctl)
+}
+
+// awaitMigration waits until the machine's outgoing migration is done.
+func awaitMigration(ctx context.Context, ctl *qmp) error {
 	for {
 		raw, err := ctl.call(ctx, "query-migrate", nil)
 		if err != nil {

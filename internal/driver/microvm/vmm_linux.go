@@ -29,6 +29,11 @@ type vmm interface {
 	// file (machine.RAMShared), to state. The machine is paused afterwards;
 	// its RAM file and state are a snapshot.
 	Save(ctx context.Context, v *vm, state *os.File) error
+	// Migrate stops v and saves all of it, its memory with its devices,
+	// to out; v stays stopped until Cont.
+	Migrate(ctx context.Context, v *vm, out *os.File) error
+	// Cont lets a machine stopped by Migrate run on.
+	Cont(ctx context.Context, v *vm) error
 }
 
 // machine is one virtual machine to start.
@@ -47,8 +52,17 @@ type machine struct {
 	// with every other machine restored from it).
 	RAM       *os.File
 	RAMShared bool
+	// AnonRAM, without RAM, makes the memory a backend of anonymous
+	// memory with the same name as RAM's (a paused machine that ran on a
+	// snapshot's RAM loads into it). A page of a private mapping of a
+	// memfd costs the host twice once written: the memfd's page, read in
+	// first, and the copy.
+	AnonRAM bool
 	// State, when set, is the saved device state the machine resumes from.
 	State *os.File
+	// Cont says State was saved stopped (a pause): the machine is
+	// continued once it is loaded.
+	Cont bool
 	// UID and GID run the VMM (0: the caller's), with Groups as its only
 	// supplementary groups.
 	UID, GID int
