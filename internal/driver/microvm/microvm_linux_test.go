@@ -110,7 +110,10 @@ var Unsupported = map[string]string{
 }
 
 // TestConformance runs the whole suite on sandboxes restored from a
-// snapshot, the default path.
+// snapshot, the default path, two cases at a time (the cases that measure
+// time alone): a case waits mostly on QEMU restoring and stopping its
+// machine, and under TCG a busy guest takes a core, of which this machine
+// has two.
 func TestConformance(t *testing.T) {
 	d := newDriver(t, Options{})
 	lc := &leakChecker{}
@@ -127,6 +130,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("kill the VMM: %v", err)
 			}
 		},
+		Parallel: 2,
 	})
 }
 

@@ -14,7 +14,9 @@
 // outside and from the inside (a hostile workload trying to escape), checks
 // that the same sandbox still runs a command afterwards, closes it, and asks
 // the driver's Leaks check whether anything of it is left on the host.
-// Cases run one after another: resource limits are flaky under contention.
+// Cases run one after another unless Options.Parallel says otherwise; the
+// cases that assert a duration, a rate or CPU use, or that change the test
+// process or count a host-wide resource, always run alone.
 //
 // What a case needs of the driver beyond running a command (a shell, the
 // file API, background processes, egress, host mounts) it reads from the
@@ -77,6 +79,14 @@ type Options struct {
 	// ShellWorkload, which needs Capabilities.Shell: a driver without a
 	// shell gives its own.
 	Workload Workload
+	// Parallel is how many cases of a group run at a time; 0 and 1 mean
+	// one after another. A driver whose cases wait on a cluster or a
+	// virtual machine more than on this machine's CPU sets it (its test
+	// says why that many). The cases marked alone (they assert a
+	// duration, a rate or CPU use, change the test process, or count a
+	// host-wide resource) run one at a time, with nothing beside them,
+	// after the rest of their group.
+	Parallel int
 }
 
 // need is something a case needs from the driver beyond running a command.
@@ -181,6 +191,12 @@ type testCase struct {
 	// needs lists what the case needs of the driver and of Options; a
 	// driver that lacks one must declare the case Unsupported.
 	needs []need
+	// alone says the case runs with no other case beside it, whatever
+	// Options.Parallel says: it asserts a duration, a rate or CPU use
+	// (other sandboxes' work would slow what it measures), changes the
+	// test process (its environment), or counts a host-wide resource
+	// that other cases use too. docs/tests.md names the rule.
+	alone bool
 	run   func(t *testing.T, e *env)
 }
 
@@ -233,15 +249,46 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 	}
 	for _, g := range groups() {
 		t.Run(g.name, func(t *testing.T) {
-			for _, c := range g.cases {
-				t.Run(c.name, func(t *testing.T) {
-					if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
-						t.Skipf("the driver does not support this: %s", why)
-					}
-					runCase(t, newEnv(t, c, newDriver, opts), c)
-				})
-			}
+			runCases(t, g.cases, opts.Parallel, func(t *testing.T, c testCase) {
+				if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
+					t.Skipf("the driver does not support this: %s", why)
+				}
+				runCase(t, newEnv(t, c, newDriver, opts), c)
+			})
 		})
+	}
+}
+
+// runCases runs each of cases as a subtest of t with one. With parallel
+// above 1, the cases not marked alone run first, up to parallel at a
+// time, each in a goroutine of its own (t.Run from several goroutines;
+// not t.Parallel, whose bound is the whole test binary's -parallel), then
+// the alone ones, one after another with nothing beside them. Otherwise
+// every case runs in order, one after another.
+func runCases(t *testing.T, cases []testCase, parallel int, one func(t *testing.T, c testCase)) {
+	if parallel <= 1 {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { one(t, c) })
+		}
+		return
+	}
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		if c.alone {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			t.Run(c.name, func(t *testing.T) { one(t, c) })
+		})
+	}
+	wg.Wait()
+	for _, c := range cases {
+		if c.alone {
+			t.Run(c.name, func(t *testing.T) { one(t, c) })
+		}
 	}
 }
 
