@@ -23,7 +23,9 @@ import (
 
 // execCases: those marked alone assert how soon something happens (a
 // stream's first line, a signal's or a cancel's effect, a heartbeat within
-// 400 ms, an immediate EOF) or set the test process's environment (env).
+// 400 ms, an immediate EOF). env sets a canary in the test process's
+// environment while its sandbox is made, but nothing of that environment
+// reaches any sandbox (what env checks): it need not be alone.
 func execCases() []testCase {
 	return []testCase{
 		{name: "lifecycle", closes: true, run: testLifecycle},
@@ -31,7 +33,7 @@ func execCases() []testCase {
 		{name: "own_signal", needs: []need{needShell}, run: testOwnSignal},
 		{name: "streaming", alone: true, run: testStreaming},
 		{name: "stdin", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 8 << 20 }, run: testStdin},
-		{name: "env", alone: true, spec: envSpec, run: testEnv},
+		{name: "env", spec: envSpec, run: testEnv},
 		{name: "cwd", needs: []need{needFiles}, run: testCwd},
 		{name: "not_found", run: testNotFound},
 		{name: "not_executable", needs: []need{needShell, needFiles}, run: testNotExecutable},

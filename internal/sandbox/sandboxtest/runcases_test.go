@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// TestRunCases: with Parallel 3, the cases not marked alone run up to
-// three at a time, and each alone case runs with no other case beside it;
-// with Parallel 0 every case runs by itself, in order.
+// TestRunCases: with Parallel 3, the cases run up to three at a time, and
+// while an alone case's check runs no other case is at any step; with
+// Parallel 0 or 1 every case runs by itself, in order.
 func TestRunCases(t *testing.T) {
 	var cases []testCase
-	for i := range 9 {
+	for i := range 12 {
 		cases = append(cases, testCase{name: "c" + strconv.Itoa(i), alone: i%4 == 1})
 	}
 	for _, tt := range []struct {
@@ -20,48 +20,53 @@ func TestRunCases(t *testing.T) {
 	}{{0, 1}, {1, 1}, {3, 3}} {
 		t.Run("parallel_"+strconv.Itoa(tt.parallel), func(t *testing.T) {
 			var (
-				mu            sync.Mutex
-				now, most     int
-				order         []string
-				aloneBeside   []string
-				ran           = map[string]bool{}
-				wantAloneLast = tt.parallel > 1
+				mu          sync.Mutex
+				now, most   int
+				order       []string
+				aloneBeside []string
 			)
-			runCases(t, cases, tt.parallel, func(t *testing.T, c testCase) {
+			// step is one step of a case (making its sandbox, its check,
+			// closing it): while it runs, the case counts as busy.
+			step := func(name string, alone bool) {
 				mu.Lock()
 				now++
 				most = max(most, now)
-				if c.alone && now > 1 {
-					aloneBeside = append(aloneBeside, c.name)
+				if alone && now > 1 {
+					aloneBeside = append(aloneBeside, name)
 				}
-				order = append(order, c.name)
-				ran[c.name] = true
 				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond)
 				mu.Lock()
-				if c.alone && now > 1 {
-					aloneBeside = append(aloneBeside, c.name)
+				if alone && now > 1 {
+					aloneBeside = append(aloneBeside, name)
 				}
 				now--
 				mu.Unlock()
+			}
+			runCases(t, cases, tt.parallel, func(t *testing.T, c testCase, q *quiet) {
+				mu.Lock()
+				order = append(order, c.name)
+				mu.Unlock()
+				step(c.name, false)                       // create
+				t.Cleanup(func() { step(c.name, false) }) // close
+				if c.alone {
+					done := q.alone()
+					step(c.name, true)
+					done()
+				} else {
+					step(c.name, false)
+				}
 			})
-			if len(ran) != len(cases) {
-				t.Errorf("%d of %d cases ran: %v", len(ran), len(cases), order)
+			if len(order) != len(cases) {
+				t.Errorf("%d of %d cases ran: %v", len(order), len(cases), order)
 			}
 			if most != tt.wantMost {
-				t.Errorf("at most %d cases ran at a time; want %d", most, tt.wantMost)
+				t.Errorf("at most %d steps ran at a time; want %d", most, tt.wantMost)
 			}
 			if len(aloneBeside) > 0 {
-				t.Errorf("alone cases ran beside others: %v", aloneBeside)
+				t.Errorf("alone cases checked with other cases beside them: %v", aloneBeside)
 			}
-			if wantAloneLast {
-				for i, name := range order {
-					if alone := name == "c1" || name == "c5"; alone != (i >= len(order)-2) {
-						t.Errorf("with Parallel, the alone cases run after the others: order %v", order)
-						break
-					}
-				}
-			} else {
+			if tt.parallel <= 1 {
 				for i, name := range order {
 					if name != cases[i].name {
 						t.Errorf("one at a time, the cases run in order: %v", order)
