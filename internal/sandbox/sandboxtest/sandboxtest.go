@@ -84,9 +84,9 @@ type Options struct {
 	// virtual machine more than on this machine's CPU sets it (its test
 	// says why that many). A case marked alone (it asserts a duration, a
 	// rate or CPU use, or counts a host-wide resource) has nothing beside
-	// it while it runs: its sandbox is made, and closed, beside the other
-	// cases', but what it checks waits until no other case is at any
-	// step, and the others wait for it.
+	// it from its sandbox's create to the end of its check: it waits until
+	// no other case is at any step, and the others wait for it; its close
+	// runs beside the other cases'.
 	Parallel int
 }
 
@@ -192,11 +192,10 @@ type testCase struct {
 	// needs lists what the case needs of the driver and of Options; a
 	// driver that lacks one must declare the case Unsupported.
 	needs []need
-	// alone says the case's run function runs with no other case beside
-	// it, whatever Options.Parallel says: it asserts a duration, a rate
+	// alone says the case makes its sandbox and runs with no other case
+	// beside it, whatever Options.Parallel says: it asserts a duration, a rate
 	// or CPU use (other sandboxes' work would slow what it measures), or
-	// counts a host-wide resource that other cases use too. A case that
-	// makes its own sandboxes (own) makes them alone too. docs/tests.md
+	// counts a host-wide resource that other cases use too. docs/tests.md
 	// names the rule.
 	alone bool
 	run   func(t *testing.T, e *env)
@@ -295,7 +294,7 @@ func runCases(t *testing.T, cases []testCase, parallel int, one func(t *testing.
 // quiet is how the cases of a group that run side by side let an alone
 // case measure with nothing beside it: every case holds it shared from
 // its start to the end of its last cleanup, and an alone case holds it
-// alone while its run function runs (its sandbox's create, close and
+// alone from its sandbox's create to the end of its check (its close and
 // leak check are not what it measures, and run beside other cases').
 // A nil quiet does nothing: the cases run one after another.
 type quiet struct{ mu sync.RWMutex }
@@ -356,6 +355,12 @@ func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Drive
 // runCase makes the case's sandbox, runs the case, then checks that the
 // sandbox still works, closes it and checks for leaks.
 func runCase(t *testing.T, e *env, c testCase) {
+	if c.alone {
+		// From the sandbox's create, which gives what other cases did
+		// just before (Pods deleted, machines stopped) a few seconds to
+		// settle, to the end of the check; the close runs beside others.
+		defer e.quiet.alone()()
+	}
 	e.spec = sandbox.Spec{Limits: smallLimits}
 	if e.egress != nil {
 		e.spec.Network = e.egress.network()
@@ -374,9 +379,6 @@ func runCase(t *testing.T, e *env, c testCase) {
 			// t.Fatal.
 			t.Cleanup(func() { e.stillWorks(t) })
 		}
-	}
-	if c.alone {
-		defer e.quiet.alone()()
 	}
 	c.run(t, e)
 }
