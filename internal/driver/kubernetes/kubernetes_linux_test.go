@@ -160,6 +160,13 @@ func unsupportedCases(runtimeClass string) map[string]string {
 	return m
 }
 
+// conformanceParallel is how many of the suite's cases run at a time: a
+// case mostly waits for its Pod to be scheduled, started and deleted (the
+// kubelet's and the API server's work, not this process's), and a Pod
+// requests a tenth of a CPU of the node. The cases that measure time run
+// alone (sandboxtest.Options.Parallel).
+const conformanceParallel = 4
+
 func TestConformance(t *testing.T) {
 	for _, rc := range []string{RuntimeClassNone, kube.RuntimeClassGvisor} {
 		t.Run(rc, func(t *testing.T) {
@@ -172,6 +179,7 @@ func TestConformance(t *testing.T) {
 				},
 				FreezeAgent: freezeAgent(rc),
 				KillAgent:   killAgent,
+				Parallel:    conformanceParallel,
 			})
 		})
 	}

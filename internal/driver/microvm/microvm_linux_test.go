@@ -110,7 +110,10 @@ var Unsupported = map[string]string{
 }
 
 // TestConformance runs the whole suite on sandboxes restored from a
-// snapshot, the default path.
+// snapshot, the default path, one case at a time: under TCG a guest's
+// work is this machine's CPU, and two cases at a time on a loaded 2-core
+// machine ran the suite's 3 s commands past their timeout
+// (docs/tests.md).
 func TestConformance(t *testing.T) {
 	d := newDriver(t, Options{})
 	lc := &leakChecker{}

@@ -23,7 +23,7 @@ import (
 func egressCases() []testCase {
 	return []testCase{
 		{name: "allow_and_refuse", needs: []need{needShell, needEgress}, run: testEgress},
-		{name: "unread_download", needs: []need{needShell, needEgress}, run: testUnreadDownload},
+		{name: "unread_download", alone: true, needs: []need{needShell, needEgress}, run: testUnreadDownload},
 		{name: "loopback_clients", needs: []need{needShell, needEgress}, run: testLoopbackClients},
 		{name: "intercept", needs: []need{needShell, needEgress}, run: testIntercept},
 	}

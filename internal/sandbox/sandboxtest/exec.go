@@ -21,24 +21,29 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
+// execCases: those marked alone assert how soon something happens (a
+// stream's first line, a signal's or a cancel's effect, a heartbeat within
+// 400 ms, an immediate EOF). env sets a canary in the test process's
+// environment while its sandbox is made, but nothing of that environment
+// reaches any sandbox (what env checks): it need not be alone.
 func execCases() []testCase {
 	return []testCase{
 		{name: "lifecycle", closes: true, run: testLifecycle},
 		{name: "argv_streams_exit", run: testArgvStreamsExit},
 		{name: "own_signal", needs: []need{needShell}, run: testOwnSignal},
-		{name: "streaming", run: testStreaming},
-		{name: "stdin", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 8 << 20 }, run: testStdin},
+		{name: "streaming", alone: true, run: testStreaming},
+		{name: "stdin", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 8 << 20 }, run: testStdin},
 		{name: "env", spec: envSpec, run: testEnv},
 		{name: "cwd", needs: []need{needFiles}, run: testCwd},
 		{name: "not_found", run: testNotFound},
 		{name: "not_executable", needs: []need{needShell, needFiles}, run: testNotExecutable},
 		{name: "concurrent", run: testConcurrent},
-		{name: "background", needs: []need{needShell, needFiles, needBackground}, run: testBackground},
-		{name: "signal_term", run: testSignalTerm},
-		{name: "signal_kill", needs: []need{needShell, needFiles}, run: testSignalKill},
-		{name: "cancel_frozen_agent", closes: true, needs: []need{needShell, needFiles, needFreeze}, run: testCancelFrozen},
-		{name: "unread_stdin", needs: []need{needShell, needFiles, needBackground}, run: testUnreadStdin},
-		{name: "cancel", needs: []need{needFiles}, run: testCancel},
+		{name: "background", alone: true, needs: []need{needShell, needFiles, needBackground}, run: testBackground},
+		{name: "signal_term", alone: true, run: testSignalTerm},
+		{name: "signal_kill", alone: true, needs: []need{needShell, needFiles}, run: testSignalKill},
+		{name: "cancel_frozen_agent", alone: true, closes: true, needs: []need{needShell, needFiles, needFreeze}, run: testCancelFrozen},
+		{name: "unread_stdin", alone: true, needs: []need{needShell, needFiles, needBackground}, run: testUnreadStdin},
+		{name: "cancel", alone: true, needs: []need{needFiles}, run: testCancel},
 	}
 }
 

@@ -13,18 +13,20 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
+// limitCases all run alone: most assert how long a limit took to act, and
+// the bombs and floods load the machine for whatever runs beside them.
 func limitCases() []testCase {
 	return []testCase{
-		{name: "memory", run: testMemoryBomb},
-		{name: "memory_block", closes: true, run: testMemoryBlock},
-		{name: "fork_bomb", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.Pids = 16 }, needs: []need{needShell}, run: testForkBomb},
-		{name: "cpu_spin_timeout", run: testCPUSpinTimeout},
-		{name: "sleep_timeout", run: testSleepTimeout},
-		{name: "cpu_time", run: testCPUTime},
-		{name: "setsid_survivor", needs: []need{needShell, needFiles}, run: testSetsidSurvivor},
-		{name: "output_flood", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 64 << 10 }, run: testOutputFlood},
-		{name: "workspace_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.DiskBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/workspace") }},
-		{name: "tmp_full", spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.TmpBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/tmp") }},
+		{name: "memory", alone: true, run: testMemoryBomb},
+		{name: "memory_block", alone: true, closes: true, run: testMemoryBlock},
+		{name: "fork_bomb", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.Pids = 16 }, needs: []need{needShell}, run: testForkBomb},
+		{name: "cpu_spin_timeout", alone: true, run: testCPUSpinTimeout},
+		{name: "sleep_timeout", alone: true, run: testSleepTimeout},
+		{name: "cpu_time", alone: true, run: testCPUTime},
+		{name: "setsid_survivor", alone: true, needs: []need{needShell, needFiles}, run: testSetsidSurvivor},
+		{name: "output_flood", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 64 << 10 }, run: testOutputFlood},
+		{name: "workspace_full", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.DiskBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/workspace") }},
+		{name: "tmp_full", alone: true, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.TmpBytes = 16 << 20 }, needs: []need{needFiles}, run: func(t *testing.T, e *env) { testFill(t, e, "/tmp") }},
 	}
 }
 

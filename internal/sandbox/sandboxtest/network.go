@@ -13,7 +13,7 @@ import (
 
 func networkCases() []testCase {
 	return []testCase{
-		{name: "none", run: testNetworkNone},
+		{name: "none", alone: true, run: testNetworkNone},
 		{name: "none_loopback_only", needs: []need{needShell}, run: testLoopbackOnly},
 		{name: "none_has_no_proxy", run: testNoProxy},
 		{name: "exposed_port", run: testExposedPort},

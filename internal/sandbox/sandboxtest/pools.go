@@ -15,13 +15,14 @@ import (
 // takes all a sandbox can of one, holds it, and checks that the host can
 // still get one. They share the host kernel only on the drivers that run on
 // it (native, a container engine); gVisor and a virtual machine have kernels
-// of their own and pass without trying.
+// of their own and pass without trying. They run alone: each counts the
+// host's pool before and after, which another case's sandbox would move.
 func poolCases() []testCase {
 	return []testCase{
-		{name: "inotify", needs: []need{needShell}, own: true, run: testInotifyPool},
-		{name: "aio", needs: []need{needShell}, run: testAIOPool},
-		{name: "memfd_secret", needs: []need{needShell}, run: testMemfdSecret},
-		{name: "pty", needs: []need{needShell}, run: testPTYPool},
+		{name: "inotify", alone: true, needs: []need{needShell}, own: true, run: testInotifyPool},
+		{name: "aio", alone: true, needs: []need{needShell}, run: testAIOPool},
+		{name: "memfd_secret", alone: true, needs: []need{needShell}, run: testMemfdSecret},
+		{name: "pty", alone: true, needs: []need{needShell}, run: testPTYPool},
 	}
 }
 

@@ -20,10 +20,10 @@ func ptyCases() []testCase {
 	interactive := []need{needPTY, needShell}
 	return []testCase{
 		{name: "python_repl", needs: interactive, run: testPTYPython},
-		{name: "shell", needs: interactive, run: testPTYShell},
+		{name: "shell", alone: true, needs: interactive, run: testPTYShell},
 		{name: "own_terminals", needs: interactive, run: testPTYOwnTerminals},
 		{name: "output_limit", needs: []need{needPTY}, spec: func(_ *testing.T, s *sandbox.Spec) { s.Limits.OutputBytes = 256 << 10 }, run: testPTYOutputLimit},
-		{name: "timeout", needs: []need{needPTY}, run: testPTYTimeout},
+		{name: "timeout", alone: true, needs: []need{needPTY}, run: testPTYTimeout},
 		{name: "owns_its_tree", needs: []need{needPTY, needFiles}, run: testPTYTree},
 		{name: "resize_without_pty", needs: []need{needPTY}, run: testResizeWithoutPTY},
 	}

@@ -18,14 +18,14 @@ import (
 // stops, or dies, does), and reattaches with a fresh driver value from the
 // state its instance gave (Recoverer): files, background processes, a
 // command that ran on meanwhile and new commands are all there. A driver
-// that does not declare it must refuse to reattach.
-
+// that does not declare it must refuse to reattach. The cases run alone:
+// reattaching has 5 s, and a trickle's lines 1.5 s apart are checked.
 func restartCases() []testCase {
 	return []testCase{
-		{name: "reattach", closes: true, needs: []need{needRestart, needFiles, needBackground}, run: reattach},
-		{name: "gone", closes: true, needs: []need{needRestart}, run: reattachGone},
-		{name: "refused", needs: []need{needNoRestart}, run: reattachRefused},
-		{name: "restore_across_detach", closes: true, needs: []need{needRestart, needShell, needSnapshots}, run: restoreAcrossDetach},
+		{name: "reattach", alone: true, closes: true, needs: []need{needRestart, needFiles, needBackground}, run: reattach},
+		{name: "gone", alone: true, closes: true, needs: []need{needRestart}, run: reattachGone},
+		{name: "refused", alone: true, needs: []need{needNoRestart}, run: reattachRefused},
+		{name: "restore_across_detach", alone: true, closes: true, needs: []need{needRestart, needShell, needSnapshots}, run: restoreAcrossDetach},
 	}
 }
 

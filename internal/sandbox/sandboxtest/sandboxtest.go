@@ -14,7 +14,9 @@
 // outside and from the inside (a hostile workload trying to escape), checks
 // that the same sandbox still runs a command afterwards, closes it, and asks
 // the driver's Leaks check whether anything of it is left on the host.
-// Cases run one after another: resource limits are flaky under contention.
+// Cases run one after another unless Options.Parallel says otherwise; the
+// cases that assert a duration, a rate or CPU use, or that count a
+// host-wide resource, always check with nothing beside them.
 //
 // What a case needs of the driver beyond running a command (a shell, the
 // file API, background processes, egress, host mounts) it reads from the
@@ -77,6 +79,15 @@ type Options struct {
 	// ShellWorkload, which needs Capabilities.Shell: a driver without a
 	// shell gives its own.
 	Workload Workload
+	// Parallel is how many cases of a group run at a time; 0 and 1 mean
+	// one after another. A driver whose cases wait on a cluster or a
+	// virtual machine more than on this machine's CPU sets it (its test
+	// says why that many). A case marked alone (it asserts a duration, a
+	// rate or CPU use, or counts a host-wide resource) has nothing beside
+	// it from its sandbox's create to the end of its check: it waits until
+	// no other case is at any step, and the others wait for it; its close
+	// runs beside the other cases'.
+	Parallel int
 }
 
 // need is something a case needs from the driver beyond running a command.
@@ -181,6 +192,12 @@ type testCase struct {
 	// needs lists what the case needs of the driver and of Options; a
 	// driver that lacks one must declare the case Unsupported.
 	needs []need
+	// alone says the case makes its sandbox and runs with no other case
+	// beside it, whatever Options.Parallel says: it asserts a duration, a rate
+	// or CPU use (other sandboxes' work would slow what it measures), or
+	// counts a host-wide resource that other cases use too. docs/tests.md
+	// names the rule.
+	alone bool
 	run   func(t *testing.T, e *env)
 }
 
@@ -233,15 +250,72 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 	}
 	for _, g := range groups() {
 		t.Run(g.name, func(t *testing.T) {
-			for _, c := range g.cases {
-				t.Run(c.name, func(t *testing.T) {
-					if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
-						t.Skipf("the driver does not support this: %s", why)
-					}
-					runCase(t, newEnv(t, c, newDriver, opts), c)
-				})
-			}
+			runCases(t, g.cases, opts.Parallel, func(t *testing.T, c testCase, q *quiet) {
+				if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
+					t.Skipf("the driver does not support this: %s", why)
+				}
+				e := newEnv(t, c, newDriver, opts)
+				e.quiet = q
+				runCase(t, e, c)
+			})
 		})
+	}
+}
+
+// runCases runs each of cases as a subtest of t with one. With parallel
+// above 1, they run up to parallel at a time, each in a goroutine of its
+// own (t.Run from several goroutines; not t.Parallel, whose bound is the
+// whole test binary's -parallel), in order of start, and one gets the
+// quiet that lets an alone case's run have nothing beside it. Otherwise
+// every case runs in order, one after another, and q is nil.
+func runCases(t *testing.T, cases []testCase, parallel int, one func(t *testing.T, c testCase, q *quiet)) {
+	if parallel <= 1 {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { one(t, c, nil) })
+		}
+		return
+	}
+	q := &quiet{}
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			t.Run(c.name, func(t *testing.T) {
+				q.enter(t)
+				one(t, c, q)
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// quiet is how the cases of a group that run side by side let an alone
+// case measure with nothing beside it: every case holds it shared from
+// its start to the end of its last cleanup, and an alone case holds it
+// alone from its sandbox's create to the end of its check (its close and
+// leak check are not what it measures, and run beside other cases').
+// A nil quiet does nothing: the cases run one after another.
+type quiet struct{ mu sync.RWMutex }
+
+// enter holds q shared until t's cleanups have run.
+func (q *quiet) enter(t *testing.T) {
+	q.mu.RLock()
+	t.Cleanup(q.mu.RUnlock)
+}
+
+// alone waits until no other case of the group holds q, holds it alone,
+// and returns what gives it back shared, as enter left it.
+func (q *quiet) alone() (done func()) {
+	if q == nil {
+		return func() {}
+	}
+	q.mu.RUnlock()
+	q.mu.Lock()
+	return func() {
+		q.mu.Unlock()
+		q.mu.RLock()
 	}
 }
 
@@ -281,6 +355,12 @@ func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Drive
 // runCase makes the case's sandbox, runs the case, then checks that the
 // sandbox still works, closes it and checks for leaks.
 func runCase(t *testing.T, e *env, c testCase) {
+	if c.alone {
+		// From the sandbox's create, which gives what other cases did
+		// just before (Pods deleted, machines stopped) a few seconds to
+		// settle, to the end of the check; the close runs beside others.
+		defer e.quiet.alone()()
+	}
 	e.spec = sandbox.Spec{Limits: smallLimits}
 	if e.egress != nil {
 		e.spec.Network = e.egress.network()
@@ -367,6 +447,9 @@ type env struct {
 	opts      Options
 	// egress is the proxy and servers of an egress case; nil otherwise.
 	egress *egressEnv
+	// quiet lets an alone case run with nothing beside it; nil when the
+	// cases run one after another.
+	quiet *quiet
 
 	mu     sync.Mutex
 	closed map[string]bool // sandboxes close has closed, by ID
