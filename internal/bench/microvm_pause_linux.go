@@ -134,8 +134,11 @@ time.sleep(86400)
 		return 0, 0, 0, err
 	}
 	wait := sandbox.ExecRequest{Argv: []string{"sh", "-c", "for i in $(seq 1200); do [ -e /tmp/held ] && exit 0; sleep 0.1; done; exit 1"}, Timeout: 3 * time.Minute}
-	if res, err := sandbox.Run(ctx, in, wait); err != nil || res.ExitCode != 0 {
-		return 0, 0, 0, fmt.Errorf("the process did not fill its memory: %v %+v", err, res)
+	switch res, err := sandbox.Run(ctx, in, wait); {
+	case err != nil:
+		return 0, 0, 0, fmt.Errorf("the process did not fill its memory: %w", err)
+	case res.ExitCode != 0:
+		return 0, 0, 0, fmt.Errorf("the process did not fill its memory in 2 minutes: %+v", res)
 	}
 	dir, err := os.MkdirTemp("", "airlock-bench-pause-")
 	if err != nil {

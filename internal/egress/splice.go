@@ -75,9 +75,9 @@ func (s *Sandbox) spliceBody(c net.Conn, bw *bufio.Writer, cu *countedConn, br *
 	}
 	fmt.Fprintf(bw, "Content-Length: %d\r\n", n)
 	if resp.Close {
-		bw.WriteString("Connection: close\r\n")
+		_, _ = bw.WriteString("Connection: close\r\n") // a bufio.Writer's error sticks: the Flush below reports it
 	}
-	bw.WriteString("\r\n")
+	_, _ = bw.WriteString("\r\n")
 	k := min(int64(br.Buffered()), n)
 	if k > 0 {
 		b, _ := br.Peek(int(k))

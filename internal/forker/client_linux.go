@@ -113,7 +113,10 @@ func (c *Client) Fork(argv []string, attr *syscall.ProcAttr) (pid, pidfd int, er
 			unix.Close(fd)
 		}
 		c.stopLocked()
-		return 0, -1, fmt.Errorf("start the agent: the forker's answer makes no sense (%d descriptors): %v", len(got), err)
+		if err == nil {
+			err = fmt.Errorf("%d descriptors with it, want 1", len(got))
+		}
+		return 0, -1, fmt.Errorf("start the agent: the forker's answer makes no sense: %w", err)
 	}
 	if rep.Err != "" {
 		for _, fd := range got {

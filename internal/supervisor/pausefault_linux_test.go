@@ -32,7 +32,7 @@ func TestPauseDiskFull(t *testing.T) {
 		t.Fatalf("mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(paused, unix.MNT_DETACH) })
-	filler, err := os.Create(filepath.Join(paused, "filler"))
+	filler, err := os.OpenFile(filepath.Join(paused, "filler"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
