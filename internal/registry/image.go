@@ -96,3 +96,32 @@ func (r *Registry) Push(repoTag string, img v1.Image) (string, error) {
 func layerOf(gz []byte) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
 }
+
+// RootEnv and RootWorkDir are RootImage's configuration.
+var (
+	RootEnv     = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GREETING=from the image"}
+	RootWorkDir = "/srv"
+)
+
+// RootImage is the image of a root in the tar file at path (the test rigs'
+// debootstrap root, with python3), as one layer compressed fast; its Env
+// is RootEnv and its WorkingDir RootWorkDir.
+func RootImage(path string) (v1.Image, error) {
+	layer, err := tarball.LayerFromFile(path, tarball.WithCompressionLevel(1))
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Env = RootEnv
+	cf.Config.WorkingDir = RootWorkDir
+	return mutate.ConfigFile(img, cf)
+}
