@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -86,7 +87,11 @@ func (r *Registry) Push(repoTag string, img v1.Image) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := remote.Write(nr, img); err != nil {
+	var opts []remote.Option
+	if r.User != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.User, Password: r.Password}))
+	}
+	if err := remote.Write(nr, img, opts...); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	return ref, nil
