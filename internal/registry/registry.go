@@ -34,9 +34,9 @@ type Registry struct {
 	// User and Password, when set, are the only credentials it takes
 	// (RunAuth).
 	User, Password string
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
+	cmd            *exec.Cmd
+	log            *syncBuffer
+	done           chan struct{}
 }
 
 // Run starts the registry with its storage and config in dir, and waits
