@@ -58,6 +58,8 @@ type Info struct {
 	Steps       int64
 	// Paused is set while it is paused.
 	Paused *store.Paused
+	// Pull is set while its create waits for its image's pull.
+	Pull *ImagePull
 }
 
 // lookup finds the live sandbox id for c; ErrNotFound when it does not
@@ -197,6 +199,7 @@ func (s *Supervisor) info(l *live) Info {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	in := recInfo(l.rec)
+	in.Pull = s.pullOf(l.rec)
 	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
 	in.Execs = l.execs.Load()
 	in.Mismatch = l.mismatch
