@@ -130,4 +130,33 @@ func TestImageFromRegistry(t *testing.T) {
 			t.Errorf("imagePullSecrets %+v", pod.Spec.ImagePullSecrets)
 		}
 	})
+	// A warm pool's Pod pulls with the Secret too, and the sandbox a
+	// claim makes of it keeps the image's environment under the claim's.
+	t.Run("warm pool", func(t *testing.T) {
+		shape := sandbox.Spec{Image: ref, Runtime: RuntimeClassNone}
+		d := newDriver(t, Options{RuntimeClass: RuntimeClassNone, PullSecrets: []string{"team-registry"},
+			Pools: []Pool{{Name: "image", Spec: shape, Size: 1}}})
+		if err := d.FillPools(ctx); err != nil {
+			t.Fatalf("fill the pool: %v", err)
+		}
+		t.Cleanup(func() { deletePool(t, d) })
+		ready := waitPool(t, d, 1)
+		spec := shape
+		spec.Env = []string{"CLAIM=1"}
+		sb, err := d.Create(ctx, spec)
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		defer sb.Close(context.WithoutCancel(ctx))
+		if name := hostOf(t, sb).name; !slices.Contains(ready, name) {
+			t.Errorf("the sandbox's Pod %s is not the pool's %v", name, ready)
+		}
+		var out strings.Builder
+		if res, err := sandbox.Run(ctx, sb, sandbox.ExecRequest{Argv: []string{"sh", "-c", `echo "$CLAIM $GREETING $(pwd)"`}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %+v %v", res, err)
+		}
+		if got, want := out.String(), "1 from the image "+registry.RootWorkDir+"\n"; got != want {
+			t.Errorf("a claimed sandbox's environment and directory say %q, want %q", got, want)
+		}
+	})
 }
