@@ -191,6 +191,11 @@ class SandboxInfo:
     paused_until: datetime | None = None
     memory_kept_in_host: bool = False
     paused_bytes: int = 0
+    #: While its create waits for its image's pull (state creating): the
+    #: layer being fetched, of how many, and the compressed bytes so far.
+    pull_layer: int = 0
+    pull_layers: int = 0
+    pull_bytes: int = 0
 
     @property
     def live(self) -> bool:
@@ -222,6 +227,9 @@ class SandboxInfo:
             paused_until=_time(_obj(d.get("paused") or {}).get("expires_at")),
             memory_kept_in_host=bool(_obj(d.get("paused") or {}).get("memory_kept_in_host")),
             paused_bytes=_int(_obj(d.get("paused") or {}).get("stored_bytes")),
+            pull_layer=_int(_obj(d.get("pull") or {}).get("layer")),
+            pull_layers=_int(_obj(d.get("pull") or {}).get("layers")),
+            pull_bytes=_int(_obj(d.get("pull") or {}).get("bytes")),
         )
 
 
