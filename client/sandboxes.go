@@ -112,6 +112,18 @@ type Sandbox struct {
 	// call that needs it running resumes it.
 	OnTimeout  string `json:"on_timeout,omitempty"`
 	AutoResume bool   `json:"auto_resume,omitempty"`
+	// Pull is set while its create waits for its image to be pulled
+	// (state creating): layer Layer of Layers is being fetched, Bytes
+	// compressed bytes have come.
+	Pull *Pull `json:"pull,omitempty"`
+}
+
+// Pull is the pull of an image a create waits for.
+type Pull struct {
+	Image  string `json:"image"`
+	Layer  int    `json:"layer"`
+	Layers int    `json:"layers"`
+	Bytes  int64  `json:"bytes"`
 }
 
 // CreateSandbox makes a sandbox (or claims a ready one from the

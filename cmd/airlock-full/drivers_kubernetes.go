@@ -5,7 +5,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/agentbin"
@@ -21,12 +23,39 @@ const (
 	envKubeNamespace  = "AIRLOCK_KUBE_NAMESPACE"   // the sandboxes' namespace
 	envKubeAgentImage = "AIRLOCK_KUBE_AGENT_IMAGE" // the agent's image, as the nodes pull it
 	envKubeRuntime    = "AIRLOCK_KUBE_RUNTIME_CLASS"
+	// Secrets (comma-separated) every Pod gets as imagePullSecrets.
+	envKubePullSecrets = "AIRLOCK_KUBE_PULL_SECRETS"
+	// "docker": credentials for a Pod's image from the Docker config
+	// file, kept in a Secret that the Pod gets as its imagePullSecret.
+	envKubePullCredentials = "AIRLOCK_KUBE_PULL_CREDENTIALS"
 )
+
+// kubePullOptions are the pull settings the environment gives.
+func kubePullOptions() (secrets []string, kc authn.Keychain, err error) {
+	for _, s := range strings.Split(os.Getenv(envKubePullSecrets), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	switch v := os.Getenv(envKubePullCredentials); v {
+	case "":
+	case "docker":
+		kc = authn.DefaultKeychain
+	default:
+		return nil, nil, fmt.Errorf("$%s=%q: the one value is \"docker\" (the Docker config file's credentials)", envKubePullCredentials, v)
+	}
+	return secrets, kc, nil
+}
 
 func init() {
 	cli.RegisterDriver("kubernetes", func(o cli.DriverOptions) (sandbox.Driver, error) {
+		secrets, kc, err := kubePullOptions()
+		if err != nil {
+			return nil, err
+		}
 		// A daemon's sandboxes outlive it; a one-shot run's die with it.
 		d, err := kubernetes.New(kubernetes.Options{
+			PullSecrets: secrets, PullCredentials: kc,
 			Kubeconfig: o.Kubeconfig, Logger: o.Logger, Egress: o.Egress,
 			Instance: o.Instance, Persistent: o.Instance != "",
 			Namespace:    os.Getenv(envKubeNamespace),

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -97,7 +98,26 @@ type daemonImages struct {
 	pulls   map[string]*pullState
 }
 
-type pullState struct{ before, done, total int64 }
+type pullState struct {
+	before, done, total int64
+	layer, layers       int
+}
+
+// PullOf is the pull of ref in progress (supervisor.ImagePulls): the
+// creates waiting for it show it.
+func (d *daemonImages) PullOf(ref string) (supervisor.ImagePull, bool) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return supervisor.ImagePull{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.pulls[r.Name()]
+	if p == nil {
+		return supervisor.ImagePull{}, false
+	}
+	return supervisor.ImagePull{Image: r.Name(), Layer: p.layer, Layers: p.layers, Bytes: p.before + p.done}, true
+}
 
 // collectors are the image metrics of the daemon's /metrics: a create
 // that must pull shows there while it waits.
@@ -146,7 +166,7 @@ func (d *daemonImages) progress(e image.Event) {
 		if p == nil {
 			return
 		}
-		p.done, p.total = e.Done, e.Total
+		p.done, p.total, p.layer, p.layers = e.Done, e.Total, e.Layer, e.Layers
 		if e.Done == e.Total {
 			p.before += e.Total
 			p.done, p.total = 0, 0

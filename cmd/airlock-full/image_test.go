@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
 )
 
 // TestImagePullMetrics: the daemon's /metrics shows a pull in progress,
@@ -44,8 +45,15 @@ func TestImagePullMetrics(t *testing.T) {
 	d.progress(image.Event{Phase: "layer", Ref: ref, Layer: 1, Layers: 2, Done: 100, Total: 100})
 	d.progress(image.Event{Phase: "layer", Ref: ref, Layer: 2, Layers: 2, Done: 5, Total: 50})
 	want("layer 2 begun", 1, 105, 150)
+	// The creates that wait for it show the same (the API's "pull").
+	if p, ok := d.PullOf(ref); !ok || p != (supervisor.ImagePull{Image: ref, Layer: 2, Layers: 2, Bytes: 105}) {
+		t.Errorf("PullOf while pulling: %+v %v", p, ok)
+	}
 	d.progress(image.Event{Phase: "done", Ref: ref})
 	want("done", 0, 0, 0)
+	if p, ok := d.PullOf(ref); ok {
+		t.Errorf("PullOf once done: %+v", p)
+	}
 	if n := gauge("airlock_image_creates_waiting"); n != 0 {
 		t.Errorf("%v creates waiting, want 0", n)
 	}

@@ -39,6 +39,9 @@ type Config struct {
 	// has none and is read-only), and commands start there with HOME,
 	// USER and PWD to match. Empty: /workspace, USER=sandbox.
 	Home string `json:"home,omitempty"`
+	// WorkDir, when set, is the directory of a command that names none
+	// (the image's working directory). Empty: the home.
+	WorkDir string `json:"workdir,omitempty"`
 	// OpenFiles is RLIMIT_NOFILE for commands; Pids is their RLIMIT_NPROC
 	// (each sandbox has its own uids, so it counts only this sandbox).
 	OpenFiles int `json:"open_files"`
@@ -209,6 +212,12 @@ type ContainedConfig struct {
 	// RLIMIT_NPROC, which would count every sandbox's processes together;
 	// the runtime's own pids limit holds instead.
 	SharedUIDs bool `json:"shared_uids,omitempty"`
+	// ImageEnv says the runtime started the agent with the image's
+	// environment and in its working directory (a Pod's container, whose
+	// driver never reads the image): commands get that environment, less
+	// what the runtime adds (HOSTNAME, HOME, KUBERNETES_*), under Env,
+	// and that directory unless WorkDir names one ("/" is none).
+	ImageEnv bool `json:"image_env,omitempty"`
 }
 
 // MountConfig attaches one detached mount.

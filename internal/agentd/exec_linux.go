@@ -307,6 +307,9 @@ func (e *engine) discardSpawners() {
 func (e *engine) start(s *agent.ExecStart, stdin, stdout, stderr *os.File) (*proc, error) {
 	dir := s.Dir
 	if dir == "" {
+		dir = e.cfg.WorkDir
+	}
+	if dir == "" {
 		dir = sandbox.HomeOf(e.cfg.Home)
 	}
 	env := e.env(s.Env, s.PTY != nil, dir)

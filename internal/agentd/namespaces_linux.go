@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +34,9 @@ func ownNamespaces() int {
 		fmt.Fprintf(os.Stderr, "airlock-agent: a cgroup namespace of its own: %v\n", err)
 		return 1
 	}
-	argv := append([]string{os.Args[0]}, os.Args[2:]...)
+	// Named by its base name whatever path started it (a Pod's command
+	// is the full path), as the agent is everywhere.
+	argv := append([]string{filepath.Base(os.Args[0])}, os.Args[2:]...)
 	err := unix.Exec("/proc/self/exe", argv, os.Environ())
 	fmt.Fprintf(os.Stderr, "airlock-agent: run again in its namespaces: %v\n", err)
 	return 1

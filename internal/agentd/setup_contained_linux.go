@@ -42,6 +42,9 @@ const cgroupStaging = "/tmp/.cgroup"
 // for none.
 func setupContained(cfg *agent.Config) (workloadRoot int, err error) {
 	g := cfg.Contained
+	if g.ImageEnv {
+		takeImageEnv(cfg)
+	}
 	var remove []string
 	if g.AgentMount != "" {
 		if err := unix.Unmount(g.AgentMount, unix.MNT_DETACH); err != nil {

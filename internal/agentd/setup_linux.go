@@ -631,6 +631,9 @@ func awaitSandbox(cfg *agent.Config, ready func() error, readNext func() (*agent
 		}
 	}
 	cfg.Hostname, cfg.Env, cfg.Egress, cfg.Home = next.Hostname, next.Env, next.Egress, next.Home
+	if cfg.Contained != nil && cfg.Contained.ImageEnv {
+		takeImageEnv(cfg) // a Pod's image, under the claim's environment
+	}
 	cfg.DiskBytes, cfg.TmpBytes, cfg.FileSize, cfg.OpenFiles = next.DiskBytes, next.TmpBytes, next.FileSize, next.OpenFiles
 	cfg.Template = false
 	return nil

@@ -148,6 +148,25 @@ type Sandbox struct {
 	// call that needs it running resumes it.
 	OnTimeout  string `json:"on_timeout,omitempty"`
 	AutoResume bool   `json:"auto_resume,omitempty"`
+	// Pull is set while its create waits for its image to be pulled
+	// (state creating): how far the pull is.
+	Pull *Pull `json:"pull,omitempty"`
+}
+
+// Pull is the pull of an image a create waits for: layer Layer of Layers
+// is being fetched, Bytes compressed bytes have come so far.
+type Pull struct {
+	Image  string `json:"image"`
+	Layer  int    `json:"layer"`
+	Layers int    `json:"layers"`
+	Bytes  int64  `json:"bytes"`
+}
+
+func wirePull(p *supervisor.ImagePull) *Pull {
+	if p == nil {
+		return nil
+	}
+	return &Pull{Image: p.Image, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes}
 }
 
 func wireSandbox(in supervisor.Info) Sandbox {
@@ -158,7 +177,7 @@ func wireSandbox(in supervisor.Info) Sandbox {
 		AgentProtocol: in.AgentProtocol, Mismatch: in.Mismatch,
 		Limits: wireLimits(in.Limits), Layers: in.Layers, FromPool: in.FromPool,
 		DriverRule: in.DriverRule, DriverReason: in.DriverReason, Checkpoints: in.Checkpoints, Steps: in.Steps,
-		Paused: wirePaused(in.Paused),
+		Paused: wirePaused(in.Paused), Pull: wirePull(in.Pull),
 	}
 	if lc := in.Lifecycle; lc != nil {
 		s.OnTimeout, s.AutoResume = lc.OnTimeout, lc.AutoResume

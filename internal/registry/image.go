@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -86,7 +87,11 @@ func (r *Registry) Push(repoTag string, img v1.Image) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := remote.Write(nr, img); err != nil {
+	var opts []remote.Option
+	if r.User != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.User, Password: r.Password}))
+	}
+	if err := remote.Write(nr, img, opts...); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	return ref, nil
@@ -95,4 +100,33 @@ func (r *Registry) Push(repoTag string, img v1.Image) (string, error) {
 // layerOf is the layer of a gzipped tar, its diff ID that of the tar.
 func layerOf(gz []byte) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
+}
+
+// RootEnv and RootWorkDir are RootImage's configuration.
+var (
+	RootEnv     = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GREETING=from the image"}
+	RootWorkDir = "/srv"
+)
+
+// RootImage is the image of a root in the tar file at path (the test rigs'
+// debootstrap root, with python3), as one layer compressed fast; its Env
+// is RootEnv and its WorkingDir RootWorkDir.
+func RootImage(path string) (v1.Image, error) {
+	layer, err := tarball.LayerFromFile(path, tarball.WithCompressionLevel(1))
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Env = RootEnv
+	cf.Config.WorkingDir = RootWorkDir
+	return mutate.ConfigFile(img, cf)
 }

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Bin is where Debian's docker-registry package installs the registry.
@@ -29,9 +31,12 @@ const Fix = "apt-get install docker-registry (the reference registry, " + Bin + 
 type Registry struct {
 	// Host is its "127.0.0.1:PORT", plain HTTP.
 	Host string
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
+	// User and Password, when set, are the only credentials it takes
+	// (RunAuth).
+	User, Password string
+	cmd            *exec.Cmd
+	log            *syncBuffer
+	done           chan struct{}
 }
 
 // Run starts the registry with its storage and config in dir, and waits
@@ -47,8 +52,35 @@ func Run(ctx context.Context, dir string) (*Registry, error) {
 // RunOn starts the registry as Run does, listening on host (a loopback
 // "ADDRESS:PORT"): a test restarts one on the same address and storage.
 func RunOn(ctx context.Context, dir, host string) (*Registry, error) {
+	return run(ctx, dir, host, "", "")
+}
+
+// RunAuth starts the registry as Run does, answering only requests with
+// user's password (HTTP basic authentication, from an htpasswd file in
+// dir), as a private registry does.
+func RunAuth(ctx context.Context, dir, user, password string) (*Registry, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, dir, "127.0.0.1:"+strconv.Itoa(port), user, password)
+}
+
+func run(ctx context.Context, dir, host, user, password string) (*Registry, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("the registry is not installed: %w", err)
+	}
+	auth := ""
+	if user != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		if err != nil {
+			return nil, err
+		}
+		htpasswd := filepath.Join(dir, "htpasswd")
+		if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: airlock-test\n    path: %s\n", htpasswd)
 	}
 	cfg := fmt.Sprintf(`version: 0.1
 log:
@@ -60,12 +92,12 @@ storage:
     enabled: true
 http:
   addr: %s
-`, filepath.Join(dir, "data"), host)
+%s`, filepath.Join(dir, "data"), host, auth)
 	cfgPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	r := &Registry{Host: host, log: &syncBuffer{}, done: make(chan struct{})}
+	r := &Registry{Host: host, User: user, Password: password, log: &syncBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(Bin, "serve", cfgPath)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
@@ -77,7 +109,7 @@ http:
 		resp, err := http.Get("http://" + host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || user != "" && resp.StatusCode == http.StatusUnauthorized {
 				return r, nil
 			}
 		}

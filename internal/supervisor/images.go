@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 // ImageSource gives the unpacked root of an image, for the drivers that
@@ -21,6 +22,34 @@ type ImageSource interface {
 // that the cache does not evict its root under it).
 type ImageHolder interface {
 	HoldImage(digest string) (release func(), err error)
+}
+
+// ImagePulls is an ImageSource that says how far the pull of an image
+// is: a sandbox whose create waits for it shows that (Info.Pull).
+type ImagePulls interface {
+	// PullOf is the pull of ref in progress, if there is one.
+	PullOf(ref string) (ImagePull, bool)
+}
+
+// ImagePull is a pull in progress: layer Layer of Layers is being
+// fetched, Bytes compressed bytes have come so far.
+type ImagePull struct {
+	Image         string
+	Layer, Layers int
+	Bytes         int64
+}
+
+// pullOf is the pull the create of rec waits for, if it waits for one.
+func (s *Supervisor) pullOf(rec store.Sandbox) *ImagePull {
+	src, ok := s.opts.Images.(ImagePulls)
+	if !ok || rec.State != store.StateCreating || rec.Spec.Image == "" {
+		return nil
+	}
+	p, ok := src.PullOf(rec.Spec.Image)
+	if !ok {
+		return nil
+	}
+	return &p
 }
 
 // ImageRun is an image unpacked for one sandbox.

@@ -60,6 +60,8 @@ type Info struct {
 	Paused *store.Paused
 	// Lifecycle is set when its TTL pauses it (CreateRequest.OnTimeout).
 	Lifecycle *store.Lifecycle
+	// Pull is set while its create waits for its image's pull.
+	Pull *ImagePull
 }
 
 // lookupAsIs finds the live sandbox id for c; ErrNotFound when it does
@@ -200,6 +202,7 @@ func (s *Supervisor) info(l *live) Info {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	in := recInfo(l.rec)
+	in.Pull = s.pullOf(l.rec)
 	in.LastActive = time.Unix(0, l.lastActive.Load()).UTC()
 	in.Execs = l.execs.Load()
 	in.Mismatch = l.mismatch

@@ -278,10 +278,11 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client
 		return nil, nil, err
 	}
 	var imageEnv []string
+	workDir := ""
 	if img.Config != nil {
-		imageEnv = img.Config.Env
+		imageEnv, workDir = img.Config.Env, img.Config.WorkingDir
 	}
-	cfg := agentConfig(spec, spec.Runtime, imageEnv, d.rc.Persistent)
+	cfg := agentConfig(spec, spec.Runtime, imageEnv, workDir, d.rc.Persistent)
 	if err := b.Egress(cfg); err != nil {
 		return nil, nil, err
 	}

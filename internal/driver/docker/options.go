@@ -58,8 +58,10 @@ type Options struct {
 	StateDir string
 	// Logger receives the driver's logs. Nil discards them.
 	Logger *slog.Logger
-	// Progress receives a line per step of a pull of an image the engine
-	// lacks (the one-shot CLI's stderr). Nil: only the log has them.
+	// Progress receives the progress of a pull of an image the engine
+	// lacks, as airlock's own pull shows it (layers and bytes; redrawn in
+	// place on a terminal), on the one-shot CLI's stderr. Nil: only the
+	// log has it.
 	Progress io.Writer
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
 	// means one of the driver's own, with the default limits and no

@@ -115,10 +115,10 @@ func (c containerSpec) create() (*container.Config, *container.HostConfig) {
 }
 
 // agentConfig is the agent's Config for a sandbox made from spec (with
-// defaults), whose image sets imageEnv: the engine built the root and
+// defaults), whose image sets imageEnv and workDir: the engine built the root and
 // mounted everything; the agent gets the limits it enforces inside and how
 // to treat commands.
-func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persistent bool) *agent.Config {
+func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, workDir string, persistent bool) *agent.Config {
 	l := spec.Limits
 	// The engine mounts them; the agent needs the writable ones for its
 	// Landlock rules.
@@ -136,7 +136,7 @@ func agentConfig(spec sandbox.Spec, runtime string, imageEnv []string, persisten
 		Mounts:   mounts,
 		Hostname: contained.Hostname, DiskBytes: l.DiskBytes, TmpBytes: l.TmpBytes,
 		UID: contained.WorkloadUID, GID: contained.WorkloadGID, Env: append(commandEnv(imageEnv), spec.Env...),
-		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes, Home: spec.Home,
+		OpenFiles: l.OpenFiles, FileSize: l.DiskBytes, Home: spec.Home, WorkDir: workDir,
 		Contained: &agent.ContainedConfig{
 			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
 			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !contained.IsVMRuntime(runtime),

@@ -33,6 +33,8 @@ type Driver struct {
 	classes map[string]runtimeClass // what each RuntimeClass is, once asked
 	server  string                  // the API server's version, once it answered
 	present []string                // the cluster's RuntimeClasses, once listed
+	// madeSecrets are the pull Secrets made (or found made), by name.
+	madeSecrets map[string]bool
 
 	// fillMu serialises the fills of the pools, so that two claims do not
 	// both make the Pod a pool lacks.
@@ -312,8 +314,14 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client
 	if warm != nil {
 		h.name, h.uid, h.created = warm.Name, warm.UID, time.Now()
 		h.watch(ctx, warm)
-	} else if err := h.createPod(sctx, d.podSpec(spec, rc, sum).pod(d.opts.Namespace)); err != nil {
-		return nil, nil, err
+	} else {
+		pod := d.podSpec(spec, rc, sum).pod(d.opts.Namespace)
+		if pod.Spec.ImagePullSecrets, err = d.pullSecrets(sctx, k, spec.Image); err != nil {
+			return nil, nil, err
+		}
+		if err := h.createPod(sctx, pod); err != nil {
+			return nil, nil, err
+		}
 	}
 	cl, agentLayers, err := h.attach(sctx, cfg)
 	if err != nil {

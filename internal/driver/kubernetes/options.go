@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
@@ -57,6 +58,19 @@ type Options struct {
 	// ImagePullPolicy is the Pods' pull policy for Image ("Always",
 	// "IfNotPresent", "Never"). Empty means IfNotPresent.
 	ImagePullPolicy string
+	// PullSecrets name Secrets of the namespace (type
+	// kubernetes.io/dockerconfigjson) that every Pod gets as
+	// imagePullSecrets: the nodes' credentials for private registries.
+	// Empty: none.
+	PullSecrets []string
+	// PullCredentials, when set, finds credentials for the registry of a
+	// sandbox's image (authn.DefaultKeychain: the Docker config file and
+	// its credential helpers, as `docker` finds them); the driver keeps
+	// those it finds in a Secret of the namespace (airlock-pull-<hash>,
+	// labelled airlock.pull-secret) and names it in the Pod's
+	// imagePullSecrets, which needs the right to create Secrets there.
+	// Nil: none.
+	PullCredentials authn.Keychain
 	// AgentImage is the image that holds the agent's binary (one file,
 	// made by `airlock kubernetes agent-image`), mounted into every Pod as
 	// an image volume. Empty means AgentImageRef(): the node must have it

@@ -96,13 +96,12 @@ func (p podSpec) pod(namespace string) *corev1.Pod {
 				Name:            containerName,
 				Image:           p.Image,
 				ImagePullPolicy: p.PullPolicy,
-				// Only what finds the agent: commands get their
-				// environment from the agent, never from here.
-				Env:        []corev1.EnvVar{{Name: "PATH", Value: contained.AgentBinDir}},
-				Command:    []string{contained.AgentName, agent.OwnNamespacesArg, agent.StdioArg},
-				Args:       []string{},
-				WorkingDir: "/",
-				Stdin:      true,
+				// No environment or working directory of its own: the
+				// agent starts with the image's, which it gives commands
+				// (ContainedConfig.ImageEnv), and by its full name.
+				Command: []string{contained.AgentBinDir + "/" + contained.AgentName, agent.OwnNamespacesArg, agent.StdioArg},
+				Args:    []string{},
+				Stdin:   true,
 				// A persistent Pod's standard input stays open when its
 				// host goes, so that the agent outlives its sessions;
 				// otherwise it closes, and the agent ends.
@@ -164,7 +163,7 @@ func agentConfig(spec sandbox.Spec, vm, persistent bool) *agent.Config {
 			Pids: l.Pids, ChrootDir: contained.ChrootDir, Listen: listen,
 			AgentVolume: contained.AgentDir, Home: contained.AgentHome, MaskProc: !vm,
 			Unmount: []string{corev1.TerminationMessagePathDefault}, OwnWorkspace: true,
-			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm,
+			CgroupV1: true, SharedUIDs: !vm, ReadOnlyRoot: vm, ImageEnv: true,
 		},
 	}
 }

@@ -228,6 +228,13 @@ func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Conf
 		return nil, nil, fmt.Errorf("the agent's binary: %w", err)
 	}
 	pod := d.podSpec(spec, rc, sum).pod(d.opts.Namespace)
+	k, err := d.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	if pod.Spec.ImagePullSecrets, err = d.pullSecrets(ctx, k, spec.Image); err != nil {
+		return nil, nil, err
+	}
 	pod.Name = ""
 	pod.GenerateName = "airlock-" + p.Name + "-"
 	delete(pod.Labels, LabelSandbox)

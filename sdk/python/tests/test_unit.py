@@ -97,6 +97,12 @@ class DecodeTest(unittest.TestCase):
         running = SandboxInfo.from_json({"id": "sb-1", "state": "running"})
         self.assertEqual((running.paused_until, running.paused_bytes), (None, 0))
 
+    def test_sandbox_info_pull(self) -> None:
+        info = SandboxInfo.from_json({"id": "sb-1", "state": "creating", "pull": {"image": "registry.example/py:3", "layer": 2, "layers": 3, "bytes": 12582912}})
+        self.assertEqual((info.state, info.pull_layer, info.pull_layers, info.pull_bytes), ("creating", 2, 3, 12582912))
+        running = SandboxInfo.from_json({"id": "sb-1", "state": "running"})
+        self.assertEqual((running.pull_layer, running.pull_bytes), (0, 0))
+
     def test_file_mode_is_permission_bits(self) -> None:
         fi = FileInfo.from_json({"name": "workspace", "mode": 2147484141, "type": "dir"})  # Go's ModeDir|0755
         self.assertEqual((fi.mode, fi.is_dir), (0o755, True))

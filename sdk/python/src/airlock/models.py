@@ -240,6 +240,11 @@ class SandboxInfo:
     #: "pause" when its TTL pauses it; whether a call resumes it then.
     on_timeout: str = ""
     auto_resume: bool = False
+    #: While its create waits for its image's pull (state creating): the
+    #: layer being fetched, of how many, and the compressed bytes so far.
+    pull_layer: int = 0
+    pull_layers: int = 0
+    pull_bytes: int = 0
 
     @property
     def live(self) -> bool:
@@ -273,6 +278,9 @@ class SandboxInfo:
             paused_bytes=_int(_obj(d.get("paused") or {}).get("stored_bytes")),
             on_timeout=_str(d.get("on_timeout")),
             auto_resume=bool(d.get("auto_resume")),
+            pull_layer=_int(_obj(d.get("pull") or {}).get("layer")),
+            pull_layers=_int(_obj(d.get("pull") or {}).get("layers")),
+            pull_bytes=_int(_obj(d.get("pull") or {}).get("bytes")),
         )
 
 
