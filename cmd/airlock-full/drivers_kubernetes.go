@@ -24,10 +24,10 @@ const (
 	envKubeAgentImage = "AIRLOCK_KUBE_AGENT_IMAGE" // the agent's image, as the nodes pull it
 	envKubeRuntime    = "AIRLOCK_KUBE_RUNTIME_CLASS"
 	// Secrets (comma-separated) every Pod gets as imagePullSecrets.
-	envKubePullSecrets = "AIRLOCK_KUBE_PULL_SECRETS"
+	envKubePullSecrets = "AIRLOCK_KUBE_PULL_SECRETS" //nolint:gosec // G101: the name of a variable, not a credential
 	// "docker": credentials for a Pod's image from the Docker config
 	// file, kept in a Secret that the Pod gets as its imagePullSecret.
-	envKubePullCredentials = "AIRLOCK_KUBE_PULL_CREDENTIALS"
+	envKubePullCredentials = "AIRLOCK_KUBE_PULL_CREDENTIALS" //nolint:gosec // G101: the name of a variable, not a credential
 )
 
 // kubePullOptions are the pull settings the environment gives.
