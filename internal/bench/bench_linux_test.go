@@ -124,6 +124,8 @@ func TestQuickBenchIsComplete(t *testing.T) {
 	for _, row := range r.Rows {
 		var want []Status
 		switch {
+		case strings.HasPrefix(row.ID, "microvm/") && strings.HasSuffix(row.ID, "-1g") && slices.Contains(vmWant, StatusOK):
+			want = []Status{StatusSkipped} // a 1 GiB guest's pause is left out of a quick run
 		case strings.Contains(row.ID, "microvm"), strings.HasSuffix(row.ID, "/qemu"):
 			want = vmWant
 		case strings.HasSuffix(row.ID, "/runsc-do"), strings.HasSuffix(row.ID, "gvisor"):
