@@ -98,11 +98,6 @@ func (s *Sandbox) spliceBody(c net.Conn, bw *bufio.Writer, cu *countedConn, br *
 	return true, !resp.Close
 }
 
-// spliceBodies turns spliceBody on for the proxy's plain-HTTP answers:
-// off until the cut-short bodies decision 61 records are understood.
-// TestSplicedBody still checks spliceBody itself.
-const spliceBodies = false
-
 // spliceMin is the smallest body spliceBody moves: below it a copy costs
 // less than the pipe and the calls.
 const spliceMin = 64 << 10

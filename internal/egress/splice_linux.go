@@ -53,11 +53,20 @@ func (s *Sandbox) spliceN(dst, src net.Conn, limit int64, count *int64, total *a
 			}
 			// Nothing queued: wait only when a read would (EAGAIN), as
 			// the poller expects; an end or an error is the copy's.
-			_, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if errors.Is(err, unix.EAGAIN) {
+			// Bytes that came after the ioctl are neither: they are
+			// spliced (reading them as the end cut bodies short).
+			n, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			switch {
+			case errors.Is(err, unix.EAGAIN):
 				return false
+			case err == nil && n > 0:
+				avail = n
+				if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil && v > n {
+					avail = v
+				}
+			default:
+				ended = true
 			}
-			ended = true
 			return true
 		}); err != nil {
 			return moved, true
