@@ -151,6 +151,8 @@ func TestCreateShowsEnginePull(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sup.Close(context.Background())
+	release := sync.OnceFunc(func() { close(drv.release) })
+	defer release() // before Close, which waits for the create
 	created := make(chan error, 1)
 	go func() {
 		_, err := sup.Create(context.Background(), alice, CreateRequest{})
@@ -173,7 +175,7 @@ func TestCreateShowsEnginePull(t *testing.T) {
 	if want := (ImagePull{Image: "registry.example/py:3", Layer: 1, Layers: 2, Bytes: 5 << 20}); waiting.State != store.StateCreating || *waiting.Pull != want {
 		t.Errorf("while the engine pulls: state %s, pull %+v, want %+v", waiting.State, waiting.Pull, want)
 	}
-	close(drv.release)
+	release()
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
