@@ -30,14 +30,33 @@ import (
 // A caller inside a flow the bool already admitted (a Resize of a process
 // CheckExec let start on a terminal, ProcessAttacher on an instance
 // Recover returned) need not ask again. The other interfaces (Sweeper,
-// UsageReader, Describer, AgentInstance, EndCause) have no capability: the
-// type assertion is the answer.
+// UsageReader, Describer, AgentInstance, EndCause, PullReporter) have no
+// capability: the type assertion is the answer.
 
 // Sweeper is a driver that can remove what sandboxes of airlock processes
 // that died without cleaning up left on the host (processes, cgroups,
 // mounts, containers, locks). A sandbox whose owner lives is never touched.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
+}
+
+// PullReporter is a driver whose engine pulls a sandbox's image itself
+// (Docker's engine, a Kubernetes node), and that says how far that pull
+// is while it creates the sandbox, so that a create that waits for a pull
+// never looks hung.
+type PullReporter interface {
+	// PullOf is the pull the create of sandbox id waits for, if it waits
+	// for one now.
+	PullOf(id string) (ImagePull, bool)
+}
+
+// ImagePull is a pull in progress: layer Layer of Layers is being
+// fetched, Bytes compressed bytes have come so far. Zero counts say that
+// the engine tells no more than that it pulls Image.
+type ImagePull struct {
+	Image         string
+	Layer, Layers int
+	Bytes         int64
 }
 
 // NetworkChanger is an instance whose egress rules can change while it

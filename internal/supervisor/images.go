@@ -33,23 +33,32 @@ type ImagePulls interface {
 
 // ImagePull is a pull in progress: layer Layer of Layers is being
 // fetched, Bytes compressed bytes have come so far.
-type ImagePull struct {
-	Image         string
-	Layer, Layers int
-	Bytes         int64
-}
+type ImagePull = sandbox.ImagePull
 
-// pullOf is the pull the create of rec waits for, if it waits for one.
+// pullOf is the pull the create of rec waits for, if it waits for one:
+// the image source's (the drivers that run an image from its unpacked
+// root), or the driver's own (sandbox.PullReporter: Docker's engine, a
+// Kubernetes node).
 func (s *Supervisor) pullOf(rec store.Sandbox) *ImagePull {
-	src, ok := s.opts.Images.(ImagePulls)
-	if !ok || rec.State != store.StateCreating || rec.Spec.Image == "" {
+	if rec.State != store.StateCreating {
 		return nil
 	}
-	p, ok := src.PullOf(rec.Spec.Image)
-	if !ok {
+	d := s.opts.Drivers[rec.Driver]
+	if d == nil {
 		return nil
 	}
-	return &p
+	if src, ok := s.opts.Images.(ImagePulls); ok && rec.Spec.Image != "" && d.Capabilities().ImageRoot {
+		if p, ok := src.PullOf(rec.Spec.Image); ok {
+			return &p
+		}
+		return nil
+	}
+	if r, ok := d.(sandbox.PullReporter); ok {
+		if p, ok := r.PullOf(rec.ID); ok {
+			return &p
+		}
+	}
+	return nil
 }
 
 // ImageRun is an image unpacked for one sandbox.

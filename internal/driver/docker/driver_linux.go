@@ -37,6 +37,8 @@ type Driver struct {
 	mu       sync.Mutex
 	info     *engineInfo // what the engine said about itself, once it answered
 	agentVol string      // the agent's volume, once it is filled
+	// pulls are the engine's pulls that creates wait for, by sandbox id.
+	pulls map[string]*enginePull
 
 	hierOnce sync.Once
 	hier     *cgroup.Hierarchy // this host's cgroups; nil without
@@ -256,7 +258,7 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client
 	img, err := cli.ImageInspect(ctx, spec.Image)
 	if cerrdefs.IsNotFound(err) {
 		// Not there: the engine pulls it, as `docker run` would.
-		if perr := d.pull(ctx, spec.Image); perr != nil {
+		if perr := d.pull(ctx, spec.ID, spec.Image); perr != nil {
 			return nil, nil, fmt.Errorf("image %q: %w: the engine at %s does not have it, and could not pull it (%w); push it to a registry the engine reaches, or build or load it (docker build, docker load) and name it as `docker images` shows it", spec.Image, sandbox.ErrNotFound, cli.DaemonHost(), perr)
 		}
 		img, err = cli.ImageInspect(ctx, spec.Image)

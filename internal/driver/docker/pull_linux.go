@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/tty"
 )
 
@@ -22,10 +24,22 @@ import (
 // from the registry its reference names, as `docker pull` would: the
 // engine's own configuration says which registries it trusts. Its
 // progress goes to Options.Progress as airlock's own pull shows it
-// (image.Printer: layers and bytes, redrawn on a terminal), and to the
-// log, a line per layer done.
-func (d *Driver) pull(ctx context.Context, ref string) error {
-	d.rc.Logger.Info("the engine pulls an image it does not have", "image", ref, "engine", d.cli.DaemonHost())
+// (image.Printer: layers and bytes, redrawn on a terminal), to the log, a
+// line per layer done, and to PullOf for sandbox id, whose create waits.
+func (d *Driver) pull(ctx context.Context, id, ref string) error {
+	d.rc.Logger.Info("the engine pulls an image it does not have", "image", ref, "engine", d.cli.DaemonHost(), "sandbox_id", id)
+	p := &enginePull{ref: ref}
+	d.mu.Lock()
+	if d.pulls == nil {
+		d.pulls = map[string]*enginePull{}
+	}
+	d.pulls[id] = p
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.pulls, id)
+		d.mu.Unlock()
+	}()
 	show := progressOf(d.opts.Progress)
 	show(image.Event{Phase: "resolve", Ref: ref})
 	resp, err := d.cli.ImagePull(ctx, ref, client.ImagePullOptions{
@@ -35,7 +49,6 @@ func (d *Driver) pull(ctx context.Context, ref string) error {
 		return err
 	}
 	defer resp.Close()
-	var p enginePull
 	for m, err := range resp.JSONMessages(ctx) {
 		if err != nil {
 			return err
@@ -43,6 +56,7 @@ func (d *Driver) pull(ctx context.Context, ref string) error {
 		if m.Error != nil {
 			return fmt.Errorf("%s", m.Error.Message)
 		}
+		p.track(m)
 		if m.Status == "Already exists" {
 			d.rc.Logger.Info("image pull", "image", ref, "layer", m.ID, "status", m.Status)
 		}
@@ -67,12 +81,79 @@ func progressOf(w io.Writer) image.Progress {
 	return image.Printer(w, ok && tty.IsTerminal(int(f.Fd())), false)
 }
 
+var _ sandbox.PullReporter = (*Driver)(nil)
+
+// PullOf is the engine's pull that the create of sandbox id waits for,
+// if it waits for one (sandbox.PullReporter): the image, the layer being
+// fetched of those the engine named so far (the engine fetches a few at
+// once: one past those done), and the compressed bytes come so far.
+func (d *Driver) PullOf(id string) (sandbox.ImagePull, bool) {
+	d.mu.Lock()
+	p := d.pulls[id]
+	d.mu.Unlock()
+	if p == nil {
+		return sandbox.ImagePull{}, false
+	}
+	return p.progress(), true
+}
+
 // enginePull turns the engine's pull messages (one per layer and step,
-// as `docker pull` draws them) into airlock's own pull events.
+// as `docker pull` draws them) into airlock's own pull events, and keeps
+// how far the pull is for PullOf.
 type enginePull struct {
+	ref    string
 	layers []string         // the layers' ids, in the order the engine named them
 	size   map[string]int64 // each layer's compressed size, once known
 	digest string
+
+	mu    sync.Mutex
+	got   map[string]int64 // compressed bytes come so far, per layer
+	total map[string]int64 // each layer's compressed size, once known
+	done  map[string]bool  // the layers pulled (or already there)
+	n     int              // layers named so far
+}
+
+// track takes m into how far the pull is.
+func (p *enginePull) track(m jsonstream.Message) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.got == nil {
+		p.got, p.total, p.done = map[string]int64{}, map[string]int64{}, map[string]bool{}
+	}
+	if m.ID == "" || m.ID == p.ref {
+		return
+	}
+	_, seen := p.got[m.ID]
+	switch m.Status {
+	case "Pulling fs layer", "Waiting":
+		p.got[m.ID] += 0
+	case "Downloading":
+		if m.Progress != nil {
+			p.got[m.ID] = m.Progress.Current
+			p.total[m.ID] = max(p.total[m.ID], m.Progress.Total)
+		}
+	case "Verifying Checksum", "Download complete", "Extracting":
+		p.got[m.ID] = max(p.got[m.ID], p.total[m.ID])
+	case "Already exists", "Pull complete":
+		p.got[m.ID] = max(p.got[m.ID], p.total[m.ID])
+		p.done[m.ID] = true
+	default:
+		return
+	}
+	if !seen {
+		p.n++
+	}
+}
+
+// progress is how far the pull is.
+func (p *enginePull) progress() sandbox.ImagePull {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := sandbox.ImagePull{Image: p.ref, Layers: p.n, Layer: min(len(p.done)+1, p.n)}
+	for _, b := range p.got {
+		out.Bytes += b
+	}
+	return out
 }
 
 // event is m as an event of the pull of ref, if it is one to show: a

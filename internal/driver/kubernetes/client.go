@@ -133,6 +133,12 @@ func (k *kclient) watchPods(ctx context.Context, ns string, opts metav1.ListOpti
 	return k.core.Get().Namespace(ns).Resource("pods").VersionedParams(&opts, k.params).Watch(ctx)
 }
 
+// watchEvents watches the events about the object whose uid is uid.
+func (k *kclient) watchEvents(ctx context.Context, ns string, uid types.UID) (watch.Interface, error) {
+	opts := metav1.ListOptions{Watch: true, FieldSelector: "involvedObject.uid=" + string(uid)}
+	return k.core.Get().Namespace(ns).Resource("events").VersionedParams(&opts, k.params).Watch(ctx)
+}
+
 // deletePod deletes a Pod with the grace period given; precondition, when
 // set, is the uid the Pod must have.
 func (k *kclient) deletePod(ctx context.Context, ns, name string, grace int64, uid types.UID) error {

@@ -33,8 +33,9 @@ type Driver struct {
 	classes map[string]runtimeClass // what each RuntimeClass is, once asked
 	server  string                  // the API server's version, once it answered
 	present []string                // the cluster's RuntimeClasses, once listed
-	// madeSecrets are the pull Secrets made (or found made), by name.
-	madeSecrets map[string]bool
+	// starting are the hosts of the sandboxes being created, by id
+	// (PullOf).
+	starting map[string]*host
 
 	// fillMu serialises the fills of the pools, so that two claims do not
 	// both make the Pod a pool lacks.
@@ -316,18 +317,64 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (*agent.Client
 		h.watch(ctx, warm)
 	} else {
 		pod := d.podSpec(spec, rc, sum).pod(d.opts.Namespace)
-		if pod.Spec.ImagePullSecrets, err = d.pullSecrets(sctx, k, spec.Image); err != nil {
+		var secret *corev1.Secret
+		if pod.Spec.ImagePullSecrets, secret, err = d.pullSecrets(spec.Image); err != nil {
 			return nil, nil, err
 		}
-		if err := h.createPod(sctx, pod); err != nil {
+		if err := h.createPod(sctx, pod, secret); err != nil {
 			return nil, nil, err
 		}
+		defer d.starts(h)()
 	}
 	cl, agentLayers, err := h.attach(sctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	return cl, append(h.layers(), agentLayers...), nil
+}
+
+var _ sandbox.PullReporter = (*Driver)(nil)
+
+// PullOf is the pull of the image of sandbox id that its create waits
+// for, if the node pulls one now (sandbox.PullReporter): the image only,
+// as the kubelet's events tell no layers or bytes.
+func (d *Driver) PullOf(id string) (sandbox.ImagePull, bool) {
+	d.mu.Lock()
+	h := d.starting[id]
+	d.mu.Unlock()
+	if h == nil {
+		return sandbox.ImagePull{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pulling == "" {
+		return sandbox.ImagePull{}, false
+	}
+	return sandbox.ImagePull{Image: h.pulling}, true
+}
+
+// starts follows the node's pulls for h, a sandbox being created, until
+// the returned function is called (PullOf).
+func (d *Driver) starts(h *host) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.mu.Lock()
+	if d.starting == nil {
+		d.starting = map[string]*host{}
+	}
+	d.starting[h.spec.ID] = h
+	d.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.followPulls(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+		d.mu.Lock()
+		delete(d.starting, h.spec.ID)
+		d.mu.Unlock()
+	}
 }
 
 // podSpec is what the Pod of spec (with defaults) is made from.

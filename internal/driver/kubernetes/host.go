@@ -52,6 +52,11 @@ type host struct {
 	// kubelet said why (its word replaces it).
 	streamEnded bool
 	created     time.Time
+	// pulling is the image the node pulls for the Pod, from its events
+	// ("" when it pulls none); pullErr, why it could not, from the
+	// container's state.
+	pulling string
+	pullErr error
 
 	closeOnce   sync.Once
 	teardownErr error
@@ -105,16 +110,16 @@ func (h *host) DriverState() ([]byte, error) {
 	return json.Marshal(state{Pod: h.name, UID: h.uid, Namespace: h.d.opts.Namespace, Spec: h.spec, Instance: h.d.opts.Instance, Created: h.created})
 }
 
-// createPod creates the Pod, replacing a stale one of the same sandbox
-// (this process holds the sandbox's lock, so nobody owns it), and starts
-// watching it.
-func (h *host) createPod(ctx context.Context, pod *corev1.Pod) error {
-	got, err := h.k.createPod(ctx, pod)
+// createPod creates the Pod (makePod: with secret, its pull Secret, when
+// set), replacing a stale one of the same sandbox (this process holds the
+// sandbox's lock, so nobody owns it), and starts watching it.
+func (h *host) createPod(ctx context.Context, pod *corev1.Pod, secret *corev1.Secret) error {
+	got, err := h.d.makePod(ctx, h.k, pod.DeepCopy(), secret)
 	if isConflict(err) {
 		if rerr := h.d.removeStale(ctx, h.name, h.spec.ID); rerr != nil {
 			return rerr
 		}
-		got, err = h.k.createPod(ctx, pod)
+		got, err = h.d.makePod(ctx, h.k, pod.DeepCopy(), secret)
 	}
 	if err != nil {
 		return fmt.Errorf("create the Pod of sandbox %s in namespace %s: %w", h.spec.ID, h.d.opts.Namespace, err)
@@ -131,6 +136,9 @@ func (h *host) attach(ctx context.Context, cfg *agent.Config) (*agent.Client, []
 	select {
 	case <-h.running:
 	case <-h.done:
+		if err := h.pullFailure(); err != nil {
+			return nil, nil, err
+		}
 		return nil, nil, h.startError(fmt.Errorf("the Pod ended before its agent ran: %s", h.Ended().Msg))
 	case <-ctx.Done():
 		return nil, nil, h.startError(fmt.Errorf("the Pod did not run within %v: %s", h.d.opts.StartTimeout, h.waiting(ctx)))
@@ -246,6 +254,60 @@ func (h *host) watch(ctx context.Context, pod *corev1.Pod) {
 	}()
 }
 
+// followPulls follows the kubelet's events about the Pod until ctx is
+// done or the watch ends: "Pulling" names the image it pulls, and
+// "Pulled", "Failed" or "BackOff" end that pull. Without the right to
+// watch events (deploy's Role grants it), the API shows no pull.
+func (h *host) followPulls(ctx context.Context) {
+	w, err := h.k.watchEvents(ctx, h.d.opts.Namespace, h.uid)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.d.rc.Logger.Debug("the node's pull is not shown: cannot watch the Pod's events", "sandbox_id", h.spec.ID, "err", err)
+		}
+		return
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			e, ok := ev.Object.(*corev1.Event)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			pulling := ""
+			switch e.Reason {
+			case "Pulling":
+				pulling = quoted(e.Message, h.spec.Image)
+			case "Pulled", "Failed", "BackOff", "ErrImageNeverPull", "InspectFailed":
+			default:
+				continue
+			}
+			h.mu.Lock()
+			h.pulling = pulling
+			h.mu.Unlock()
+		}
+	}
+}
+
+// quoted is the first quoted text of msg (the kubelet's `Pulling image
+// "REF"`), or def.
+func quoted(msg, def string) string {
+	_, rest, ok := strings.Cut(msg, `"`)
+	if !ok {
+		return def
+	}
+	q, _, ok := strings.Cut(rest, `"`)
+	if !ok || q == "" {
+		return def
+	}
+	return q
+}
+
 // follow reads one watch until it ends; it returns why the sandbox ended
 // (nil while it runs), and the resource version to go on from ("" to
 // start again from a fresh read).
@@ -299,6 +361,14 @@ func (h *host) observe(p *corev1.Pod) *agentdriver.Death {
 		if t := s.State.Terminated; t != nil {
 			return h.deathOf(p, t)
 		}
+		if w := s.State.Waiting; w != nil && pullFailed(w.Reason) {
+			err := fmt.Errorf("image %q: %w: the node could not pull it (%s: %s); check the image's name and tag, that the nodes reach its registry, and, for a private registry, the credentials the Pod pulls with ($AIRLOCK_KUBE_PULL_SECRETS, or $AIRLOCK_KUBE_PULL_CREDENTIALS=docker)",
+				h.spec.Image, sandbox.ErrNotFound, w.Reason, w.Message)
+			h.mu.Lock()
+			h.pullErr = err
+			h.mu.Unlock()
+			return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: err.Error()}
+		}
 		if w := s.State.Waiting; w != nil && fatalWaiting(w.Reason) {
 			return &agentdriver.Death{Reason: sandbox.ReasonError, Msg: fmt.Sprintf("the Pod's container cannot start: %s: %s", w.Reason, w.Message)}
 		}
@@ -309,11 +379,33 @@ func (h *host) observe(p *corev1.Pod) *agentdriver.Death {
 	return nil
 }
 
+// pullFailed says whether a container waiting for reason waits because
+// the node could not pull its image. The kubelet would try again after a
+// back-off (10 s, then doubling), but what fails a pull here (a name that
+// is wrong, a registry that refuses the node's credentials or does not
+// answer) seldom mends within a create's time: the create fails at once
+// with the kubelet's words, and its caller may try again.
+func pullFailed(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable", "SignatureValidationFailed":
+		return true
+	}
+	return false
+}
+
+// pullFailure is why the node could not pull the sandbox's image, if
+// that is why it did not start.
+func (h *host) pullFailure() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pullErr
+}
+
 // fatalWaiting says whether a container waiting for reason never starts
 // by itself.
 func fatalWaiting(reason string) bool {
 	switch reason {
-	case "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "ImageInspectError":
+	case "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "ImageInspectError":
 		return true
 	}
 	return false

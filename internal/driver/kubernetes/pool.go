@@ -138,11 +138,11 @@ func (d *Driver) fill(ctx context.Context, p *Pool) error {
 		}
 	}
 	for ; have < p.Size; have++ {
-		pod, cfg, err := d.poolPod(ctx, p)
+		pod, secret, cfg, err := d.poolPod(ctx, p)
 		if err != nil {
 			return err
 		}
-		made, err := k.createPod(ctx, pod)
+		made, err := d.makePod(ctx, k, pod, secret)
 		if err != nil {
 			return fmt.Errorf("pool %s: create a Pod: %w", p.Name, err)
 		}
@@ -174,6 +174,9 @@ func (d *Driver) prepare(ctx context.Context, p *Pool, pod *corev1.Pod, cfg *age
 			}
 			if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 				return fmt.Errorf("it ended: %s", describePod(pod))
+			}
+			if imagePullFailed(pod) {
+				return fmt.Errorf("its node could not pull its image: %s", describePod(pod))
 			}
 		}
 		if d.rc.Persistent {
@@ -211,9 +214,10 @@ func (d *Driver) prepare(ctx context.Context, p *Pool, pod *corev1.Pod, cfg *age
 	}
 }
 
-// poolPod is a new Pod of pool p, a sandbox's without the sandbox, and
-// the configuration its agent builds the sandbox with.
-func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Config, error) {
+// poolPod is a new Pod of pool p, a sandbox's without the sandbox, the
+// Secret it pulls with (pullSecrets), and the configuration its agent
+// builds the sandbox with.
+func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *corev1.Secret, *agent.Config, error) {
 	spec := p.Spec
 	spec.ID = "pool"
 	spec.Limits = spec.Limits.WithDefaults()
@@ -221,19 +225,16 @@ func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Conf
 	spec.Image, spec.Runtime = s.image, s.runtime
 	rc, err := d.runtimeClass(ctx, spec.Runtime)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sum, err := agentbin.Sum()
 	if err != nil {
-		return nil, nil, fmt.Errorf("the agent's binary: %w", err)
+		return nil, nil, nil, fmt.Errorf("the agent's binary: %w", err)
 	}
 	pod := d.podSpec(spec, rc, sum).pod(d.opts.Namespace)
-	k, err := d.client()
-	if err != nil {
-		return nil, nil, err
-	}
-	if pod.Spec.ImagePullSecrets, err = d.pullSecrets(ctx, k, spec.Image); err != nil {
-		return nil, nil, err
+	var secret *corev1.Secret
+	if pod.Spec.ImagePullSecrets, secret, err = d.pullSecrets(spec.Image); err != nil {
+		return nil, nil, nil, err
 	}
 	pod.Name = ""
 	pod.GenerateName = "airlock-" + p.Name + "-"
@@ -242,7 +243,7 @@ func (d *Driver) poolPod(ctx context.Context, p *Pool) (*corev1.Pod, *agent.Conf
 	pod.Labels[LabelState] = "starting"
 	cfg := agentConfig(spec, rc.vm, d.rc.Persistent)
 	cfg.Template = true
-	return pod, cfg, nil
+	return pod, secret, cfg, nil
 }
 
 // claim takes a ready Pod of pool p for the sandbox of spec (with
@@ -283,6 +284,17 @@ func (d *Driver) claim(ctx context.Context, k *kclient, p *Pool, spec sandbox.Sp
 		return got, nil
 	}
 	return nil, errNoWarm
+}
+
+// imagePullFailed says whether the node could not pull the image of the
+// Pod's container (pullFailed).
+func imagePullFailed(p *corev1.Pod) bool {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == containerName && s.State.Waiting != nil && pullFailed(s.State.Waiting.Reason) {
+			return true
+		}
+	}
+	return false
 }
 
 // containerRunning says whether the Pod's container runs.

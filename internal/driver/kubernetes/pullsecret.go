@@ -13,48 +13,93 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // LabelPullSecret marks the Secrets the driver makes from
 // Options.PullCredentials.
 const LabelPullSecret = "airlock.pull-secret"
 
+// gatePullSecret is the scheduling gate that holds a Pod back until the
+// Secret of its credentials names it as an owner.
+const gatePullSecret = "airlock.sandbox/pull-secret"
+
 // pullSecrets are the imagePullSecrets of a Pod of image: the Secrets
 // Options.PullSecrets names, and, when Options.PullCredentials finds
 // credentials for the image's registry, a Secret of the namespace that
-// holds them (made once; named by their hash, so that the same
-// credentials are one Secret and changed ones another).
-func (d *Driver) pullSecrets(ctx context.Context, k *kclient, image string) ([]corev1.LocalObjectReference, error) {
+// holds them (named by their hash, so that the same credentials are one
+// Secret and changed ones another). That Secret is returned too, not yet
+// made: makePod makes it, owned by the Pods that use it.
+func (d *Driver) pullSecrets(image string) ([]corev1.LocalObjectReference, *corev1.Secret, error) {
 	var out []corev1.LocalObjectReference
 	for _, s := range d.opts.PullSecrets {
 		out = append(out, corev1.LocalObjectReference{Name: s})
 	}
 	if d.opts.PullCredentials == nil || image == "" {
-		return out, nil
+		return out, nil, nil
 	}
 	secret, err := dockerConfigSecret(d.opts.PullCredentials, image)
 	if err != nil || secret == nil {
-		return out, err
-	}
-	out = append(out, corev1.LocalObjectReference{Name: secret.Name})
-	d.mu.Lock()
-	made := d.madeSecrets[secret.Name]
-	d.mu.Unlock()
-	if made {
-		return out, nil
+		return out, nil, err
 	}
 	secret.Namespace = d.opts.Namespace
-	err = k.core.Post().Namespace(d.opts.Namespace).Resource("secrets").Body(secret).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("keep the credentials for %s's registry in Secret %s (the Pods' imagePullSecret): %w", image, secret.Name, err)
+	return append(out, corev1.LocalObjectReference{Name: secret.Name}), secret, nil
+}
+
+// makePod creates pod. When it pulls with secret (pullSecrets), the Pod
+// is created held back from scheduling (a scheduling gate), the Secret
+// is made or found and given the Pod as one more owner, and only then is
+// the gate lifted: the node never pulls before the Secret is there, and
+// Kubernetes' garbage collector deletes the Secret once the last Pod
+// that owns it is gone (sandboxes of other daemons with the same
+// credentials own it too). A Pod made but not released is deleted again.
+func (d *Driver) makePod(ctx context.Context, k *kclient, pod *corev1.Pod, secret *corev1.Secret) (*corev1.Pod, error) {
+	if secret == nil {
+		return k.createPod(ctx, pod)
 	}
-	d.mu.Lock()
-	if d.madeSecrets == nil {
-		d.madeSecrets = map[string]bool{}
+	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: gatePullSecret})
+	got, err := k.createPod(ctx, pod)
+	if err != nil {
+		return got, err
 	}
-	d.madeSecrets[secret.Name] = true
-	d.mu.Unlock()
-	return out, nil
+	err = d.ownSecret(ctx, k, secret, got)
+	if err == nil {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"schedulingGates": nil}})
+		var released *corev1.Pod
+		if released, err = k.patchPod(ctx, d.opts.Namespace, got.Name, patch); err == nil {
+			return released, nil
+		}
+		err = fmt.Errorf("let Pod %s be scheduled: %w", got.Name, err)
+	}
+	if derr := d.deletePod(ctx, got.Name, got.UID); derr != nil {
+		d.rc.Logger.Warn("delete a Pod whose pull Secret could not be made", "pod", got.Name, "err", derr)
+	}
+	return nil, err
+}
+
+// ownSecret makes secret, or finds it made, with pod among its owners.
+func (d *Driver) ownSecret(ctx context.Context, k *kclient, secret *corev1.Secret, pod *corev1.Pod) error {
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+	// A strategic merge patch adds to ownerReferences (merged by uid).
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
+	var err error
+	for range 3 {
+		err = k.core.Patch(types.StrategicMergePatchType).Namespace(d.opts.Namespace).Resource("secrets").Name(secret.Name).Body(patch).Do(ctx).Error()
+		if !isNotFound(err) {
+			break
+		}
+		// Not there (never made, or its last owner went): make it.
+		s := secret.DeepCopy()
+		s.OwnerReferences = []metav1.OwnerReference{owner}
+		err = k.core.Post().Namespace(d.opts.Namespace).Resource("secrets").Body(s).Do(ctx).Error()
+		if !apierrors.IsAlreadyExists(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("keep the credentials for %s's registry in Secret %s (the Pod's imagePullSecret, owned by its Pods): %w", pod.Spec.Containers[0].Image, secret.Name, err)
+	}
+	return nil
 }
 
 // dockerConfigSecret is a Secret of type kubernetes.io/dockerconfigjson

@@ -100,8 +100,11 @@ class DecodeTest(unittest.TestCase):
     def test_sandbox_info_pull(self) -> None:
         info = SandboxInfo.from_json({"id": "sb-1", "state": "creating", "pull": {"image": "registry.example/py:3", "layer": 2, "layers": 3, "bytes": 12582912}})
         self.assertEqual((info.state, info.pull_layer, info.pull_layers, info.pull_bytes), ("creating", 2, 3, 12582912))
+        self.assertEqual(info.pull_image, "registry.example/py:3")
+        node = SandboxInfo.from_json({"id": "sb-1", "state": "creating", "pull": {"image": "registry.example/py:3", "layer": 0, "layers": 0, "bytes": 0}})
+        self.assertEqual((node.pull_image, node.pull_layer), ("registry.example/py:3", 0))
         running = SandboxInfo.from_json({"id": "sb-1", "state": "running"})
-        self.assertEqual((running.pull_layer, running.pull_bytes), (0, 0))
+        self.assertEqual((running.pull_image, running.pull_layer, running.pull_bytes), ("", 0, 0))
 
     def test_file_mode_is_permission_bits(self) -> None:
         fi = FileInfo.from_json({"name": "workspace", "mode": 2147484141, "type": "dir"})  # Go's ModeDir|0755

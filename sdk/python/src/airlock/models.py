@@ -241,7 +241,9 @@ class SandboxInfo:
     on_timeout: str = ""
     auto_resume: bool = False
     #: While its create waits for its image's pull (state creating): the
-    #: layer being fetched, of how many, and the compressed bytes so far.
+    #: image, the layer being fetched, of how many, and the compressed
+    #: bytes so far (on Kubernetes only the image the node pulls).
+    pull_image: str = ""
     pull_layer: int = 0
     pull_layers: int = 0
     pull_bytes: int = 0
@@ -278,6 +280,7 @@ class SandboxInfo:
             paused_bytes=_int(_obj(d.get("paused") or {}).get("stored_bytes")),
             on_timeout=_str(d.get("on_timeout")),
             auto_resume=bool(d.get("auto_resume")),
+            pull_image=_str(_obj(d.get("pull") or {}).get("image")),
             pull_layer=_int(_obj(d.get("pull") or {}).get("layer")),
             pull_layers=_int(_obj(d.get("pull") or {}).get("layers")),
             pull_bytes=_int(_obj(d.get("pull") or {}).get("bytes")),
