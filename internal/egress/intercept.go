@@ -80,7 +80,8 @@ func (s *Sandbox) intercept(c net.Conn, br *bufio.Reader, d *decision) {
 	}
 	cc := newInterceptedConn(c, br)
 	done := cc.done
-	tc := tls.Server(cc, &tls.Config{
+	bt := &recordBatcher{Conn: cc}
+	tc := tls.Server(bt, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -100,7 +101,7 @@ func (s *Sandbox) intercept(c net.Conn, br *bufio.Reader, d *decision) {
 		return
 	}
 	srv := &http.Server{
-		Handler:           s.interceptHandler(d.host, d.port),
+		Handler:           s.interceptHandler(d.host, d.port, bt),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -137,8 +138,8 @@ func stateOf(ctx context.Context) *reqState {
 }
 
 // interceptHandler serves the requests of one intercepted connection to
-// host:port.
-func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
+// host:port, whose TLS session writes through bt.
+func (s *Sandbox) interceptHandler(host string, port int, bt *recordBatcher) http.Handler {
 	authority := host
 	if ip, ok := ParseIP(host); ok && ip.Is6() {
 		authority = "[" + host + "]"
@@ -164,6 +165,10 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 			} else {
 				resp.Body = &countingBody{ReadCloser: resp.Body, n: &st.recv}
 				redactBody(resp, secrets)
+				if resp.Request.ProtoMajor == 1 && (resp.ContentLength < 0 || resp.ContentLength >= readAheadMin) {
+					// Read ahead for the batched writes (batch.go).
+					resp.Body = newReadAhead(resp.Body)
+				}
 			}
 			return nil
 		},
@@ -208,6 +213,9 @@ func (s *Sandbox) interceptHandler(host string, port int) http.Handler {
 				d.ip = a.IP.String()
 			}
 		}})
+		if r.ProtoMajor == 1 {
+			w = &batchedWriter{ResponseWriter: w, b: bt}
+		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 		if d.answered {
 			// An upgraded connection's bytes so far: it may outlive this.
@@ -231,10 +239,41 @@ type upstreamError struct{ d *decision }
 
 func (e *upstreamError) Error() string { return "egress: " + e.d.reason }
 
-// newTransport makes the transport intercepted requests go upstream on:
-// every connection through the guarded dialer, counted against the
-// sandbox's budget, TLS verified, never through another proxy.
-func (s *Sandbox) newTransport() *http.Transport {
+// upstreams are the transports intercepted requests go upstream on, one
+// per protocol: a request goes on in the HTTP version the sandbox's client
+// chose with the proxy. An HTTP/1.1 client's request is sent over HTTP/1.1
+// (ALPN offers only http/1.1), an HTTP/2 client's over HTTP/2 when the
+// server offers it. Beside keeping the server's view of the client, this
+// spares an HTTP/1.1 download HTTP/2's framing and flow control at both
+// ends of the upstream connection, which cost more CPU than the second
+// TLS session did (docs/decisions.md, 72).
+type upstreams struct{ h1, h2 *http.Transport }
+
+func (u *upstreams) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 {
+		return u.h2.RoundTrip(r)
+	}
+	return u.h1.RoundTrip(r)
+}
+
+func (u *upstreams) CloseIdleConnections() {
+	u.h1.CloseIdleConnections()
+	u.h2.CloseIdleConnections()
+}
+
+// newTransport makes the transports intercepted requests go upstream on.
+func (s *Sandbox) newTransport() *upstreams {
+	h2 := s.newHTTPTransport()
+	h1 := s.newHTTPTransport()
+	h1.ForceAttemptHTTP2 = false
+	h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // never HTTP/2
+	return &upstreams{h1: h1, h2: h2}
+}
+
+// newHTTPTransport makes a transport for intercepted requests: every
+// connection through the guarded dialer, counted against the sandbox's
+// budget, TLS verified, never through another proxy.
+func (s *Sandbox) newHTTPTransport() *http.Transport {
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -265,7 +304,9 @@ func (s *Sandbox) newTransport() *http.Transport {
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 8,
 		// As many upstream connections as the sandbox may have to the
-		// proxy: HTTP/2 streams from the sandbox do not multiply them.
+		// proxy: HTTP/2 streams from the sandbox do not multiply them,
+		// and an HTTP/1.1 connection of the sandbox's asks one request at
+		// a time, so the two transports together stay near the cap too.
 		MaxConnsPerHost:    s.p.opts.Limits.MaxConns,
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true, // what the client asked for, as it asked

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,6 +118,11 @@ func startTLSServer(t testing.TB, pki *testPKI) *tlsServer {
 		}
 		if r.URL.Path == "/big" {
 			w.Write(make([]byte, 1<<20))
+			return
+		}
+		if r.URL.Path == "/repos/bigecho" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(bigEcho(r.Header.Get("Authorization")))))
+			w.Write(bigEcho(r.Header.Get("Authorization")))
 			return
 		}
 		if r.URL.Path == "/v1/chat" {
@@ -295,7 +302,7 @@ func TestInterceptSecretsAndRules(t *testing.T) {
 				t.Fatalf("allowed GET: %d %s %q", r.status, r.proto, r.body)
 			}
 			got := f.srv.last()
-			if got.Auth != "Bearer "+realSecret || got.Key != "key hdr-secret-77" || got.Proto != "HTTP/2.0" {
+			if got.Auth != "Bearer "+realSecret || got.Key != "key hdr-secret-77" || got.Proto != wantProto {
 				t.Fatalf("the server got %+v", got)
 			}
 			if r.echo != "Bearer [REDACTED]" {
@@ -610,5 +617,40 @@ func TestInterceptUpload(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.waitFor(`"bytes_sent":5242880`), `"bytes_sent":5242880`) {
 		t.Fatalf("the upload's bytes are not logged:\n%s", f.logs)
+	}
+}
+
+// bigEcho is a 3 MiB body with v written into it where reads are likely
+// to split it: about the read-ahead's and TLS's chunk sizes, and at the end.
+func bigEcho(v string) []byte {
+	b := bytes.Repeat([]byte("0123456789abcdef"), 3<<16)
+	for _, at := range []int{0, readAheadChunk - 3, 2*readAheadChunk + 1, 16<<10 - 5, 1<<20 - 7, len(b) - len(v)} {
+		copy(b[at:], v)
+	}
+	return b
+}
+
+// TestInterceptLargeBody: a body larger than the read-ahead holds, with
+// the secret echoed across chunk boundaries, reaches the client whole and
+// masked, over HTTP/1.1 (read ahead, its records written in batches) and
+// HTTP/2, with and without read deadlines on the sandbox's connection.
+func TestInterceptLargeBody(t *testing.T) {
+	f := newInterceptFixture(t, nil)
+	ph := f.placeholder(t, "GH")
+	want := bigEcho("Bearer " + strings.Repeat("*", len(realSecret)))
+	for _, h2 := range []bool{true, false} {
+		for _, noDeadlines := range []bool{false, true} {
+			t.Run(fmt.Sprintf("h2=%v/nodeadlines=%v", h2, noDeadlines), func(t *testing.T) {
+				f.noDeadlines.Store(noDeadlines)
+				c := f.client(f.sandboxRoots(), h2)
+				defer c.CloseIdleConnections()
+				for range 3 {
+					r := do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/bigecho", f.srv.port), map[string]string{"Authorization": "Bearer " + ph})
+					if r.status != 200 || r.body != string(want) {
+						t.Fatalf("status %d, %d bytes, equal %v, holds the secret %v", r.status, len(r.body), r.body == string(want), strings.Contains(r.body, realSecret))
+					}
+				}
+			})
+		}
 	}
 }

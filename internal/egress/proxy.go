@@ -274,7 +274,7 @@ type Sandbox struct {
 	// placeholders are the sandbox's tokens for named secrets.
 	placeholders map[string]string
 	// transport carries intercepted requests upstream.
-	transport *http.Transport
+	transport *upstreams
 }
 
 // ID names the sandbox.
