@@ -3,12 +3,12 @@ package agentd
 import (
 	"bytes"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The Go runtime never ends a thread it made: every burst of blocking
@@ -97,22 +97,57 @@ func threadsBelow(n int) bool {
 }
 
 // threadCount is how many threads the agent has (0 when /proc cannot
-// tell).
+// tell). It makes next to no garbage (the path's copy, 16 bytes): the
+// trim polls it hundreds of times while the agent is idle, and garbage
+// made then brings on a collection, which costs an idle agent more than
+// the garbage did (docs/decisions.md, 77). os.ReadFile made about 3 KiB
+// a call.
 func threadCount() int {
-	b, err := os.ReadFile("/proc/self/stat")
+	fd, err := unix.Open("/proc/self/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
-	// The fields after the command name, which may hold anything, begin
-	// with the state; num_threads is the 18th of them.
+	var buf [1024]byte
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil || n <= 0 || n == len(buf) {
+		return 0
+	}
+	return statThreads(buf[:n])
+}
+
+// statThreads reads num_threads from /proc/PID/stat content b (0 when it
+// is not there). The fields after the command name, which may hold
+// anything, begin with the state; num_threads is the 18th of them.
+func statThreads(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0
 	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 18 {
-		return 0
+	field := 0
+	inField := false
+	n := 0
+	for _, c := range b[i+1:] {
+		if c == ' ' || c == '\n' {
+			if inField && field == 18 {
+				return n
+			}
+			inField = false
+			continue
+		}
+		if !inField {
+			inField = true
+			field++
+		}
+		if field == 18 {
+			if c < '0' || c > '9' {
+				return 0
+			}
+			n = n*10 + int(c-'0')
+		}
 	}
-	n, _ := strconv.Atoi(string(f[17]))
-	return n
+	if inField && field == 18 {
+		return n
+	}
+	return 0
 }
