@@ -230,12 +230,14 @@ func run() error {
 				s.port = newGuestPort(conn, cfg.GuestControl)
 			}
 		}
-		// An idle sandbox should cost the host little: a tight heap (the agent's
-		// live heap is about 2 MiB), and what building the sandbox took goes
-		// back to the OS once it is built.
+		// An idle sandbox should cost the host little: a tight heap (the
+		// agent's live heap is about 0.4 MiB). No collection is forced once
+		// the sandbox is built: what building it left (about 0.25 MiB) costs
+		// less than a collection does, whose sweep gives every size class
+		// of the heap a second set of span lists that the runtime never
+		// frees (about 6 KiB a class: 0.3 MiB; docs/decisions.md, 77).
 		time.AfterFunc(50*time.Millisecond, func() {
 			debug.SetGCPercent(25)
-			debug.FreeOSMemory()
 			s.trim.poke()
 		})
 		if sessions != nil {
