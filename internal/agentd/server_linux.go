@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -230,14 +229,15 @@ func run() error {
 				s.port = newGuestPort(conn, cfg.GuestControl)
 			}
 		}
-		// An idle sandbox should cost the host little: a tight heap (the
-		// agent's live heap is about 0.4 MiB). No collection is forced once
-		// the sandbox is built: what building it left (about 0.25 MiB) costs
-		// less than a collection does, whose sweep gives every size class
-		// of the heap a second set of span lists that the runtime never
-		// frees (about 6 KiB a class: 0.3 MiB; docs/decisions.md, 77).
+		// An idle sandbox should cost the host little. No collection is
+		// forced once it is built, and GOGC stays at 100 (the runtime's
+		// first goal is a 4 MiB heap): building it leaves about
+		// 0.25 MiB of garbage, and a collection costs more, as its sweep
+		// gives every size class of the heap a second set of span lists,
+		// which the runtime never frees (about 0.4 MiB). The trim, once the
+		// agent is idle, collects when the garbage is worth it (trimIdle;
+		// docs/decisions.md, 77).
 		time.AfterFunc(50*time.Millisecond, func() {
-			debug.SetGCPercent(25)
 			s.trim.poke()
 		})
 		if sessions != nil {

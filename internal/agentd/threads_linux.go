@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -53,12 +54,36 @@ func (t *trimmer) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// trimIdle trims the threads, then gives back to the OS what they and
-// their stacks held (the runtime keeps freed stacks otherwise).
+// trimIdle trims the threads, then gives back to the OS what the heap
+// holds beyond its live objects when that is worth a collection: more
+// than garbageWorthGC of garbage, or any once the agent has been
+// collected. The first collection costs an agent about 0.4 MiB that is
+// never given back (its sweep gives every size class of the heap a
+// second set of span lists; docs/decisions.md, 77).
 func trimIdle() {
-	if trimThreads() {
+	trimmed := trimThreads()
+	metrics.Read(heapSamples)
+	cycles, objects, live := heapSamples[0].Value, heapSamples[1].Value, heapSamples[2].Value
+	if cycles.Kind() != metrics.KindUint64 || objects.Kind() != metrics.KindUint64 || live.Kind() != metrics.KindUint64 {
+		return
+	}
+	garbage := int64(objects.Uint64()) - int64(live.Uint64())
+	if garbage > garbageWorthGC || (trimmed && cycles.Uint64() > 0) {
 		debug.FreeOSMemory()
 	}
+}
+
+// garbageWorthGC is how much garbage makes a first collection worth its
+// cost.
+const garbageWorthGC = 512 << 10
+
+// heapSamples are the runtime's collections so far, the bytes of heap
+// objects (live or not yet collected) and of live ones at the last
+// collection.
+var heapSamples = []metrics.Sample{
+	{Name: "/gc/cycles/total:gc-cycles"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/gc/heap/live:bytes"},
 }
 
 // trimThreads ends idle threads one at a time while that lowers the count:
