@@ -91,9 +91,17 @@ func listenSessions(path string) (*net.UnixListener, error) {
 // root inside it (a relay the host started); the workload is neither.
 func (s *server) serveSessions(ln net.Listener) error {
 	// The host's end of a session may die at any time (kill -9 of the
-	// daemon): a write to it must fail, not kill the agent. Notify, not
-	// Ignore: an ignored SIGPIPE would be inherited by every command.
-	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
+	// daemon): a write to it must fail, not kill the agent. Go's runtime
+	// turns SIGPIPE into EPIPE for every descriptor but 1 and 2, so only
+	// an agent whose standard output and error are the runtime's pipes
+	// (a container's) asks for it with Notify (not Ignore: an ignored
+	// SIGPIPE would be inherited by every command). Notify costs two
+	// threads for the agent's life (os/signal's, and the runtime's
+	// signal-mask thread); a native agent's 1 and 2 are /dev/null by now
+	// (quiet), and it has no pipe a SIGPIPE could come from.
+	if s.cfg.Listen == nil {
+		signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
+	}
 	if s.cfg.Listen != nil && s.cfg.Listen.Path != "" {
 		return s.serveSuspendable(ln, s.cfg.Listen.Path)
 	}

@@ -3,12 +3,13 @@ package agentd
 import (
 	"bytes"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
+	"runtime/metrics"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The Go runtime never ends a thread it made: every burst of blocking
@@ -53,12 +54,36 @@ func (t *trimmer) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// trimIdle trims the threads, then gives back to the OS what they and
-// their stacks held (the runtime keeps freed stacks otherwise).
+// trimIdle trims the threads, then gives back to the OS what the heap
+// holds beyond its live objects when that is worth a collection: more
+// than garbageWorthGC of garbage, or any once the agent has been
+// collected. The first collection costs an agent about 0.4 MiB that is
+// never given back (its sweep gives every size class of the heap a
+// second set of span lists; docs/decisions.md, 77).
 func trimIdle() {
-	if trimThreads() {
+	trimmed := trimThreads()
+	metrics.Read(heapSamples)
+	cycles, objects, live := heapSamples[0].Value, heapSamples[1].Value, heapSamples[2].Value
+	if cycles.Kind() != metrics.KindUint64 || objects.Kind() != metrics.KindUint64 || live.Kind() != metrics.KindUint64 {
+		return
+	}
+	garbage := int64(objects.Uint64()) - int64(live.Uint64())
+	if garbage > garbageWorthGC || (trimmed && cycles.Uint64() > 0) {
 		debug.FreeOSMemory()
 	}
+}
+
+// garbageWorthGC is how much garbage makes a first collection worth its
+// cost.
+const garbageWorthGC = 512 << 10
+
+// heapSamples are the runtime's collections so far, the bytes of heap
+// objects (live or not yet collected) and of live ones at the last
+// collection.
+var heapSamples = []metrics.Sample{
+	{Name: "/gc/cycles/total:gc-cycles"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/gc/heap/live:bytes"},
 }
 
 // trimThreads ends idle threads one at a time while that lowers the count:
@@ -97,22 +122,57 @@ func threadsBelow(n int) bool {
 }
 
 // threadCount is how many threads the agent has (0 when /proc cannot
-// tell).
+// tell). It makes next to no garbage (the path's copy, 16 bytes): the
+// trim polls it hundreds of times while the agent is idle, and garbage
+// made then brings on a collection, which costs an idle agent more than
+// the garbage did (docs/decisions.md, 77). os.ReadFile made about 3 KiB
+// a call.
 func threadCount() int {
-	b, err := os.ReadFile("/proc/self/stat")
+	fd, err := unix.Open("/proc/self/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
-	// The fields after the command name, which may hold anything, begin
-	// with the state; num_threads is the 18th of them.
+	var buf [1024]byte
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil || n <= 0 || n == len(buf) {
+		return 0
+	}
+	return statThreads(buf[:n])
+}
+
+// statThreads reads num_threads from /proc/PID/stat content b (0 when it
+// is not there). The fields after the command name, which may hold
+// anything, begin with the state; num_threads is the 18th of them.
+func statThreads(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0
 	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 18 {
-		return 0
+	field := 0
+	inField := false
+	n := 0
+	for _, c := range b[i+1:] {
+		if c == ' ' || c == '\n' {
+			if inField && field == 18 {
+				return n
+			}
+			inField = false
+			continue
+		}
+		if !inField {
+			inField = true
+			field++
+		}
+		if field == 18 {
+			if c < '0' || c > '9' {
+				return 0
+			}
+			n = n*10 + int(c-'0')
+		}
 	}
-	n, _ := strconv.Atoi(string(f[17]))
-	return n
+	if inField && field == 18 {
+		return n
+	}
+	return 0
 }
