@@ -46,6 +46,9 @@ type Client struct {
 	// tun is the tunnel channel the agent took (DialLocal); nil: tunnels
 	// ride the HTTP/2 connection.
 	tun *tunnels
+	// rc passes exec sockets to the agent (execsock.go); nil: every exec
+	// is an HTTP/2 stream.
+	rc *rightsConn
 }
 
 // VersionError is an agent that speaks another protocol version than this
@@ -139,12 +142,15 @@ func (c *Client) Close() error {
 	if c.tun != nil {
 		c.tun.close()
 	}
+	if c.rc != nil {
+		c.rc.closeExecs()
+	}
 	return c.cc.Close()
 }
 
 // Exec is one running command on the host's side.
 type Exec struct {
-	stream *connect.BidiStreamForClient[ExecInput, ExecEvent]
+	stream execStream
 	// sendMu keeps the input half's messages (stdin, resizes) whole and
 	// in order; pty says the input half stays open after stdin ends.
 	sendMu sync.Mutex
@@ -159,10 +165,27 @@ type Exec struct {
 	StdoutOffset, StderrOffset int64
 }
 
+// execStream is an exec's stream: an HTTP/2 stream, or an exec socket
+// (execsock.go).
+type execStream interface {
+	Send(*ExecInput) error
+	CloseRequest() error
+	Receive() (*ExecEvent, error)
+	CloseResponse() error
+}
+
 // StartExec starts a command and returns once it runs. A command that
 // cannot start (not found, not executable) is a *sandbox.CommandError.
 // The returned Exec must be read to the end with Next.
+//
+// Where the agent takes exec sockets, a foreground exec runs on one; a
+// background exec, which may outlive many calls, stays an HTTP/2 stream,
+// so that the host's descriptors grow only with the foreground execs
+// running.
 func (c *Client) StartExec(ctx context.Context, s *ExecStart) (*Exec, error) {
+	if c.rc != nil && !s.Background {
+		return c.openSocketExec(ctx, &ExecInput{Start: s}, s.PTY != nil, "start exec")
+	}
 	return c.openExec(ctx, &ExecInput{Start: s}, !s.Stdin && s.PTY == nil, s.PTY != nil, "start exec")
 }
 
@@ -183,6 +206,12 @@ func (c *Client) openExec(ctx context.Context, first *ExecInput, closeInput, pty
 	if closeInput {
 		_ = st.CloseRequest()
 	}
+	return started(st, pty, what)
+}
+
+// started reads an exec stream's first event: the command runs, or why
+// it does not.
+func started(st execStream, pty bool, what string) (*Exec, error) {
 	ev, err := st.Receive()
 	if err != nil {
 		st.CloseResponse()
@@ -262,6 +291,18 @@ func (e *Exec) Next() (*ExecEvent, error) {
 		e.stream.CloseResponse()
 	}
 	return ev, nil
+}
+
+// Forget tells the agent, on the exec's own stream, that the host has
+// its result, where the stream can (an exec socket); false: call
+// Client.Forget.
+func (e *Exec) Forget() bool {
+	if _, ok := e.stream.(*connect.BidiStreamForClient[ExecInput, ExecEvent]); ok {
+		return false
+	}
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	return e.stream.Send(&ExecInput{Forget: true}) == nil
 }
 
 // Close abandons the stream. Closing the response half first ends a send

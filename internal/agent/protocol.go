@@ -88,6 +88,9 @@ type HelloResponse struct {
 	// Tunnels says the agent took this session's tunnel channel: it hands
 	// tunnelled connections to the host (tunnel.go).
 	Tunnels bool `json:"tunnels,omitempty"`
+	// ExecSockets says the agent takes exec sockets passed on this
+	// session (execsock.go).
+	ExecSockets bool `json:"exec_sockets,omitempty"`
 }
 
 // ExecStart is the first message of an Exec stream.
@@ -142,6 +145,9 @@ type ExecInput struct {
 	StdinEOF bool        `json:"stdin_eof,omitempty"`
 	// Resize sets the size of the exec's terminal.
 	Resize *sandbox.TermSize `json:"resize,omitempty"`
+	// Forget, on an exec socket (execsock.go) after the exec's result,
+	// is Forget's call: the host has the result.
+	Forget bool `json:"forget,omitempty"`
 }
 
 // ExecEvent is a message of the agent's half of an Exec stream.

@@ -16,71 +16,111 @@ import (
 )
 
 // DialLocal is Dial for an agent on this host's kernel, reached over a
-// unix socket (native): it offers the agent a tunnel channel (see
-// tunnel.go), which the client then uses for the egress tunnels and the
-// Dial streams when the agent takes it. A c that is not a unix socket is
-// only Dial'd.
-func DialLocal(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
+// unix socket (native). With tunnels it offers the agent a tunnel channel
+// (see tunnel.go), which the client then uses for the egress tunnels and
+// the Dial streams when the agent takes it; either way the session can
+// carry exec sockets (execsock.go), which the client uses when the agent
+// says it takes them. A c that is not a unix socket is only Dial'd.
+func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbox.Layer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return Dial(ctx, c)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("make the tunnel channel: %w", err)
+	rc := &rightsConn{UnixConn: uc}
+	var ch *net.UnixConn
+	if tunnels {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("make the tunnel channel: %w", err)
+		}
+		hostEnd := os.NewFile(uintptr(fds[0]), "tunnels")
+		agentEnd := os.NewFile(uintptr(fds[1]), "tunnels")
+		fc, err := net.FileConn(hostEnd)
+		hostEnd.Close()
+		if err != nil {
+			agentEnd.Close()
+			return nil, nil, fmt.Errorf("make the tunnel channel: %w", err)
+		}
+		ch = fc.(*net.UnixConn)
+		// The offer rides on the session's first byte.
+		rc.offer = agentEnd
 	}
-	hostEnd := os.NewFile(uintptr(fds[0]), "tunnels")
-	agentEnd := os.NewFile(uintptr(fds[1]), "tunnels")
-	fc, err := net.FileConn(hostEnd)
-	hostEnd.Close()
+	cl, layers, err := Dial(ctx, rc)
 	if err != nil {
-		agentEnd.Close()
-		return nil, nil, fmt.Errorf("make the tunnel channel: %w", err)
-	}
-	ch := fc.(*net.UnixConn)
-	cl, layers, err := Dial(ctx, &offerConn{UnixConn: uc, fd: agentEnd})
-	agentEnd.Close()
-	if err != nil {
-		ch.Close()
+		rc.drop()
+		if ch != nil {
+			ch.Close()
+		}
 		return nil, nil, err
 	}
-	if !cl.helloResp.Tunnels {
-		ch.Close()
+	if cl.helloResp.ExecSockets {
+		cl.rc = rc
+	}
+	if ch == nil || !cl.helloResp.Tunnels {
+		if ch != nil {
+			ch.Close()
+		}
 		return cl, layers, nil
 	}
 	cl.tun = newTunnels(ch)
 	return cl, layers, nil
 }
 
-// offerConn sends fd with the first byte written to the agent connection;
-// an agent that does not look for it loses nothing (the kernel closes a
-// descriptor nobody receives).
-type offerConn struct {
+// rightsConn is the host's end of a session that passes descriptors: the
+// tunnel offer rides as SCM_RIGHTS on the session's first byte (an agent
+// that does not look for it loses nothing: the kernel closes a descriptor
+// nobody receives), and an exec socket on a byte of its own, written
+// between HTTP/2's writes, that the agent takes out of the stream
+// (execsock.go).
+type rightsConn struct {
 	*net.UnixConn
-	fd   *os.File
-	once sync.Once
+	// wmu keeps HTTP/2's writes and the exec sockets' bytes apart.
+	wmu   sync.Mutex
+	offer *os.File
+	mu    sync.Mutex
+	// execs are the exec sockets open, closed with the client; closed
+	// says it was.
+	execs  map[*sockStream]struct{}
+	closed bool
 }
 
-func (c *offerConn) Write(p []byte) (int, error) {
+func (c *rightsConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	n := 0
-	var err error
-	c.once.Do(func() {
+	if f := c.offer; f != nil && len(p) > 0 {
+		c.offer = nil
+		_, _, err := c.WriteMsgUnix(p[:1], unix.UnixRights(int(f.Fd())), nil)
+		f.Close()
+		if err != nil {
+			return 0, err
+		}
+		n, p = 1, p[1:]
 		if len(p) == 0 {
-			return
+			return n, nil
 		}
-		_, _, err = c.WriteMsgUnix(p[:1], unix.UnixRights(int(c.fd.Fd())), nil)
-		if err == nil {
-			n, p = 1, p[1:]
-		}
-	})
-	if err != nil {
-		return 0, err
-	}
-	if len(p) == 0 {
-		return n, nil
 	}
 	k, err := c.UnixConn.Write(p)
 	return n + k, err
+}
+
+// drop closes an offer never sent.
+func (c *rightsConn) drop() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.offer != nil {
+		c.offer.Close()
+		c.offer = nil
+	}
+}
+
+// passExec sends f, the agent's end of an exec socket, on a byte of its
+// own (ExecSocketByte) between HTTP/2's writes.
+func (c *rightsConn) passExec(f *os.File) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, _, err := c.WriteMsgUnix([]byte{ExecSocketByte}, unix.UnixRights(int(f.Fd())), nil)
+	return err
 }
 
 // tunnels is the host's end of a tunnel channel.

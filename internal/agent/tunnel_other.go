@@ -9,8 +9,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// DialLocal is Dial: tunnels are handed over on Linux only.
-func DialLocal(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
+// DialLocal is Dial: tunnels and exec sockets are handed over on Linux
+// only.
+func DialLocal(ctx context.Context, c net.Conn, _ bool) (*Client, []sandbox.Layer, error) {
 	return Dial(ctx, c)
 }
 
@@ -21,5 +22,14 @@ func (*tunnels) close()                         {}
 func (*tunnels) setServe(func(net.Conn)) func() { return func() {} }
 
 func (*tunnels) dial(context.Context, int) (net.Conn, error) {
+	return nil, sandbox.ErrUnsupported
+}
+
+// rightsConn never exists off Linux.
+type rightsConn struct{}
+
+func (*rightsConn) closeExecs() {}
+
+func (c *Client) openSocketExec(context.Context, *ExecInput, bool, string) (*Exec, error) {
 	return nil, sandbox.ErrUnsupported
 }

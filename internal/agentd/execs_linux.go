@@ -484,14 +484,14 @@ func (s *server) follow(ctx context.Context, send func(*agent.ExecEvent) error, 
 	}
 }
 
-// feed passes what the host sends on stream to the exec's input: stdin
-// data, the end of stdin (pipes), and terminal resizes, until the host's
-// half of the stream ends. The end of a stream closes nothing: a later
-// attachment may go on feeding it.
-func (s *server) feed(stream *connect.BidiStream[agent.ExecInput, agent.ExecEvent], es *execState) {
+// feed passes what the host sends (recv: the stream's next message) to
+// the exec's input: stdin data, the end of stdin (pipes), and terminal
+// resizes, until the host's half of the stream ends. The end of a stream
+// closes nothing: a later attachment may go on feeding it.
+func (s *server) feed(recv func() (*agent.ExecInput, error), es *execState) {
 	x := es.eio
 	for {
-		msg, err := stream.Receive()
+		msg, err := recv()
 		if err != nil {
 			return
 		}
@@ -542,7 +542,7 @@ func (s *server) attachExec(ctx context.Context, stream *connect.BidiStream[agen
 		return err
 	}
 	if es.eio.input != nil {
-		go s.feed(stream, es)
+		go s.feed(stream.Receive, es)
 	}
 	return s.follow(ctx, send, es, att, offs)
 }

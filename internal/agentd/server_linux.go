@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -260,7 +261,7 @@ func run() error {
 		if s.port != nil {
 			s.port.serve(s.mux)
 		} else {
-			agent.ServeConn(context.Background(), s.tun.takeOffer(conn), s.mux)
+			agent.ServeConn(context.Background(), s.session(conn), s.mux)
 		}
 		// A restore past its commit point finishes before the agent ends.
 		s.snap.commits.Wait()
@@ -365,6 +366,9 @@ type server struct {
 	egress *egressServer
 	// tun is the current session's tunnel channel (tunnel_linux.go).
 	tun tunnelChannel
+	// execSockets says the current session passes exec sockets
+	// (execsock_linux.go).
+	execSockets atomic.Bool
 	// mux serves every host session.
 	mux http.Handler
 	// sessMu guards current, the host session being served: one at a time.
@@ -430,7 +434,7 @@ func (s *server) hello(context.Context, *agent.HelloRequest) (*agent.HelloRespon
 		layers = append(layers, sandbox.LayerLandlock)
 	}
 	return &agent.HelloResponse{Version: agent.Version, Layers: layers, ExecSeq: s.eng.execs.lastSeq(), Persistent: s.cfg.Listen != nil || s.cfg.Contained != nil && s.cfg.Contained.Listen != "",
-		Tunnels: s.tun.current() != nil}, nil
+		Tunnels: s.tun.current() != nil, ExecSockets: s.execSockets.Load()}, nil
 }
 
 func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Empty, error) {
@@ -480,7 +484,7 @@ func (s *server) exec(ctx context.Context, stream *connect.BidiStream[agent.Exec
 		return err
 	}
 	if es.eio.input != nil {
-		go s.feed(stream, es)
+		go s.feed(stream.Receive, es)
 	}
 	return s.follow(ctx, send, es, att, make([]int64, len(es.rings)))
 }

@@ -140,7 +140,7 @@ func (s *server) serveSession(conn net.Conn) {
 	}
 	s.life.session(+1)
 	defer s.life.session(-1)
-	agent.ServeConn(context.Background(), s.tun.takeOffer(conn), s.mux)
+	agent.ServeConn(context.Background(), s.session(conn), s.mux)
 }
 
 // quiet points standard output and error at /dev/null.

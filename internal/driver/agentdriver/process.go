@@ -130,7 +130,9 @@ func (p *process) run(stdout, stderr io.Writer) {
 			p.result.StderrTruncated = p.result.StderrTruncated || errCut
 			p.finish()
 			// The host has the result now: the agent need not keep it.
-			go p.in.forgetExec(p.id)
+			if !p.ex.Forget() {
+				go p.in.forgetExec(p.id)
+			}
 			return
 		case len(ev.Stdout) > 0:
 			p.write(stdout, ev.Stdout, &outN, p.outputLimit, &p.result.StdoutTruncated)

@@ -97,15 +97,14 @@ func (d *Driver) checkPeer(id string, st state, peer procid.Peer) error {
 	return nil
 }
 
-// dialAgent performs the handshake on h's agent connection. A sandbox
-// with a network gets the tunnel channel (agent.DialLocal: its egress and
+// dialAgent performs the handshake on h's agent connection, which can
+// then pass the agent a socket per exec (agent.DialLocal: decision 70). A
+// sandbox with a network also gets the tunnel channel (its egress and
 // exposed-port connections are handed to the host and spliced), which
 // costs the host a third descriptor; one without keeps two (its
 // connection and its agent's pidfd), and its exposed ports go through the
 // agent connection's Dial streams (decisions 61 and 62).
 func (h *host) dialAgent(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
-	if h.spec.Network.Mode == sandbox.NetworkNone || h.spec.Network.Mode == "" {
-		return agent.Dial(ctx, h.conn)
-	}
-	return agent.DialLocal(ctx, h.conn)
+	network := h.spec.Network.Mode != sandbox.NetworkNone && h.spec.Network.Mode != ""
+	return agent.DialLocal(ctx, h.conn, network)
 }

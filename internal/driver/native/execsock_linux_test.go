@@ -1,0 +1,84 @@
+package native
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
+	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// TestExecSockets: a native sandbox's foreground exec runs on an exec
+// socket of its own (decision 70), which the agent holds while the exec
+// runs and drops after; a background exec stays an HTTP/2 stream. What
+// the exec socket carries (stdin, output, the result) is the conformance
+// suite's.
+func TestExecSockets(t *testing.T) {
+	requireNative(t)
+	d := newDriver(t)
+	in := drivertest.Sandbox(t, d, sandbox.Spec{}, func(*testing.T, string) {})
+	pid := in.(*agentdriver.Instance).Host().(*host).agentPid
+	held := func() int { return seqpacketsOf(t, pid) }
+	idle := held()
+	run := func(background bool) int {
+		t.Helper()
+		p, err := in.Start(t.Context(), sandbox.ExecRequest{Argv: []string{"sleep", "0.5"}, Background: background})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := held()
+		if _, err := p.Wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := run(false); n != idle+1 {
+		t.Errorf("the agent held %d SOCK_SEQPACKET sockets of the host's while a foreground exec ran, %d idle: want one more", n, idle)
+	}
+	if n := run(true); n != idle {
+		t.Errorf("the agent held %d SOCK_SEQPACKET sockets of the host's while a background exec ran, %d idle: want as many", n, idle)
+	}
+	for deadline := time.Now().Add(5 * time.Second); held() != idle; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent still holds %d SOCK_SEQPACKET sockets after its execs, %d before", held(), idle)
+		}
+	}
+}
+
+// seqpacketsOf counts pid's descriptors that are unix SOCK_SEQPACKET
+// sockets made in this (the host's) network namespace.
+func seqpacketsOf(t *testing.T, pid int) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seqpacket := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 7 && fs[4] == "0005" {
+			seqpacket[fs[6]] = true
+		}
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		l, err := os.Readlink(dir + "/" + e.Name())
+		if err == nil && strings.HasPrefix(l, "socket:[") && seqpacket[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] {
+			n++
+		}
+	}
+	return n
+}
