@@ -37,17 +37,24 @@ func TestExecSockets(t *testing.T) {
 		}
 		return n
 	}
+	// settle waits for the agent to drop an ended exec's socket, which it
+	// does after the result reaches the host.
+	settle := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); held() != idle; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent still holds %d SOCK_SEQPACKET sockets after its execs, %d before", held(), idle)
+			}
+		}
+	}
 	if n := run(false); n != idle+1 {
 		t.Errorf("the agent held %d SOCK_SEQPACKET sockets of the host's while a foreground exec ran, %d idle: want one more", n, idle)
 	}
+	settle()
 	if n := run(true); n != idle {
 		t.Errorf("the agent held %d SOCK_SEQPACKET sockets of the host's while a background exec ran, %d idle: want as many", n, idle)
 	}
-	for deadline := time.Now().Add(5 * time.Second); held() != idle; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent still holds %d SOCK_SEQPACKET sockets after its execs, %d before", held(), idle)
-		}
-	}
+	settle()
 }
 
 // seqpacketsOf counts pid's descriptors that are unix SOCK_SEQPACKET
