@@ -27,7 +27,8 @@ import (
 // E2B_DOMAIN). A request whose Host is such a name, on the daemon's
 // listener or on the one for exposed ports only, is proxied to port on
 // the sandbox's own loopback through its agent (supervisor.DialPort):
-// HTTP/1.1, WebSocket upgrades, responses streamed as they come. The
+// HTTP/1.1, WebSocket upgrades, responses streamed as they come; a
+// bodyless GET or HEAD with its answer's body spliced (ports_h1.go). The
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers reach the same, for a port
 // that is neither envd's nor the code interpreter's.
 //

@@ -24,9 +24,9 @@ import (
 // spliceServer serves on 127.0.0.1:8001, HTTP/1.1 with keep-alive: /big,
 // spliceBig bytes of a pattern; /drop, a small answer after which it
 // closes the connection without saying so (as a server whose keep-alive
-// timed out); anything else, "small".
+// timed out); /slow, an answer after 3 s; anything else, "small".
 const spliceServer = `
-import http.server
+import http.server, time
 big = bytes(i * 7 % 251 for i in range(3 * 1024 * 1024 + 17))
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -43,6 +43,9 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/big":
             self.answer(big)
+        elif self.path == "/slow":
+            time.sleep(3)
+            self.answer(b"late")
         elif self.path == "/drop":
             self.answer(b"dropped")
             self.close_connection = True
@@ -58,7 +61,8 @@ const spliceBig = 3*1024*1024 + 17
 // sockets) takes the spliced path: the body arrives whole, a HEAD has none,
 // the client's connection stays routed request by request (a closed port
 // on the same connection answers 502), a pooled connection the server
-// closed is replaced, and the bytes the summary and the audit count are
+// closed is replaced, a client that goes away ends the wait for the
+// server, and the bytes the summary and the audit count are
 // the bytes that moved.
 func TestExposedPortsSpliced(t *testing.T) {
 	testcap.Require(t, "root", "userns", "cgroupv1", "seccomp", "landlock")
@@ -136,6 +140,32 @@ func TestExposedPortsSpliced(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		if res, b := do("GET", host, "/small"); res.StatusCode != 200 || string(b) != "small" {
 			t.Fatalf("GET /small after /drop (%d): %d %q", i, res.StatusCode, b)
+		}
+	}
+
+	// A client that gives up before the server answers ends the wait:
+	// the connection to the sandbox is closed (and audited) then, not
+	// when the server answers.
+	exposeEvents := func() int {
+		t.Helper()
+		page, err := al.Query(ctx, audit.Query{Sandbox: sb.SandboxID, Kinds: []audit.Kind{audit.KindExpose}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Events)
+	}
+	before := exposeEvents()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	req, _ := http.NewRequestWithContext(cctx, "GET", e.url+"/slow", nil)
+	req.Host = host
+	if res, err := cl.Do(req); err == nil {
+		res.Body.Close()
+		t.Fatalf("GET /slow within 200 ms: %d", res.StatusCode)
+	}
+	cancel()
+	for gaveUp := time.Now(); exposeEvents() == before; time.Sleep(20 * time.Millisecond) {
+		if time.Since(gaveUp) > 1500*time.Millisecond {
+			t.Fatal("the connection of a request whose client went away was still open 1.5 s later")
 		}
 	}
 
