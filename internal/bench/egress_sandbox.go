@@ -139,11 +139,12 @@ func tunnelRows(ctx context.Context, o Options, srvAddr string, size int64, prog
 const proxyPort = "127.0.0.1:3128"
 
 // tunnelResult reads the probe's output into a latency row and a download
-// row (the median of the downloads' rates, when it made several).
+// row (the median of the downloads' rates, when it made several; none
+// when dl is nil).
 func tunnelResult(lat, dl []Row, out string, n int, size int64) error {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < n+1 {
-		return fmt.Errorf("the probe printed %d lines, want at least %d", len(lines), n+1)
+	if want := n + min(len(dl), 1); len(lines) < want {
+		return fmt.Errorf("the probe printed %d lines, want at least %d", len(lines), want)
 	}
 	ds := make([]time.Duration, 0, n)
 	for _, l := range lines[:n] {
@@ -155,6 +156,9 @@ func tunnelResult(lat, dl []Row, out string, n int, size int64) error {
 	}
 	// The first tenth warms the connection and the interpreter up.
 	lat[0] = latencyRow(lat[0], series{samples: ds[n/10:]})
+	if dl == nil {
+		return nil
+	}
 	rates := make([]float64, 0, len(lines)-n)
 	for _, l := range lines[n:] {
 		var got int64
