@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -276,7 +277,12 @@ func (h *Handler) answerH1(w http.ResponseWriter, r *http.Request, c *h1Conn, re
 		}
 		if rest := n - int64(len(b)); rest > 0 {
 			buf := portBufferPool.Get().([]byte)
-			_, err := c.Conn.(bodySplicer).SpliceTo(w, rest, buf)
+			var err error
+			if sp, ok := c.Conn.(bodySplicer); ok {
+				_, err = sp.SpliceTo(w, rest, buf)
+			} else if m, cerr := io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(c.Conn, rest), buf); cerr != nil || m < rest {
+				err = cmp.Or(cerr, io.ErrUnexpectedEOF)
+			}
 			portBufferPool.Put(buf) //nolint:staticcheck // SA6002: as portBuffers
 			if err != nil {
 				return false, err
