@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,8 +57,68 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 `
 
-// portsDownload is the size of the ports rows' download.
-const portsDownload = 100 << 20
+// portsDownload is the size of the ports rows' download, and
+// portsDownloads how many are made each way, direct and through the
+// exposed port alternated (each row is their median: one download's rate
+// on a shared machine moves twofold from run to run, and alternating
+// puts both under the same load).
+const (
+	portsDownload  = 100 << 20
+	portsDownloads = 5
+)
+
+// portsDownloadProbe downloads /big argv[4] times from the host's server
+// on 127.0.0.1:argv[1] and as many through the daemon at argv[2] from the
+// sandbox's (Host argv[3]), alternated, each on its own keep-alive
+// connection; it prints "direct|exposed BYTES SECONDS" a download.
+const portsDownloadProbe = `
+import http.client, sys, time
+port, proxy, host, k = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+ph, pp = proxy.rsplit(":", 1)
+conns = {"direct": (http.client.HTTPConnection("127.0.0.1", port), "/big"),
+         "exposed": (http.client.HTTPConnection(ph, int(pp)), "http://%s:%d/big" % (host, port))}
+buf = bytearray(1 << 20)
+mv = memoryview(buf)
+out = []
+for i in range(k):
+    for name in (("direct", "exposed") if i % 2 == 0 else ("exposed", "direct")):
+        conn, url = conns[name]
+        t = time.perf_counter()
+        conn.request("GET", url)
+        r = conn.getresponse()
+        got = 0
+        while True:
+            n = r.readinto(mv)
+            if not n:
+                break
+            got += n
+        out.append("%s %d %.6f" % (name, got, time.perf_counter() - t))
+print("\n".join(out))
+`
+
+// portsDownloadResult reads portsDownloadProbe's output into the direct
+// and the exposed download rows: the median rate of each.
+func portsDownloadResult(dl []Row, out string) error {
+	rates := map[string][]float64{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var name string
+		var got int64
+		var secs float64
+		if _, err := fmt.Sscan(l, &name, &got, &secs); err != nil || got != portsDownload || secs <= 0 {
+			return fmt.Errorf("the download probe printed %q, want a name, %d bytes and the seconds", l, portsDownload)
+		}
+		rates[name] = append(rates[name], float64(got)/(1<<20)/secs)
+	}
+	for i, name := range []string{"direct", "exposed"} {
+		r := rates[name]
+		if len(r) != portsDownloads {
+			return fmt.Errorf("the download probe timed %d %s downloads, want %d", len(r), name, portsDownloads)
+		}
+		slices.Sort(r)
+		dl[i].Status, dl[i].Value = StatusOK, ptr(r[len(r)/2])
+	}
+	return nil
+}
 
 // portsPort is where the rows' server listens, in the sandbox and on the
 // host.
@@ -67,8 +129,8 @@ func portsTemplate() []Row {
 		{Section: "ports", ID: "ports/direct", What: "GET 1 KiB, python3 client and server both on the host, direct", Unit: UnitMS},
 		{Section: "ports", ID: "ports/latency", What: "GET 1 KiB from a server in a sandbox through its exposed port (daemon listener, proxy, the connection handed over and spliced; native, sandbox with egress)", Unit: UnitMS,
 			Compare: []Comparison{{Baseline: "ports/direct", Name: "direct"}}},
-		{Section: "ports", ID: "ports/direct-download", What: "100 MiB download, server on the host, direct (higher is better)", Unit: UnitMiBps},
-		{Section: "ports", ID: "ports/throughput", What: "100 MiB download from a server in a sandbox through its exposed port (native, sandbox with egress; higher is better)", Unit: UnitMiBps,
+		{Section: "ports", ID: "ports/direct-download", What: "100 MiB download, server on the host, direct (median of 5, alternated with the next row's; higher is better)", Unit: UnitMiBps},
+		{Section: "ports", ID: "ports/throughput", What: "100 MiB download from a server in a sandbox through its exposed port (native, sandbox with egress; median of 5; higher is better)", Unit: UnitMiBps,
 			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
 	}
 }
@@ -92,32 +154,37 @@ func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error,
 	}
 	n := max(o.TrueRuns*10, 200)
 	timeout := 2 * time.Minute
-	probe := func(host, proxy string) (string, error) {
+	run := func(args ...string) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var out, errb bytes.Buffer
-		cmd := exec.CommandContext(cctx, python, "-c", tunnelProbe, host, strconv.Itoa(portsPort), proxy, strconv.Itoa(n))
+		cmd := exec.CommandContext(cctx, python, args...)
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
 			return "", fmt.Errorf("the probe: %w%s", err, stderrTail(errb.String()))
 		}
 		return out.String(), nil
 	}
+	// probe times the small requests (no download).
+	probe := func(host, proxy string) (string, error) {
+		return run("-c", tunnelProbe, host, strconv.Itoa(portsPort), proxy, strconv.Itoa(n), "0")
+	}
 
-	progress("ports: python3 on the host, %d requests and a %d MiB download, direct", n, portsDownload>>20)
+	progress("ports: python3 on the host, %d requests, direct", n)
 	srv := exec.CommandContext(ctx, python, "-c", portServer, strconv.Itoa(portsPort), strconv.Itoa(portsDownload))
 	if err := srv.Start(); err != nil {
 		return fail(0, err)
 	}
-	out, err := func() (string, error) {
-		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-		if err := waitPort(ctx, "127.0.0.1:"+strconv.Itoa(portsPort)); err != nil {
-			return "", err
-		}
-		return probe("127.0.0.1", "")
-	}()
+	// The host's server stays up for the downloads, which alternate with
+	// the exposed port's.
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	err = waitPort(ctx, "127.0.0.1:"+strconv.Itoa(portsPort))
+	var out string
 	if err == nil {
-		err = tunnelResult(rows[0:], rows[2:], out, n, portsDownload)
+		out, err = probe("127.0.0.1", "")
+	}
+	if err == nil {
+		err = tunnelResult(rows[0:], nil, out, n, portsDownload)
 	}
 	if err != nil {
 		return fail(0, err)
@@ -125,10 +192,20 @@ func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error,
 	if drvErr != nil {
 		return fail(1, fmt.Errorf("the native driver cannot run here: %w", drvErr))
 	}
-	progress("ports: the same from a server in a sandbox, through its exposed port")
-	out, err = exposedProbe(ctx, drv, probe)
+	progress("ports: the same from a server in a sandbox, through its exposed port; then %d downloads of %d MiB each way, alternated", portsDownloads, portsDownload>>20)
+	var dlOut string
+	out, err = exposedProbe(ctx, drv, func(host, proxy string) (string, error) {
+		out, err := probe(host, proxy)
+		if err == nil {
+			dlOut, err = run("-c", portsDownloadProbe, strconv.Itoa(portsPort), proxy, host, strconv.Itoa(portsDownloads))
+		}
+		return out, err
+	})
 	if err == nil {
-		err = tunnelResult(rows[1:], rows[3:], out, n, portsDownload)
+		err = tunnelResult(rows[1:], nil, out, n, portsDownload)
+	}
+	if err == nil {
+		err = portsDownloadResult(rows[2:], dlOut)
 	}
 	if err != nil {
 		return fail(1, err)

@@ -21,13 +21,15 @@ type CellEnd func(res sandbox.Result, stdoutSHA256, stderrSHA256 string)
 
 // Cell admits code that an interpreter process already running in sandbox
 // id is to run (a cell of a Jupyter kernel): it counts as an exec of code in
-// language with the given timeout. The key's exec rate is taken and one of
+// language with the given timeout, in dir (the interpreter's working
+// directory; "" is the home), which the policy sees as path as it sees an
+// exec's. The key's exec rate is taken and one of
 // its in-flight slots held (the returned context carries it), the policy
 // decides action exec with Code and Language (an ask waits for a person),
 // and the sandbox is busy (its idle timeout waits) until end is called,
 // which records the cell in the audit log as an exec. end must be called
 // once; its context is done when the admission's is.
-func (s *Supervisor) Cell(ctx context.Context, c Caller, id, language, code string, timeout time.Duration) (context.Context, CellEnd, error) {
+func (s *Supervisor) Cell(ctx context.Context, c Caller, id, language, code, dir string, timeout time.Duration) (context.Context, CellEnd, error) {
 	ctx, release, err := s.Begin(ctx, c, OpExec)
 	if err != nil {
 		return nil, nil, err
@@ -37,7 +39,7 @@ func (s *Supervisor) Cell(ctx context.Context, c Caller, id, language, code stri
 		release()
 		return nil, nil, err
 	}
-	pr := l.request(policy.Request{Action: policy.ActionExec, Code: code, Language: language, Limits: &sandbox.Limits{Timeout: timeout}})
+	pr := l.request(policy.Request{Action: policy.ActionExec, Code: code, Language: language, Path: execDir(dir), Limits: &sandbox.Limits{Timeout: timeout}})
 	if err := s.decide(ctx, c, pr); err != nil {
 		release()
 		return nil, nil, err

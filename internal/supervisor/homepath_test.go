@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/policy"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -31,6 +32,12 @@ name = "secret"
 when = 'action in ["file_write", "exec"] && (path == "/workspace/secret" || path.startsWith("/workspace/secret/"))'
 decision = "deny"
 reason = "not the secret"
+
+[[rule]]
+name = "home"
+when = 'action == "exec" && code == "in the home" && path == "/workspace"'
+decision = "deny"
+reason = "a cell's path is its directory"
 `)
 	ctx := context.Background()
 	info, err := sup.Create(ctx, alice, CreateRequest{Home: sandbox.E2BHome})
@@ -77,6 +84,25 @@ reason = "not the secret"
 		case execWant && (!errors.As(err, &denied) || denied.Decision.Rule != want):
 			t.Errorf("exec in %q (judged as %s): %v; want denied by %s", c.Path, c.Want, err, want)
 		}
+		// A code interpreter's cell (E2B's runCode) is judged in its
+		// kernel's working directory as an exec is in its own.
+		_, end, err := sup.Cell(ctx, alice, info.ID, "python", "1", c.Path, time.Minute)
+		denied = nil
+		if err == nil {
+			end(sandbox.Result{}, "", "")
+		}
+		switch cellWant := want == "rule:secret"; {
+		case !cellWant && errors.As(err, &denied):
+			t.Errorf("cell in %q (judged as %s): %v; want it allowed", c.Path, c.Want, err)
+		case cellWant && (!errors.As(err, &denied) || denied.Decision.Rule != want):
+			t.Errorf("cell in %q (judged as %s): %v; want denied by %s", c.Path, c.Want, err, want)
+		}
+	}
+	// A cell with no directory runs in the home, which is what the policy
+	// sees.
+	var denied *policy.Denied
+	if _, _, err := sup.Cell(ctx, alice, info.ID, "python", "in the home", "", time.Minute); !errors.As(err, &denied) || denied.Decision.Rule != "rule:home" {
+		t.Errorf("a cell with no directory: %v; want denied by rule:home (its path the home)", err)
 	}
 	// The write the workspace-only rule is for lands, under either name.
 	if err := files.WriteFile(ctx, "/home/user/data.txt", strings.NewReader("x"), 0o644); err != nil {

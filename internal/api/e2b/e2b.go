@@ -124,6 +124,7 @@ type Handler struct {
 	// domain is Options.Domain; domainHost, its host name, lower case.
 	domain, domainHost string
 	proxy              *httputil.ReverseProxy
+	h1                 h1Pool // connections of the spliced path (ports_h1.go)
 }
 
 // New makes the handler.
@@ -189,7 +190,7 @@ func (h *Handler) warnPools() {
 // Close stops the handler's background work (kernels being started for
 // new sandboxes) and waits for it, within ctx.
 func (h *Handler) Close(ctx context.Context) error {
-	h.closed.Do(func() { close(h.stop) })
+	h.closed.Do(func() { close(h.stop); h.h1.close(true) })
 	done := make(chan struct{})
 	go func() { h.bg.Wait(); close(done) }()
 	select {

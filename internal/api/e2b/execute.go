@@ -216,7 +216,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, t *target) err
 	// otherwise none but the sandbox's lifetime, as on E2B, where the SDK's
 	// timeoutMs ends the request (and so interrupts the run) on its side.
 	timeout := h.commandCeiling(t.info)
-	ctx, end, err := h.sup.Cell(r.Context(), t.c.sup, t.info.ID, k.language, body.Code, timeout)
+	ctx, end, err := h.sup.Cell(r.Context(), t.c.sup, t.info.ID, k.language, body.Code, k.cwd, timeout)
 	var denied *policy.Denied
 	if errors.As(err, &denied) {
 		// A refused cell is an execution error the SDK returns in

@@ -27,7 +27,8 @@ import (
 // E2B_DOMAIN). A request whose Host is such a name, on the daemon's
 // listener or on the one for exposed ports only, is proxied to port on
 // the sandbox's own loopback through its agent (supervisor.DialPort):
-// HTTP/1.1, WebSocket upgrades, responses streamed as they come. The
+// HTTP/1.1, WebSocket upgrades, responses streamed as they come; a
+// bodyless GET or HEAD with its answer's body spliced (ports_h1.go). The
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers reach the same, for a port
 // that is neither envd's nor the code interpreter's.
 //
@@ -184,6 +185,10 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 	// The proxy dials "ID:PORT": its pool keeps each sandbox's port's
 	// connections apart.
 	r.URL.Scheme, r.URL.Host = "http", net.JoinHostPort(id, strconv.Itoa(port))
+	if splicedGet(r) {
+		h.serveSplicedGet(w, r, r.URL.Host)
+		return
+	}
 	h.proxy.ServeHTTP(w, r)
 }
 
@@ -228,24 +233,28 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 		Transport:     portTransport{h1: tr, h2: h2},
 		FlushInterval: -1,
 		// The agent sends up to 256 KiB a message: copy as much a write.
-		BufferPool: portBuffers{},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			id, port, _ := strings.Cut(r.URL.Host, ":")
-			var denied *policy.Denied
-			switch {
-			case errors.Is(err, sandbox.ErrPortClosed):
-				portError(w, http.StatusBadGateway, "no process listens on port %s in sandbox %s: start a server on it (on 0.0.0.0 or 127.0.0.1)", port, id)
-			case errors.Is(err, supervisor.ErrNotExposable):
-				portError(w, http.StatusForbidden, "sandbox %s: its template does not expose ports", id)
-			case errors.As(err, &denied):
-				portError(w, http.StatusForbidden, "port %s of sandbox %s: %s", port, id, truncate(denied.Error(), 500))
-			case errors.Is(err, context.Canceled):
-				// The client went away.
-			default:
-				h.log.Warn("exposed port: proxy failed", "sandbox", id, "port", port, "err", err)
-				portError(w, http.StatusBadGateway, "port %s of sandbox %s: %s", port, id, truncate(err.Error(), 300))
-			}
-		},
+		BufferPool:   portBuffers{},
+		ErrorHandler: h.portFailed,
+	}
+}
+
+// portFailed answers a request whose proxying failed with err before the
+// answer began.
+func (h *Handler) portFailed(w http.ResponseWriter, r *http.Request, err error) {
+	id, port, _ := strings.Cut(r.URL.Host, ":")
+	var denied *policy.Denied
+	switch {
+	case errors.Is(err, sandbox.ErrPortClosed):
+		portError(w, http.StatusBadGateway, "no process listens on port %s in sandbox %s: start a server on it (on 0.0.0.0 or 127.0.0.1)", port, id)
+	case errors.Is(err, supervisor.ErrNotExposable):
+		portError(w, http.StatusForbidden, "sandbox %s: its template does not expose ports", id)
+	case errors.As(err, &denied):
+		portError(w, http.StatusForbidden, "port %s of sandbox %s: %s", port, id, truncate(denied.Error(), 500))
+	case errors.Is(err, context.Canceled):
+		// The client went away.
+	default:
+		h.log.Warn("exposed port: proxy failed", "sandbox", id, "port", port, "err", err)
+		portError(w, http.StatusBadGateway, "port %s of sandbox %s: %s", port, id, truncate(err.Error(), 300))
 	}
 }
 

@@ -271,7 +271,7 @@ func TestExposedPorts(t *testing.T) {
 
 	// Each connection is audited at its end, with its bytes.
 	http.DefaultClient.CloseIdleConnections()
-	e.h.proxy.Transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	e.h.closeIdlePorts()
 	var evs []audit.Event
 	var ok8000, closed9, ws bool
 	for deadline := time.Now().Add(5 * time.Second); !(ok8000 && closed9 && ws) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
