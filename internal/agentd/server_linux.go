@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,19 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("open the file API's root: %w", err)
 		}
+		// The calls' handlers, and the restores an earlier agent left, do
+		// not depend on what a template's sandbox will be: a template does
+		// them before it waits, so that a machine restored from its
+		// snapshot does not (under emulation, code run for the first time
+		// after a restore is the start's cost).
+		s.snap = newSnapState()
+		if s.rootErr == nil {
+			if err := s.recoverRestores(); err != nil {
+				return err
+			}
+		}
+		s.mux = s.trim.wrap(s.handler())
+		trimmed := false
 		if cfg.Template {
 			// Built ahead of its sandbox: wait for it (a virtual machine is
 			// saved meanwhile), then become it.
@@ -192,6 +206,10 @@ func run() error {
 				next = func() (*agent.Config, error) { return agent.ReadConfig(stdin) }
 			}
 			home := cfg.Home
+			// What building took goes back before the wait (see below),
+			// not while the sandbox's first calls are served.
+			debug.FreeOSMemory()
+			trimmed = true
 			err := awaitSandbox(&cfg, ready, next)
 			if cfgFile != nil {
 				cfgFile.Close()
@@ -207,7 +225,16 @@ func run() error {
 					return fmt.Errorf("open the file API's root: %w", err)
 				}
 			}
-			eng.discardSpawners()
+			if cfg.Contained != nil {
+				// A warm Pod's. A virtual machine's spawners stay: what
+				// they are built from (the commands' root and mounts, the
+				// filter, the exec groups under the workload's) is the
+				// same before and after, and its rlimits, the host name
+				// and the groups' limits are the process's, the
+				// namespace's and the parent group's, which the sandbox
+				// changes for every thread at once.
+				eng.discardSpawners()
+			}
 		}
 		if s.egress, err = startEgress(cfg.Egress, &s.tun); err != nil {
 			return err
@@ -215,13 +242,6 @@ func run() error {
 		if err := s.writeCABundle(cfg.Egress); err != nil && s.rootErr == nil {
 			return err
 		}
-		s.snap = newSnapState()
-		if s.rootErr == nil {
-			if err := s.recoverRestores(); err != nil {
-				return err
-			}
-		}
-		s.mux = s.trim.wrap(s.handler())
 		if conn == nil && cfg.Listen == nil {
 			if conn, err = hostConn(agent.FDConn); err != nil {
 				return fmt.Errorf("open the host connection: %w", err)
@@ -237,10 +257,13 @@ func run() error {
 		// gives every size class of the heap a second set of span lists,
 		// which the runtime never frees (about 0.4 MiB). The trim, once the
 		// agent is idle, collects when the garbage is worth it (trimIdle;
-		// docs/decisions.md, 77).
-		time.AfterFunc(50*time.Millisecond, func() {
-			s.trim.poke()
-		})
+		// docs/decisions.md, 77). A template gave its memory back before
+		// it was saved, and its first calls are not slowed by a trim.
+		if !trimmed {
+			time.AfterFunc(50*time.Millisecond, func() {
+				s.trim.poke()
+			})
+		}
 		if sessions != nil {
 			if cfg.Listen != nil {
 				// The agent's standard output and error go to a log file on
@@ -415,7 +438,9 @@ func (s *server) handler() http.Handler {
 	mux.Handle(agent.ProcList, connect.NewUnaryHandlerSimple(agent.ProcList, s.list, o...))
 	mux.Handle(agent.ProcForget, connect.NewUnaryHandlerSimple(agent.ProcForget, s.forget, o...))
 	mux.Handle(agent.ProcSuspend, connect.NewUnaryHandlerSimple(agent.ProcSuspend, s.suspendSession, o...))
-	s.egress.register(mux)
+	// s.egress is started once the sandbox's config is known, after the
+	// handlers are made (a template's): it is read at each call.
+	mux.Handle(agent.ProcEgress, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.egress.ServeHTTP(w, r) }))
 	mux.Handle(agent.ProcDial, http.HandlerFunc(serveDial))
 	s.registerSnapshots(mux)
 	return s.registerLifetime(mux)

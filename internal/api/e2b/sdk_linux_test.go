@@ -291,7 +291,14 @@ func (d *daemon) fds() int {
 // settled waits until only the pool's sandboxes live and it is full.
 func (d *daemon) settled(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	d.settledWithin(t, 30*time.Second)
+}
+
+// settledWithin is settled with a deadline of its own: a microVM pool's
+// first machines wait for their snapshot, made at the first start.
+func (d *daemon) settledWithin(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		h := d.health(t)
 		if h.Sandboxes == sdkPool && len(h.Pools) == 1 && h.Pools[0].Ready == sdkPool {
@@ -340,6 +347,24 @@ func TestSDKsPauseGVisor(t *testing.T) {
 	times := filepath.Join(t.TempDir(), "times")
 	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 2 {
 		t.Fatalf("node run.mjs reported %d tests, want 2", n)
+	}
+	if b, err := os.ReadFile(times); err == nil {
+		t.Log(string(b))
+	}
+}
+
+// TestSDKsPauseMicroVM: pause.test.mjs's kernel variable and background
+// server on the microVM driver, whose default root has Debian's Jupyter
+// kernel where the host has it. The lifecycle test is gVisor's only: its
+// 5 s timeout is shorter than a kernel's start under emulation (TCG).
+func TestSDKsPauseMicroVM(t *testing.T) {
+	testcap.Require(t, "root", "cgroupv1", "qemu", "node", "jupyter")
+	dir := npmInstall(t)
+	d, key, other := startServe(t, "microvm")
+	d.settledWithin(t, 5*time.Minute)
+	times := filepath.Join(t.TempDir(), "times")
+	if n := runNode(t, dir, d, nodeEnv{key: key, other: other, only: "^pause: ", extra: []string{"AIRLOCK_E2B_TIMES=" + times}}, "pause.test.mjs"); n != 1 {
+		t.Fatalf("node run.mjs reported %d tests, want 1", n)
 	}
 	if b, err := os.ReadFile(times); err == nil {
 		t.Log(string(b))

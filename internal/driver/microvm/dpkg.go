@@ -11,14 +11,23 @@ import (
 
 // DefaultPackages are the Debian packages whose files, with those of every
 // package they depend on, make a microVM's default root: a shell and the
-// usual tools, and Python. The files come from the host's installed
-// packages (its dpkg database), as the native driver's composed root comes
-// from the host's /usr; a virtual machine sees a disk image of them and
-// nothing else of the host.
+// usual tools, Python, and, where the host has them (a name ending in
+// "?"), a Jupyter kernel and its client (the E2B code interpreter's
+// runCode starts one in the sandbox). The files come from the host's
+// installed packages (its dpkg database), as the native driver's composed
+// root comes from the host's /usr; a virtual machine sees a disk image of
+// them and nothing else of the host.
 var DefaultPackages = []string{
 	"bash", "ca-certificates", "coreutils", "dash", "diffutils", "findutils", "grep", "gzip",
 	"hostname", "mount", "procps", "python3", "sed", "tar", "util-linux",
+	"python3-ipykernel?", "python3-jupyter-client?",
 }
+
+// leftOutPackages are never part of a root's closure, though a package
+// of it depends on them: python3-debugpy (the kernel's debugger, which
+// ipykernel goes without when it cannot import it) would bring gdb, ICU,
+// Boost and GLib, 81 of the 115 MiB python3-ipykernel needs otherwise.
+var leftOutPackages = map[string]bool{"python3-debugpy": true}
 
 // dpkgPackage is one installed package of the dpkg database.
 type dpkgPackage struct {
@@ -116,8 +125,9 @@ func depName(d string) string {
 // packageClosure returns the installed packages of roots and everything
 // they depend on, sorted by name. A dependency is met by the first of its
 // alternatives that is installed, or provided by an installed package. A
-// root that is not installed is an error; an unmet dependency of another
-// package is left out (dpkg allows that for a package being configured).
+// root that is not installed is an error, unless its name ends in "?"; an unmet dependency of another
+// package is left out (dpkg allows that for a package being configured),
+// and so is a dependency on one of leftOutPackages.
 func packageClosure(pkgs map[string]*dpkgPackage, roots []string) ([]*dpkgPackage, error) {
 	providers := map[string]string{}
 	names := make([]string, 0, len(pkgs))
@@ -150,6 +160,9 @@ func packageClosure(pkgs map[string]*dpkgPackage, roots []string) ([]*dpkgPackag
 		seen[p.Name] = p
 		for _, alts := range p.Depends {
 			for _, a := range alts {
+				if leftOutPackages[a] {
+					break
+				}
 				if d := resolve(a); d != nil {
 					walk(d)
 					break
@@ -158,9 +171,13 @@ func packageClosure(pkgs map[string]*dpkgPackage, roots []string) ([]*dpkgPackag
 		}
 	}
 	for _, r := range roots {
-		p := resolve(r)
+		name, optional := strings.CutSuffix(r, "?")
+		p := resolve(name)
+		if p == nil && optional {
+			continue
+		}
 		if p == nil {
-			return nil, fmt.Errorf("package %s is not installed on this host (apt-get install %s)", r, r)
+			return nil, fmt.Errorf("package %s is not installed on this host (apt-get install %s)", name, name)
 		}
 		walk(p)
 	}

@@ -51,7 +51,8 @@ type Options struct {
 	// made.
 	Cold bool
 	// Packages are the Debian packages (and what they depend on) whose
-	// files make the default root. Nil means DefaultPackages.
+	// files make the default root; a name ending in "?" is taken where it
+	// is installed and left out elsewhere. Nil means DefaultPackages.
 	Packages []string
 	// KernelArgs are added to the guest kernel's command line. None by
 	// default.

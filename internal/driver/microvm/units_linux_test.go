@@ -143,6 +143,45 @@ Version: 9
 	}
 }
 
+// A left-out package (python3-debugpy: gdb and more) is not in a closure
+// though a package of it depends on it and it is installed; an optional
+// root that is not installed is left out.
+func TestDpkgClosureLeavesOut(t *testing.T) {
+	status := `Package: python3-ipykernel
+Status: install ok installed
+Version: 6.17.0-1
+Depends: python3-debugpy, python3-tornado
+
+Package: python3-debugpy
+Status: install ok installed
+Version: 1.6.3
+Depends: gdb
+
+Package: gdb
+Status: install ok installed
+Version: 13.1
+
+Package: python3-tornado
+Status: install ok installed
+Version: 6.2
+`
+	pkgs, err := parseDpkgStatus(strings.NewReader(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := packageClosure(pkgs, []string{"python3-ipykernel", "python3-jupyter-client?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range c {
+		names = append(names, p.Name)
+	}
+	if got, want := strings.Join(names, " "), "python3-ipykernel python3-tornado"; got != want {
+		t.Errorf("closure: %s, want %s", got, want)
+	}
+}
+
 func TestSizes(t *testing.T) {
 	for _, tt := range []struct {
 		limit int64
