@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func cached(ctx context.Context, dir, name string, build func(tmp string) error)
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("publish %s in the cache: %w", name, err)
 	}
-	pruneCache(dir, cacheKeep)
+	pruneCache(dir, cacheKeep, cacheKeepN[filepath.Base(dir)])
 	return final, nil
 }
 
@@ -91,6 +92,14 @@ func cached(ctx context.Context, dir, name string, build func(tmp string) error)
 // kernels, initramfs and root images and snapshots of older agents,
 // packages and templates go after it.
 const cacheKeep = 14 * 24 * time.Hour
+
+// cacheKeepN bounds the snapshots by number as well: a machine that builds
+// many agents (a developer's, CI's) makes a snapshot per agent build, about
+// 150 MB each, and the least recently used beyond this many go at once.
+// The other products are bounded by age only: a paused machine still needs
+// the kernel, initramfs and root image it was started from, however many
+// were built since.
+var cacheKeepN = map[string]int{"snapshot": 8}
 
 // touch marks the cached product at path as used now (its directory's
 // modification time), so that pruneCache keeps it.
@@ -100,13 +109,20 @@ func touch(path string) {
 }
 
 // pruneCache removes the products in dir that nobody used for keep (see
-// touch). A machine still running from a removed snapshot is not
-// affected (its memory is its own); a later start finds none and boots.
-func pruneCache(dir string, keep time.Duration) {
+// touch), and, when keepN is above 0, the least recently used beyond the
+// newest keepN. A machine
+// still running from a removed snapshot is not affected (its memory is its
+// own); a later start finds none and boots.
+func pruneCache(dir string, keep time.Duration, keepN int) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	type product struct {
+		name string
+		used time.Time
+	}
+	var kept []product
 	for _, e := range ents {
 		name := e.Name()
 		if lock, ok := strings.CutSuffix(name, ".lock"); ok && name[0] == '.' {
@@ -127,9 +143,22 @@ func pruneCache(dir string, keep time.Duration) {
 		if name[0] == '.' {
 			limit = 24 * time.Hour
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > limit {
-			_ = os.RemoveAll(filepath.Join(dir, name))
+		fi, err := e.Info()
+		if err != nil {
+			continue
 		}
+		if time.Since(fi.ModTime()) > limit {
+			_ = os.RemoveAll(filepath.Join(dir, name))
+		} else if name[0] != '.' {
+			kept = append(kept, product{name, fi.ModTime()})
+		}
+	}
+	if keepN <= 0 {
+		return
+	}
+	slices.SortFunc(kept, func(a, b product) int { return b.used.Compare(a.used) })
+	for _, p := range kept[min(keepN, len(kept)):] {
+		_ = os.RemoveAll(filepath.Join(dir, p.name))
 	}
 }
 

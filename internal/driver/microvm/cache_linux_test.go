@@ -3,6 +3,7 @@ package microvm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -79,7 +80,7 @@ func TestPruneCache(t *testing.T) {
 		}
 	}
 	touch(filepath.Join(dir, "fresh"))
-	pruneCache(dir, cacheKeep)
+	pruneCache(dir, cacheKeep, 0)
 	var left []string
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
@@ -87,5 +88,31 @@ func TestPruneCache(t *testing.T) {
 	}
 	if want := []string{".fresh.lock", ".y.tmp-2", "fresh"}; !slices.Equal(left, want) {
 		t.Errorf("after pruning: %v, want %v", left, want)
+	}
+}
+
+// TestPruneCacheCount: beyond keepN products, the least recently used go,
+// whatever their age.
+func TestPruneCacheCount(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 5 {
+		p := filepath.Join(dir, fmt.Sprint("p", i))
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		used := time.Now().Add(-time.Duration(i) * time.Hour)
+		if err := os.Chtimes(p, used, used); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch(filepath.Join(dir, "p4"))
+	pruneCache(dir, cacheKeep, 3)
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{"p0", "p1", "p4"}; !slices.Equal(left, want) {
+		t.Errorf("after pruning to 3: %v, want %v", left, want)
 	}
 }

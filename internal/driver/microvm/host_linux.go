@@ -2,7 +2,9 @@ package microvm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -134,6 +136,16 @@ func (h *host) restore(ctx context.Context, s shape, like *machine) error {
 		return err
 	}
 	state, err := os.Open(snap.State)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Pruned from the cache since this driver loaded it (cacheKeepN):
+		// make it again.
+		h.d.mu.Lock()
+		delete(h.d.snaps, snap.Key)
+		h.d.mu.Unlock()
+		if snap, err = h.d.snapshotFor(ctx, s); err == nil {
+			state, err = os.Open(snap.State)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("open the snapshot's state: %w", err)
 	}

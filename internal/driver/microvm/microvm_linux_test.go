@@ -265,6 +265,31 @@ func TestSnapshotFallback(t *testing.T) {
 	}
 }
 
+// TestSnapshotPruned: a snapshot the cache pruned after this driver loaded
+// it (cacheKeepN) is found or made again, and the sandbox is restored
+// from it, not booted.
+func TestSnapshotPruned(t *testing.T) {
+	d := newDriver(t, Options{})
+	s, err := d.shapeFor(t.Context(), sandbox.Spec{Limits: smallLimits.WithDefaults()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := d.snapshotFor(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.snaps[s.key(d.vmm)] = &snapshot{Key: good.Key, RAM: good.RAM, State: filepath.Join(t.TempDir(), "pruned", "state"), Stub: good.Stub}
+	d.mu.Unlock()
+	in := sandboxT(t, d, sandbox.Spec{})
+	if !hostOf(in).Restored {
+		t.Fatal("a sandbox whose snapshot was pruned was booted instead of restored from the snapshot made again")
+	}
+	if got := sh(t, in, "echo ok"); got != "ok\n" {
+		t.Errorf("echo ok: %q", got)
+	}
+}
+
 // TestBootHang: a kernel command line that hangs the boot (a panic that
 // waits forever) is tried again, then fails with an error that says so
 // and shows the console, and leaves nothing behind.
