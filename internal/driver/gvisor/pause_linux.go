@@ -108,8 +108,26 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 		_ = os.Remove(filepath.Join(h.bundle, pausedMark))
 		return back(err)
 	}
-	d.endPaused(h)
+	// The image is whole: its digests can be taken while the sandbox's
+	// processes, memory and cgroups go (SettlePause waits for that).
+	settled := make(chan struct{})
+	d.settling.Store(spec.ID, settled)
+	go func() {
+		defer close(settled)
+		defer d.settling.CompareAndDelete(spec.ID, settled)
+		d.endPaused(h)
+	}()
 	return paused, nil, nil
+}
+
+var _ sandbox.PauseSettler = (*Driver)(nil)
+
+// SettlePause waits until what paused sandbox id held on the host is
+// released (Pause ends it in the background).
+func (d *Driver) SettlePause(id string) {
+	if ch, ok := d.settling.Load(id); ok {
+		<-ch.(chan struct{})
+	}
 }
 
 var _ sandbox.PauseFinder = (*Driver)(nil)
@@ -122,6 +140,7 @@ func (d *Driver) Paused(_ context.Context, id string, raw []byte) ([]byte, bool)
 	if !sandbox.ValidID(id) || d.runsc == nil {
 		return nil, false
 	}
+	d.SettlePause(id)
 	bundle := filepath.Join(d.bundlesDir(), id)
 	paused, err := os.ReadFile(filepath.Join(bundle, pausedMark))
 	var st state
@@ -188,6 +207,7 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 	if err := json.Unmarshal(raw, &st); err != nil || st.Spec.ID != id || !sandbox.ValidID(id) {
 		return nil, fmt.Errorf("resume %s: %w: its paused state does not name it", id, sandbox.ErrInvalid)
 	}
+	d.SettlePause(id)
 	if d.runsc == nil {
 		return nil, unsupported(d.runscErr.Error(), "build the pinned runsc with `make runsc`")
 	}
@@ -277,13 +297,24 @@ func (h *host) restore(ctx context.Context, dir string) error {
 	return nil
 }
 
-// rejoin has the restored sandbox's agent listen again (runsc kill, tried
-// until the restore is far enough to take it) and performs the handshake
-// on its session socket.
+// rejoin has the restored sandbox's agent listen again (runsc kill once
+// runsc's state says the restore is done, tried until it takes) and
+// performs the handshake on its session socket.
 func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	waitUntil := time.Now().Add(restoredWait)
 	for {
+		if !h.restored() && time.Now().Before(waitUntil) {
+			select {
+			case <-dctx.Done():
+				return nil, nil, fmt.Errorf("have the restored agent listen: %w", dctx.Err())
+			case <-h.Done():
+				return nil, nil, errors.New("runsc restore exited")
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
+		}
 		_, err := h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
 		if err == nil {
 			break
@@ -314,11 +345,31 @@ func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, erro
 	return agent.Dial(dctx, c)
 }
 
+// restoredWait bounds how long rejoin waits for runsc's state to say
+// running before it tries runsc kill all the same (a runsc whose state
+// file it does not read).
+const restoredWait = 20 * time.Second
+
+// restored says runsc's state file of h says its container runs: `runsc
+// restore` saves that once the restore is done. Before, a runsc kill
+// either fails (no state yet), waits for the restore, or (in the moment
+// between the container's creation and the restore's start) is dropped
+// as a signal to a created container; and every try starts a runsc,
+// which takes CPU from the restore.
+func (h *host) restored() bool {
+	b, err := os.ReadFile(filepath.Join(h.d.stateDir(), h.spec.ID+"_sandbox:"+h.spec.ID+".state"))
+	var st struct {
+		Status string `json:"status"`
+	}
+	return err == nil && json.Unmarshal(b, &st) == nil && st.Status == "running"
+}
+
 // Discard removes paused sandbox id's bundle.
 func (d *Driver) Discard(ctx context.Context, id string, _ []byte) error {
 	if !sandbox.ValidID(id) {
 		return fmt.Errorf("discard %q: %w", id, sandbox.ErrInvalid)
 	}
+	d.SettlePause(id)
 	lock, err := hostlock.Sandbox(d.rc.StateDir, id)
 	if err != nil {
 		return fmt.Errorf("discard %s: %w", id, err)
