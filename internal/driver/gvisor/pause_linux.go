@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,39 +298,36 @@ func (h *host) restore(ctx context.Context, dir string) error {
 	return nil
 }
 
-// rejoin has the restored sandbox's agent listen again (runsc kill once
-// runsc's state says the restore is done, tried until it takes) and
-// performs the handshake on its session socket.
+// rejoin has the restored sandbox's agent listen again and performs the
+// handshake on its session socket. The wake-up is a runsc kill
+// (agent.ResumeSignal), started once runsc's state file of the sandbox
+// exists (before, every try only fails, and starting runsc takes CPU from
+// the restore): it waits for the restore to finish, then delivers. A kill
+// that reached the container in the moment between its creation and the
+// restore's start is dropped by runsc (a created container takes only
+// SIGKILL and SIGTERM), so a sandbox that runs without listening is asked
+// again (a listening agent ignores the repeat).
 func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	waitUntil := time.Now().Add(restoredWait)
+	if err := h.wake(dctx); err != nil {
+		return nil, nil, err
+	}
+	var c *net.UnixConn
 	for {
-		if !h.restored() && time.Now().Before(waitUntil) {
-			select {
-			case <-dctx.Done():
-				return nil, nil, fmt.Errorf("have the restored agent listen: %w", dctx.Err())
-			case <-h.Done():
-				return nil, nil, errors.New("runsc restore exited")
-			case <-time.After(5 * time.Millisecond):
-			}
-			continue
-		}
-		_, err := h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+		actx, acancel := context.WithTimeout(dctx, wakeAgain)
+		var err error
+		c, err = agentdriver.DialSession(actx, h.sockPath(), h.Done())
+		acancel()
 		if err == nil {
 			break
 		}
-		select {
-		case <-dctx.Done():
-			return nil, nil, fmt.Errorf("have the restored agent listen: %w", err)
-		case <-h.Done():
-			return nil, nil, errors.New("runsc restore exited")
-		case <-time.After(10 * time.Millisecond):
+		if dctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
 		}
-	}
-	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.Done())
-	if err != nil {
-		return nil, nil, err
+		if h.runsState() == "running" {
+			_, _ = h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+		}
 	}
 	h.conn = c
 	peer, err := procid.PeerOf(c)
@@ -345,23 +343,55 @@ func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, erro
 	return agent.Dial(dctx, c)
 }
 
-// restoredWait bounds how long rejoin waits for runsc's state to say
-// running before it tries runsc kill all the same (a runsc whose state
-// file it does not read).
-const restoredWait = 20 * time.Second
+// wake sends the restored sandbox's agent agent.ResumeSignal: runsc kill,
+// once runsc's state file exists (or after stateWait without it), tried
+// until it takes.
+func (h *host) wake(ctx context.Context) error {
+	waitUntil := time.Now().Add(stateWait)
+	for {
+		if h.runsState() != "" || time.Now().After(waitUntil) {
+			_, err := h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("have the restored agent listen: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("have the restored agent listen: %w", ctx.Err())
+		case <-h.Done():
+			return errors.New("runsc restore exited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
 
-// restored says runsc's state file of h says its container runs: `runsc
-// restore` saves that once the restore is done. Before, a runsc kill
-// either fails (no state yet), waits for the restore, or (in the moment
-// between the container's creation and the restore's start) is dropped
-// as a signal to a created container; and every try starts a runsc,
-// which takes CPU from the restore.
-func (h *host) restored() bool {
+const (
+	// stateWait bounds how long wake waits for runsc's state file before
+	// it tries runsc kill all the same (a runsc that names it otherwise).
+	stateWait = 20 * time.Second
+	// wakeAgain is how long rejoin waits for the agent's socket before it
+	// asks a restored sandbox again.
+	wakeAgain = 2 * time.Second
+)
+
+// runsState is the status in runsc's state file of h ("created",
+// "running"…), or "" without one (`runsc restore` writes it once it made
+// the container, and says running once the restore is done).
+func (h *host) runsState() string {
 	b, err := os.ReadFile(filepath.Join(h.d.stateDir(), h.spec.ID+"_sandbox:"+h.spec.ID+".state"))
+	if err != nil {
+		return ""
+	}
 	var st struct {
 		Status string `json:"status"`
 	}
-	return err == nil && json.Unmarshal(b, &st) == nil && st.Status == "running"
+	if json.Unmarshal(b, &st) != nil || st.Status == "" {
+		return "unknown"
+	}
+	return st.Status
 }
 
 // Discard removes paused sandbox id's bundle.
