@@ -28,6 +28,8 @@ var consoleRoutes = []struct {
 	{"GET", "/ui/api/sandboxes/{id}", (*Server).consoleSandbox},
 	{"POST", "/ui/api/sandboxes/{id}/kill", (*Server).deleteSandbox},
 	{"POST", "/ui/api/sandboxes/{id}/timeout", (*Server).extendTimeout},
+	{"POST", "/ui/api/sandboxes/{id}/pause", (*Server).pauseSandbox},
+	{"POST", "/ui/api/sandboxes/{id}/resume", (*Server).resumeSandbox},
 	{"GET", "/ui/api/sandboxes/{id}/processes", (*Server).listProcesses},
 	{"GET", "/ui/api/sandboxes/{id}/files/list", (*Server).listFiles},
 	{"GET", "/ui/api/sandboxes/{id}/files", (*Server).downloadFile},
@@ -110,7 +112,7 @@ func (s *Server) consoleView(r *http.Request, c *caller, in supervisor.Info) Con
 }
 
 // consoleSandboxes answers GET /ui/api/sandboxes?key=&driver=&state=:
-// state "live" (creating, pooled or running), a state's name, or empty
+// state "live" (creating, pooled, running or paused), a state's name, or empty
 // for every sandbox on record.
 func (s *Server) consoleSandboxes(w http.ResponseWriter, r *http.Request, c *caller) error {
 	q := r.URL.Query()
@@ -118,10 +120,10 @@ func (s *Server) consoleSandboxes(w http.ResponseWriter, r *http.Request, c *cal
 	state := q.Get("state")
 	switch st := store.State(state); st {
 	case "", "live":
-	case store.StateCreating, store.StatePooled, store.StateRunning, store.StateDestroyed, store.StateLost:
+	case store.StateCreating, store.StatePooled, store.StateRunning, store.StatePaused, store.StateDestroyed, store.StateLost:
 		f.State = st
 	default:
-		return badRequest("state %q: use live, creating, pooled, running, destroyed or lost", truncate(state, 40))
+		return badRequest("state %q: use live, creating, pooled, running, paused, destroyed or lost", truncate(state, 40))
 	}
 	infos, err := s.sup.List(r.Context(), c.sup, f)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 // operator key and sees every sandbox (with what it uses now), one
 // sandbox's exec history, egress decisions and files, the approvals, the
 // audit log with its verification status, and the keys; and can kill and
-// extend sandboxes, decide approvals, and make and revoke keys. The page is
+// extend, pause and resume sandboxes, decide approvals, and make and revoke keys. The page is
 // static files (ui/: HTML, one stylesheet, a few ES modules without a
 // framework) that call the JSON routes of console.go.
 //

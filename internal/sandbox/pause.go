@@ -14,7 +14,8 @@ import "context"
 type Pauser interface {
 	// Pause saves in into dir, which exists and is empty, and ends in:
 	// afterwards the sandbox holds no process, memory or CPU on the host,
-	// only dir and what its driver keeps for it (its root). It returns
+	// only dir and what its driver keeps for it (its root; a
+	// PauseSettler's once SettlePause returned). It returns
 	// the state Resume takes. On an error the sandbox runs on, as the
 	// returned Instance (in itself, or in reattached); nil means it was
 	// lost on the way.
@@ -27,6 +28,16 @@ type Pauser interface {
 	// Discard removes what the driver keeps of paused sandbox id (not
 	// dir): it will not be resumed.
 	Discard(ctx context.Context, id string, state []byte) error
+}
+
+// PauseSettler is a Pauser whose Pause returns as soon as the image is
+// written, while what the sandbox held on the host (its processes, their
+// memory, its cgroups) is still being released: SettlePause waits until it
+// is, and the caller calls it before it takes the pause as done (the
+// image's digests can be taken meanwhile). The driver's Resume and Discard
+// of the sandbox wait for it too.
+type PauseSettler interface {
+	SettlePause(id string)
 }
 
 // PauseFinder is a Pauser that can tell, for a sandbox whose pause the

@@ -188,8 +188,9 @@ type Paused struct {
 	Pending bool `json:"pending,omitempty"`
 	// DriverState is its driver's (sandbox.Pauser's) state of it.
 	DriverState []byte `json:"driver_state,omitempty"`
-	// Digests are the SHA-256 (hex) of every file of its pause image, by
-	// name; Bytes their total size.
+	// Digests are the digests of every file of its pause image, by name
+	// ("blake3:HEX"; bare SHA-256 hex from before decision 74); Bytes
+	// their total size.
 	Digests map[string]string `json:"digests,omitempty"`
 	Bytes   int64             `json:"bytes,omitempty"`
 }

@@ -136,7 +136,7 @@ func (s *Supervisor) LiveFork(ctx context.Context, c Caller, r LiveForkRequest) 
 		release()
 		return LiveForkResult{}, err
 	}
-	_, size, _ := digestDir(dir)
+	size, _ := sizeDir(dir)
 	// The clones start together from the one image.
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -1,5 +1,5 @@
 // The sandboxes views: every sandbox with what it uses now (filters, sort,
-// kill, extend), and one sandbox's page (its state and usage, its exec
+// kill, extend, pause, resume), and one sandbox's page (its state and usage, its exec
 // history and egress decisions from the audit log, its files, its
 // snapshots with their diffs to now and a restore).
 import {
@@ -28,6 +28,23 @@ async function kill(id) {
 
 async function extend(id, seconds) {
   await call("POST", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/timeout", { ttl_seconds: Number(seconds) });
+}
+
+async function pauseOrResume(id, what) {
+  await call("POST", "/ui/api/sandboxes/" + encodeURIComponent(id) + "/" + what);
+}
+
+// running says sb's processes run (it may be extended or paused); a
+// paused one may be resumed or killed.
+function isRunning(sb) {
+  return sb.state === "running" || sb.state === "pooled" || sb.state === "creating";
+}
+
+// pausedText says how sb is paused and until when, by the daemon's clock now.
+function pausedText(p, now) {
+  if (!p) return "paused";
+  const kept = p.memory_kept_in_host ? "frozen, its memory kept in the host" : bytes(p.stored_bytes) + " stored";
+  return kept + "; ends in " + duration(remaining(p.expires_at, now));
 }
 
 // ---- the list ----
@@ -66,13 +83,26 @@ function makeRow(sb) {
     } catch (e) { showError(e.message); }
   });
   const k = confirmButton("Kill", "Confirm kill", "kill", async () => { await kill(id); await list.tick(); });
-  cells.actions.append(ext, " ", k);
+  const act = (label, cls, what) => {
+    const b = el("button", { type: "button", class: cls }, label);
+    b.addEventListener("click", async () => {
+      b.disabled = true;
+      try {
+        await pauseOrResume(id, what);
+        await list.tick();
+      } catch (e) { showError(e.message); } finally { b.disabled = false; }
+    });
+    return b;
+  };
+  cells.pause = act("Pause", "pause", "pause");
+  cells.resume = act("Resume", "resume", "resume");
+  cells.actions.append(ext, " ", cells.pause, cells.resume, " ", k);
   return { tr, cells, sb };
 }
 
 function fillRow(r, now) {
   const sb = r.sb, c = r.cells;
-  const live = sb.state === "running" || sb.state === "pooled" || sb.state === "creating";
+  const live = isRunning(sb), paused = sb.state === "paused";
   if (c.owner.dataset.key !== (sb.owner || "") || c.owner.dataset.name !== (keyNames[sb.owner] || "")) {
     c.owner.dataset.key = sb.owner || "";
     c.owner.dataset.name = keyNames[sb.owner] || "";
@@ -83,14 +113,17 @@ function fillRow(r, now) {
   setText(c.state, sb.state + (sb.end_reason ? " (" + sb.end_reason + ")" : ""));
   c.state.dataset.state = sb.state;
   setText(c.age, duration(new Date(now) - new Date(sb.created_at)));
-  setText(c.ttl, live ? duration(remaining(sb.expires_at, now)) : "\u2014");
+  setText(c.ttl, live ? duration(remaining(sb.expires_at, now)) : paused ? pausedText(sb.paused, now) : "\u2014");
   setText(c.memText, sb.usage ? memText(sb.usage) : (sb.usage_error ? "unknown" : "\u2014"));
   c.memText.title = visible(sb.usage_error || "");
   c.meter.hidden = !sb.usage;
   if (sb.usage && sb.usage.memory_limit_bytes) c.meter.value = sb.usage.memory_bytes / sb.usage.memory_limit_bytes;
   setText(c.cpu, cpuText(sb.usage));
   setText(c.execs, live ? sb.exec_count : "\u2014");
-  for (const b of c.actions.querySelectorAll("button")) b.hidden = !live;
+  for (const b of c.actions.querySelectorAll("button")) b.hidden = !live && !paused;
+  c.actions.querySelector("button.extend").hidden = !live;
+  c.pause.hidden = sb.state !== "running";
+  c.resume.hidden = !paused;
 }
 
 function sortRows() {
@@ -149,7 +182,7 @@ function dlRow(dl, term, value) {
 
 function renderInfo(d) {
   const sb = d.sandbox, now = d.now;
-  const live = sb.state === "running" || sb.state === "pooled" || sb.state === "creating";
+  const live = isRunning(sb), paused = sb.state === "paused";
   setText($("sd-state"), sb.state);
   $("sd-state").dataset.state = sb.state;
   const dl = el("dl", { id: "sd-info", class: "info" });
@@ -164,6 +197,9 @@ function renderInfo(d) {
     dlRow(dl, "Memory now", sb.usage ? memText(sb.usage) : (sb.usage_error || "\u2014"));
     dlRow(dl, "CPU now", sb.usage ? cpuText(sb.usage) + " (over " + ms(sb.usage.cpu_window_ms) + "); " + ms(sb.usage.cpu_ms) + " of CPU time in all" : "\u2014");
     dlRow(dl, "Execs", String(sb.exec_count));
+  } else if (paused) {
+    if (sb.paused) dlRow(dl, "Paused", when(sb.paused.paused_at) + " (" + pausedText(sb.paused, now) + ")");
+    dlRow(dl, "Execs", String(sb.exec_count));
   } else {
     dlRow(dl, "Ended", when(sb.ended_at) + (sb.end_reason ? " (" + sb.end_reason + ")" : ""));
   }
@@ -173,11 +209,23 @@ function renderInfo(d) {
   if (sb.layers && sb.layers.length) dlRow(dl, "Isolation", sb.layers.join(", "));
   $("sd-info").replaceWith(dl);
   const acts = $("sd-actions");
-  if (acts.dataset.id !== sb.id || acts.dataset.live !== String(live)) {
+  if (acts.dataset.id !== sb.id || acts.dataset.state !== sb.state) {
     acts.dataset.id = sb.id;
-    acts.dataset.live = String(live);
+    acts.dataset.state = sb.state;
     acts.replaceChildren();
-    if (live) {
+    const act = (label, id, what) => {
+      const b = el("button", { type: "button", class: what, id }, label);
+      b.addEventListener("click", async () => {
+        b.disabled = true;
+        try { await pauseOrResume(sb.id, what); await refreshInfo(); } catch (e) { showError(e.message); } finally { b.disabled = false; }
+      });
+      return b;
+    };
+    if (paused) {
+      const k = confirmButton("Kill", "Confirm kill", "kill", async () => { await kill(sb.id); await refreshInfo(); });
+      k.id = "sd-kill";
+      acts.append("Paused: ", act("Resume", "sd-resume", "resume"), " ", k);
+    } else if (live) {
       const ext = el("button", { type: "button", class: "extend", id: "sd-extend" }, "Extend");
       ext.addEventListener("click", async () => {
         try { await extend(sb.id, $("sd-ttl").value); await refreshInfo(); } catch (e) { showError(e.message); }
@@ -185,6 +233,7 @@ function renderInfo(d) {
       const k = confirmButton("Kill", "Confirm kill", "kill", async () => { await kill(sb.id); await refreshInfo(); });
       k.id = "sd-kill";
       acts.append("Set the TTL to ", ttlSelect("sd-ttl"), " from now: ", ext, " ", k);
+      if (sb.state === "running") acts.append(" ", act("Pause", "sd-pause", "pause"));
     }
   }
   renderEgressSummary(d.egress);
@@ -358,7 +407,9 @@ export const detail = {
     if (running) {
       await listFiles("/workspace").catch(e => setText($("sd-files-note"), e.message));
     } else {
-      setText($("sd-files-note"), "The sandbox is not running: its files are gone.");
+      setText($("sd-files-note"), $("sd-state").dataset.state === "paused"
+        ? "The sandbox is paused: its files are kept with it; resume it to list them."
+        : "The sandbox is not running: its files are gone.");
     }
   },
   async tick(n) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -30,6 +31,9 @@ type Driver struct {
 	hier     *cgroup.Hierarchy // nil when the host has no usable cgroups
 	hierErr  error
 	swap     bool // the host's memory controller limits swap
+	// settling holds, by sandbox id, a channel closed once what a paused
+	// sandbox held on the host is released (SettlePause).
+	settling sync.Map
 }
 
 var (

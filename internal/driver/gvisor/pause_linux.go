@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,8 +109,26 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 		_ = os.Remove(filepath.Join(h.bundle, pausedMark))
 		return back(err)
 	}
-	d.endPaused(h)
+	// The image is whole: its digests can be taken while the sandbox's
+	// processes, memory and cgroups go (SettlePause waits for that).
+	settled := make(chan struct{})
+	d.settling.Store(spec.ID, settled)
+	go func() {
+		defer close(settled)
+		defer d.settling.CompareAndDelete(spec.ID, settled)
+		d.endPaused(h)
+	}()
 	return paused, nil, nil
+}
+
+var _ sandbox.PauseSettler = (*Driver)(nil)
+
+// SettlePause waits until what paused sandbox id held on the host is
+// released (Pause ends it in the background).
+func (d *Driver) SettlePause(id string) {
+	if ch, ok := d.settling.Load(id); ok {
+		<-ch.(chan struct{})
+	}
 }
 
 var _ sandbox.PauseFinder = (*Driver)(nil)
@@ -122,6 +141,7 @@ func (d *Driver) Paused(_ context.Context, id string, raw []byte) ([]byte, bool)
 	if !sandbox.ValidID(id) || d.runsc == nil {
 		return nil, false
 	}
+	d.SettlePause(id)
 	bundle := filepath.Join(d.bundlesDir(), id)
 	paused, err := os.ReadFile(filepath.Join(bundle, pausedMark))
 	var st state
@@ -188,6 +208,7 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 	if err := json.Unmarshal(raw, &st); err != nil || st.Spec.ID != id || !sandbox.ValidID(id) {
 		return nil, fmt.Errorf("resume %s: %w: its paused state does not name it", id, sandbox.ErrInvalid)
 	}
+	d.SettlePause(id)
 	if d.runsc == nil {
 		return nil, unsupported(d.runscErr.Error(), "build the pinned runsc with `make runsc`")
 	}
@@ -277,28 +298,36 @@ func (h *host) restore(ctx context.Context, dir string) error {
 	return nil
 }
 
-// rejoin has the restored sandbox's agent listen again (runsc kill, tried
-// until the restore is far enough to take it) and performs the handshake
-// on its session socket.
+// rejoin has the restored sandbox's agent listen again and performs the
+// handshake on its session socket. The wake-up is a runsc kill
+// (agent.ResumeSignal), started once runsc's state file of the sandbox
+// exists (before, every try only fails, and starting runsc takes CPU from
+// the restore): it waits for the restore to finish, then delivers. A kill
+// that reached the container in the moment between its creation and the
+// restore's start is dropped by runsc (a created container takes only
+// SIGKILL and SIGTERM), so a sandbox that runs without listening is asked
+// again (a listening agent ignores the repeat).
 func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, error) {
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if err := h.wake(dctx); err != nil {
+		return nil, nil, err
+	}
+	var c *net.UnixConn
 	for {
-		_, err := h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+		actx, acancel := context.WithTimeout(dctx, wakeAgain)
+		var err error
+		c, err = agentdriver.DialSession(actx, h.sockPath(), h.Done())
+		acancel()
 		if err == nil {
 			break
 		}
-		select {
-		case <-dctx.Done():
-			return nil, nil, fmt.Errorf("have the restored agent listen: %w", err)
-		case <-h.Done():
-			return nil, nil, errors.New("runsc restore exited")
-		case <-time.After(10 * time.Millisecond):
+		if dctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
 		}
-	}
-	c, err := agentdriver.DialSession(dctx, h.sockPath(), h.Done())
-	if err != nil {
-		return nil, nil, err
+		if h.runsState() == "running" {
+			_, _ = h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+		}
 	}
 	h.conn = c
 	peer, err := procid.PeerOf(c)
@@ -314,11 +343,63 @@ func (h *host) rejoin(ctx context.Context) (*agent.Client, []sandbox.Layer, erro
 	return agent.Dial(dctx, c)
 }
 
+// wake sends the restored sandbox's agent agent.ResumeSignal: runsc kill,
+// once runsc's state file exists (or after stateWait without it), tried
+// until it takes.
+func (h *host) wake(ctx context.Context) error {
+	waitUntil := time.Now().Add(stateWait)
+	for {
+		if h.runsState() != "" || time.Now().After(waitUntil) {
+			_, err := h.d.runscCmd(10*time.Second, "kill", h.spec.ID, signalName(agent.ResumeSignal))
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("have the restored agent listen: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("have the restored agent listen: %w", ctx.Err())
+		case <-h.Done():
+			return errors.New("runsc restore exited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+const (
+	// stateWait bounds how long wake waits for runsc's state file before
+	// it tries runsc kill all the same (a runsc that names it otherwise).
+	stateWait = 20 * time.Second
+	// wakeAgain is how long rejoin waits for the agent's socket before it
+	// asks a restored sandbox again.
+	wakeAgain = 2 * time.Second
+)
+
+// runsState is the status in runsc's state file of h ("created",
+// "running"…), or "" without one (`runsc restore` writes it once it made
+// the container, and says running once the restore is done).
+func (h *host) runsState() string {
+	b, err := os.ReadFile(filepath.Join(h.d.stateDir(), h.spec.ID+"_sandbox:"+h.spec.ID+".state"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(b, &st) != nil || st.Status == "" {
+		return "unknown"
+	}
+	return st.Status
+}
+
 // Discard removes paused sandbox id's bundle.
 func (d *Driver) Discard(ctx context.Context, id string, _ []byte) error {
 	if !sandbox.ValidID(id) {
 		return fmt.Errorf("discard %q: %w", id, sandbox.ErrInvalid)
 	}
+	d.SettlePause(id)
 	lock, err := hostlock.Sandbox(d.rc.StateDir, id)
 	if err != nil {
 		return fmt.Errorf("discard %s: %w", id, err)

@@ -87,6 +87,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("pause: %v", err)
 	}
 	t.Logf("pause: %v, image %d bytes", time.Since(t0), dirBytes(t, dir))
+	d.SettlePause(id) // what it held on the host goes after the image is written
 	if group != nil && group.Exists() {
 		if procs, _ := group.Procs(); len(procs) > 0 {
 			t.Fatalf("the paused sandbox still runs processes: %v", procs)
