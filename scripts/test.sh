@@ -97,7 +97,7 @@ if [[ $status != 0 ]]; then
 fi
 sed 's/^phase: /Ran /' "$log.phases" 2>/dev/null
 # The steps, longest first.
-grep -E '^== test ' "$log" | sort -t: -k2 -rn | sed 's/^== /  /' 
+grep -E '^== test ' "$log" | sort -t: -k2 -rn | sed 's/^== /  /'
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
