@@ -41,23 +41,28 @@ for p in $(go list ./...); do
 done
 
 # go test prints a package's output when it ends (-p above 1), so that
-# what follows reads each package's lines together.
+# what follows reads each package's lines together. Each phase-2 package
+# is a step of its own, timed as .ci/run's steps are (scripts/timed.sh:
+# "== test PACKAGE: N s, exit N, load …"), so that docs/tests.md's table
+# can list what each costs.
 phases=()
 run() {
-  local status=0 start
+  local status=0 start p
   start=$SECONDS
   if ((${#par[@]})); then
-    go test -count=1 -p "$jobs" -timeout 20m -v -artifacts -outputdir "$out" "${par[@]}" || status=1
+    scripts/timed.sh "test phase 1 (${#par[@]} packages, $jobs at a time)" \
+      go test -count=1 -p "$jobs" -timeout 20m -v -artifacts -outputdir "$out" "${par[@]}" || status=1
   fi
   echo "phase: ${#par[@]} packages, $jobs at a time, $((SECONDS - start)) s" >>"$log.phases"
   start=$SECONDS
-  if ((${#ser[@]})); then
-    go test -count=1 -p 1 -timeout 20m -v -artifacts -outputdir "$out" "${ser[@]}" || status=1
-  fi
+  for p in "${ser[@]}"; do
+    scripts/timed.sh "test ${p#"$module"/}" \
+      go test -count=1 -timeout 20m -v -artifacts -outputdir "$out" "$p" || status=1
+  done
   echo "phase: ${#ser[@]} packages one at a time, $((SECONDS - start)) s" >>"$log.phases"
   return $status
 }
-run 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+run 2>&1 | tee "$log" | grep -E '^(=== RUN|== |--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
 # A skipped test's reason is the log line printed just before its
@@ -91,6 +96,8 @@ if [[ $status != 0 ]]; then
   echo
 fi
 sed 's/^phase: /Ran /' "$log.phases" 2>/dev/null
+# The steps, longest first.
+grep -E '^== test ' "$log" | sort -t: -k2 -rn | sed 's/^== /  /'
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")

@@ -458,15 +458,6 @@ func findSleep(argv []string) (pid int, id string) {
 	return 0, ""
 }
 
-func reapOrphans() {
-	for {
-		var ws unix.WaitStatus
-		if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
 // TestE2EKilledAirlock kills airlock with SIGKILL while its command runs:
 // nothing of the sandbox may survive, and the next airlock removes the
 // cgroups the dead one left.
@@ -474,13 +465,8 @@ func TestE2EKilledAirlock(t *testing.T) {
 	requireE2E(t)
 	// The orphaned agent comes to this process, which reaps it, as an init
 	// would; this host's PID 1 may not reap.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-		reapOrphans()
-	}()
+	subreaper(t)
+	defer reapOrphans()
 
 	// A unique argument identifies the sandbox's sleep among the host's processes.
 	argv := []string{"sleep", fmt.Sprintf("100.%06d", time.Now().UnixNano()%1000000)}

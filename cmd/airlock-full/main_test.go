@@ -111,7 +111,11 @@ func airlockRun(t *testing.T, inv invocation) outcomeOf {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
+	err := startChild(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		forgetChild(cmd)
+	}
 	o := outcomeOf{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
 	if o.took > 5*time.Second {
 		t.Logf("slow: airlock %s took %v", strings.Join(inv.args, " "), o.took)

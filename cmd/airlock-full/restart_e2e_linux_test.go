@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testcap"
 )
@@ -63,10 +61,7 @@ func newFault(t *testing.T, driver, templates string) *fault {
 	requireE2E(t)
 	// Agents whose daemon was killed come to this process (their
 	// subreaper) instead of the host's init, and are reaped here.
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+	subreaper(t)
 	f := &fault{t: t, dir: t.TempDir(), driver: driver}
 	f.key = newKey(t, f.dir, "operator")
 	f.cfg = filepath.Join(t.TempDir(), "config.toml")
@@ -200,8 +195,15 @@ sys.stderr.write(str(err)); sys.exit(1)`
 // be fetched by the id its stream began with, the half-done upload left
 // no file under its name, and new execs work. Twenty times over; after
 // the last DELETE nothing of any sandbox is left.
+//
+// The two drivers run side by side (the package's longest test: 113 s one
+// after the other): each has its daemon on its own state directory, the
+// sandboxes' locks under /run/airlock (held across a kill) keep a daemon's
+// sweep off the other's, and nothing here asserts a duration beyond a
+// 20 s wait.
 func TestServeRestart(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
+		t.Parallel()
 		f := newFault(t, driver, "")
 		f.start()
 		rounds := 20

@@ -51,7 +51,7 @@ func startDaemonFrom(t *testing.T, bin, dir string, extra ...string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
+	if err := startChild(d.cmd); err != nil {
 		t.Fatal(err)
 	}
 	addr := make(chan string, 1)
@@ -67,6 +67,7 @@ func startDaemonFrom(t *testing.T, bin, dir string, extra ...string) *daemon {
 			}
 		}
 		_ = d.cmd.Wait()
+		forgetChild(d.cmd)
 		close(d.done)
 	}()
 	t.Cleanup(func() {

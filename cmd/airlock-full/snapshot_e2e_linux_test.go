@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/client"
 )
 
@@ -93,10 +91,7 @@ func TestSnapshotCLI(t *testing.T) {
 // and the snapshot is whole: a fork of it holds exactly its files.
 func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
 	requireE2E(t)
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+	subreaper(t)
 	dir := t.TempDir()
 	key := newKey(t, dir, "agent")
 	d := startDaemon(t, dir)

@@ -19,8 +19,12 @@ import (
 // socket, bundle, mount or container. Before its TTL it runs on. On every
 // driver that reattaches after a restart (Kubernetes: see the driver's
 // own test).
+//
+// The drivers run side by side: each waits out its TTL (the agent's own
+// timer, or the engine's), on its own daemon and state directory.
 func TestServeTTLWithoutDaemon(t *testing.T) {
 	upgradeDrivers(t, func(t *testing.T, u upgradeCase) {
+		t.Parallel()
 		f := u.f
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -126,6 +126,13 @@ func unsupportedCases(rt string) map[string]string {
 	return m
 }
 
+// conformanceParallel is how many of the suite's cases run at a time: a
+// case mostly waits on the engine (a container made, started, stopped and
+// removed by dockerd and containerd), two at a time on this project's two
+// cores. The cases that measure time run alone
+// (sandboxtest.Options.Parallel).
+const conformanceParallel = 2
+
 func TestConformance(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
@@ -142,6 +149,7 @@ func TestConformance(t *testing.T) {
 				},
 				FreezeAgent: freezeSandbox,
 				KillAgent:   killAgent,
+				Parallel:    conformanceParallel,
 			})
 		})
 	}

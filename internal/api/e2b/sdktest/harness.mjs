@@ -1,5 +1,5 @@
 // A small test runner for the SDK tests: test files register tests with
-// test(), run.mjs runs them one at a time and prints one JSON line per
+// test(), run.mjs runs them one at a time (but those marked beside) and prints one JSON line per
 // test ({"test", "ok", "ms", "error"}), which internal/api/e2b's TestSDKs
 // reports as Go subtests.
 import assert from 'node:assert/strict'
@@ -8,9 +8,12 @@ export { assert }
 
 export const tests = []
 
-// test registers fn under name; it fails past timeoutMs.
-export function test(name, fn, timeoutMs = 60_000) {
-  tests.push({ name, fn, timeoutMs })
+// test registers fn under name; it fails past timeoutMs. With beside
+// set, run.mjs starts it first and runs the others while it runs: for a
+// test that mostly waits (a long command in its own sandbox) and asserts
+// no duration of the others'.
+export function test(name, fn, timeoutMs = 60_000, { beside = false } = {}) {
+  tests.push({ name, fn, timeoutMs, beside })
 }
 
 // until polls cond every 50 ms until it is truthy, or fails after ms.

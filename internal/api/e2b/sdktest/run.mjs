@@ -5,8 +5,8 @@ import { resolve } from 'node:path'
 
 for (const f of process.argv.slice(2)) await import(pathToFileURL(resolve(f)).href)
 const only = process.env.AIRLOCK_E2B_ONLY ? new RegExp(process.env.AIRLOCK_E2B_ONLY) : null
-for (const t of tests) {
-  if (only && !only.test(t.name)) continue
+// run runs t and prints its line.
+async function run(t) {
   const start = Date.now()
   let timer
   try {
@@ -22,5 +22,11 @@ for (const t of tests) {
     clearTimeout(timer)
   }
 }
+const chosen = tests.filter((t) => !only || only.test(t.name))
+// The tests marked beside start first and run while the others run one at
+// a time.
+const beside = chosen.filter((t) => t.beside).map(run)
+for (const t of chosen.filter((t) => !t.beside)) await run(t)
+await Promise.all(beside)
 // Undici keeps idle connections open; leave at once.
 process.exit(0)

@@ -175,12 +175,13 @@ test('commands: timeout', async () => {
 
 test('commands: a 30 s command without timeoutMs', async () => {
   // E2B's default command timeout is 60 s; the template sets none, so
-  // airlock's 10 s exec default does not cut it.
+  // airlock's 10 s exec default does not cut it. It waits in its own
+  // sandbox, beside the other tests.
   await withSandbox({}, async (sb) => {
     const r = await sb.commands.run('sleep 30; echo done')
     assert.equal(r.stdout, 'done\n')
   })
-}, 90_000)
+}, 90_000, { beside: true })
 
 test('commands: connect to a running command', async () => {
   await withSandbox({}, async (sb) => {
