@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"testing"
@@ -53,7 +54,7 @@ func TestRightsReader(t *testing.T) {
 			t.Fatal("a read of nothing")
 		}
 		got = append(got, buf[:n]...)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -103,7 +103,7 @@ func TestReadAhead(t *testing.T) {
 			}
 		}
 		ra.Close()
-		if !bytes.Equal(got, src) || err != boom {
+		if !bytes.Equal(got, src) || !errors.Is(err, boom) {
 			t.Fatalf("read size %d: %d bytes (equal %v), error %v", size, len(got), bytes.Equal(got, src), err)
 		}
 	}

@@ -217,7 +217,7 @@ func (h *Handler) roundTripH1(ctx context.Context, out *http.Request, key string
 			c = &h1Conn{Conn: nc, br: bufio.NewReaderSize(nc, 64<<10), key: key}
 		}
 		cc := c
-		stop = context.AfterFunc(ctx, func() { cc.SetReadDeadline(time.Unix(1, 0)) })
+		stop = context.AfterFunc(ctx, func() { _ = cc.SetReadDeadline(time.Unix(1, 0)) })
 		err = out.Write(c)
 		if err == nil {
 			_, err = c.br.Peek(1)
@@ -271,7 +271,7 @@ func (h *Handler) answerH1(w http.ResponseWriter, r *http.Request, c *h1Conn, re
 		if _, err := w.Write(b); err != nil {
 			return false, err
 		}
-		c.br.Discard(len(b))
+		_, _ = c.br.Discard(len(b)) // b was peeked: it is buffered
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			return false, err
 		}
