@@ -2,12 +2,16 @@ package native
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/driver/drivertest"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -20,6 +24,7 @@ import (
 // suite's.
 func TestExecSockets(t *testing.T) {
 	requireNative(t)
+	t.Setenv(agent.EnvExecSockets, "1")
 	d := newDriver(t)
 	in := drivertest.Sandbox(t, d, sandbox.Spec{}, func(*testing.T, string) {})
 	pid := in.(*agentdriver.Instance).Host().(*host).agentPid
@@ -88,4 +93,36 @@ func seqpacketsOf(t *testing.T, pid int) int {
 		}
 	}
 	return n
+}
+
+// TestConcurrentExecs: 16 clients running /bin/true back to back in one
+// sandbox (the bench's throughput row) all start: none fails for the
+// agent's own threads taking the sandbox's process limit, as exec sockets
+// did (decision 78; run with AIRLOCK_EXEC_SOCKETS=1 to see it).
+func TestConcurrentExecs(t *testing.T) {
+	requireNative(t)
+	d := newDriver(t)
+	in := drivertest.Sandbox(t, d, sandbox.Spec{Limits: sandbox.Limits{Pids: 256}}, func(*testing.T, string) {})
+	var failed atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for range 16 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				res, err := sandbox.Run(t.Context(), in, sandbox.ExecRequest{Argv: []string{"/bin/true"}})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Message)
+				}
+				if err != nil {
+					failed.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d execs of 16 clients failed, first: %v", n, first.Load())
+	}
 }
