@@ -158,17 +158,7 @@ func changesText(m client.CowMount) string {
 		var sc snapshot.Change
 		raw, _ := json.Marshal(c.Change)
 		_ = json.Unmarshal(raw, &sc)
-		d.Changes = append(d.Changes, sc)
-		switch sc.Kind {
-		case snapshot.ChangeAdded:
-			d.Added++
-		case snapshot.ChangeDeleted:
-			d.Deleted++
-		case snapshot.ChangeModified:
-			d.Modified++
-		default:
-			d.Other++
-		}
+		d.Add(sc)
 	}
 	d.Truncated = m.Truncated
 	b.WriteString(d.Text())

@@ -124,13 +124,9 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *caller) er
 	if err != nil {
 		return err
 	}
-	mode := fs.FileMode(0o644)
-	if v := r.URL.Query().Get("mode"); v != "" {
-		m, err := strconv.ParseUint(v, 8, 32)
-		if err != nil || m > 0o777 {
-			return badRequest("mode %q: give octal permission bits like 644", truncate(v, 20))
-		}
-		mode = fs.FileMode(m)
+	mode, err := permBits(r.URL.Query().Get("mode"), 0o644)
+	if err != nil {
+		return err
 	}
 	f, done, err := s.files(r, c)
 	if err != nil {
@@ -220,13 +216,9 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request, c *caller) error 
 	if err := CheckPath(body.Path); err != nil {
 		return err
 	}
-	mode := fs.FileMode(0o755)
-	if body.Mode != "" {
-		m, err := strconv.ParseUint(body.Mode, 8, 32)
-		if err != nil || m > 0o777 {
-			return badRequest("mode %q: give octal permission bits like 755", truncate(body.Mode, 20))
-		}
-		mode = fs.FileMode(m)
+	mode, err := permBits(body.Mode, 0o755)
+	if err != nil {
+		return err
 	}
 	f, done, err := s.files(r, c)
 	if err != nil {
@@ -267,4 +259,17 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request, c *caller) err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// permBits reads a file mode given as octal permission bits ("644"), the
+// only bits a caller may set (no setuid, setgid or sticky); empty means def.
+func permBits(v string, def fs.FileMode) (fs.FileMode, error) {
+	if v == "" {
+		return def, nil
+	}
+	m, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, badRequest("mode %q: give octal permission bits like %o", truncate(v, 20), def)
+	}
+	return fs.FileMode(m), nil
 }

@@ -84,12 +84,17 @@ func parseSignal(s string) (syscall.Signal, error) {
 	return sig, nil
 }
 
-func processID(r *http.Request) (string, error) {
-	pid := r.PathValue("pid")
-	if !sandbox.ValidID(pid) {
-		return "", &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such process"}
+// processID reads a process route's sandbox and process ids, answering 404
+// for either that cannot name one.
+func processID(r *http.Request) (id, pid string, err error) {
+	if id, err = sandboxID(r); err != nil {
+		return "", "", err
 	}
-	return pid, nil
+	pid = r.PathValue("pid")
+	if !sandbox.ValidID(pid) {
+		return "", "", &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such process"}
+	}
+	return id, pid, nil
 }
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, c *caller) error {
@@ -135,11 +140,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, c *caller
 }
 
 func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}
@@ -159,11 +160,7 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, c *caller)
 }
 
 func (s *Server) processSignal(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}
@@ -186,11 +183,7 @@ func (s *Server) processSignal(w http.ResponseWriter, r *http.Request, c *caller
 // as long as the request lasts), and returns it; running is still true
 // when the wait timed out.
 func (s *Server) processWait(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}
@@ -277,11 +270,7 @@ func offsets(r *http.Request) (supervisor.Offsets, error) {
 // follows the process instead, streaming its output as it comes until
 // its result (the process runs on when the caller goes away).
 func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}
@@ -302,11 +291,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, c *caller
 
 // processResize sets the size of a process's terminal.
 func (s *Server) processResize(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}
@@ -330,11 +315,7 @@ func (s *Server) processResize(w http.ResponseWriter, r *http.Request, c *caller
 // daemon, say) is fetched this way, by the id its stream's start event
 // carried, for an hour after it ended.
 func (s *Server) execResult(w http.ResponseWriter, r *http.Request, c *caller) error {
-	id, err := sandboxID(r)
-	if err != nil {
-		return err
-	}
-	pid, err := processID(r)
+	id, pid, err := processID(r)
 	if err != nil {
 		return err
 	}

@@ -77,9 +77,16 @@ func Probe(ctx context.Context, name string) Result {
 	if timeout == 0 {
 		timeout = defaultTimeout
 	}
+	return Run(ctx, name, timeout, p.run)
+}
+
+// Run runs one probe named name within timeout and tidies its Result: a
+// failure always says why, a success carries no why or fix. The tests'
+// own probes (internal/testcap) go through it too.
+func Run(ctx context.Context, name string, timeout time.Duration, probe func(context.Context) Result) Result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r := p.run(ctx)
+	r := probe(ctx)
 	r.Name = name
 	if !r.OK && r.Why == "" {
 		r.Why = "probe failed without saying why"

@@ -101,17 +101,7 @@ func cowText(m client.CowMount) string {
 		var sc snapshot.Change
 		raw, _ := json.Marshal(c.Change)
 		_ = json.Unmarshal(raw, &sc)
-		d.Changes = append(d.Changes, sc)
-		switch sc.Kind {
-		case snapshot.ChangeAdded:
-			d.Added++
-		case snapshot.ChangeDeleted:
-			d.Deleted++
-		case snapshot.ChangeModified:
-			d.Modified++
-		default:
-			d.Other++
-		}
+		d.Add(sc)
 		if c.Refused != "" {
 			fmt.Fprintf(&notes, "refused  %q: %s\n", c.Path, c.Refused)
 		}

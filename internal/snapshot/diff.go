@@ -63,11 +63,11 @@ func Compare(from, to string, a, b []sandbox.TreeEntry) *Diff {
 		switch {
 		case j == len(b) || (i < len(a) && a[i].Path < b[j].Path):
 			e := a[i]
-			d.add(Change{Path: e.Path, Kind: ChangeDeleted, Before: &e})
+			d.Add(Change{Path: e.Path, Kind: ChangeDeleted, Before: &e})
 			i++
 		case i == len(a) || b[j].Path < a[i].Path:
 			e := b[j]
-			d.add(Change{Path: e.Path, Kind: ChangeAdded, After: &e})
+			d.Add(Change{Path: e.Path, Kind: ChangeAdded, After: &e})
 			j++
 		default:
 			x, y := a[i], b[j]
@@ -85,14 +85,15 @@ func Compare(from, to string, a, b []sandbox.TreeEntry) *Diff {
 				kind = ChangeMode
 			}
 			if kind != "" {
-				d.add(Change{Path: x.Path, Kind: kind, Before: &x, After: &y})
+				d.Add(Change{Path: x.Path, Kind: kind, Before: &x, After: &y})
 			}
 		}
 	}
 	return d
 }
 
-func (d *Diff) add(c Change) {
+// Add appends c and counts it by its kind.
+func (d *Diff) Add(c Change) {
 	d.Changes = append(d.Changes, c)
 	switch c.Kind {
 	case ChangeAdded:

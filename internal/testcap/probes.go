@@ -59,15 +59,5 @@ func Probe(ctx context.Context, name string) hostcap.Result {
 	if timeout == 0 {
 		timeout = defaultRigTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r := p.run(ctx)
-	r.Name = name
-	if !r.OK && r.Why == "" {
-		r.Why = "probe failed without saying why"
-	}
-	if r.OK {
-		r.Why, r.Fix = "", ""
-	}
-	return r
+	return hostcap.Run(ctx, name, timeout, p.run)
 }
