@@ -46,9 +46,6 @@ func Held(dir, name string) bool {
 	return false
 }
 
-// isHeld is Held; a test counts its calls.
-var isHeld = Held
-
 // SandboxDir is where the sandbox-id locks below stateDir are.
 func SandboxDir(stateDir string) string { return filepath.Join(stateDir, "sandboxes") }
 
@@ -151,18 +148,10 @@ func UIDRange(stateDir string) (*Lock, int, error) {
 // over) whose lock no live process holds, holding it meanwhile: whoever
 // owned that sandbox is gone, and what it left may go. It returns what
 // remove said.
-//
-// The locks some process holds are read first, all at once (heldLocks):
-// ids among them are passed over without opening their lock files, so a
-// sweep beside thousands of live sandboxes (a one-shot run's, next to a
-// daemon) costs two reads, not a few system calls per sandbox. That list
-// only passes ids over: one it leaves is checked and taken as before.
 func SweepStale(stateDir string, ids []string, remove func(id string) error) error {
 	var errs []error
-	dir := SandboxDir(stateDir)
-	held := heldLocks(dir)
 	for _, id := range ids {
-		if !sandbox.ValidID(id) || held[id] || isHeld(dir, id) {
+		if !sandbox.ValidID(id) || Held(SandboxDir(stateDir), id) {
 			continue
 		}
 		lock, err := Sandbox(stateDir, id)
