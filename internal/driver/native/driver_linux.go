@@ -364,8 +364,16 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 // cleaning up left behind: their cgroups and session sockets. A sandbox is
 // stale when no live process holds its lock (a persistent sandbox's agent
 // holds its own: it is alive, whoever made it).
+//
+// Session sockets are a daemon's alone (a persistent sandbox's): a one-shot
+// run, which has none, leaves them to the daemons, which sweep them when
+// they start and then periodically. A one-shot run beside a daemon's
+// thousands of sandboxes would otherwise check each of their locks twice
+// before its own sandbox starts (docs/decisions.md, 79).
 func (d *Driver) Sweep(context.Context) error {
-	d.sweepSessions()
+	if d.persistent() {
+		d.sweepSessions()
+	}
 	d.sweepCow()
 	d.rc.SweepCgroups(d.hier)
 	return nil
