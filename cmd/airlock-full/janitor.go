@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -42,7 +43,7 @@ var janitorDrivers = []string{"native", "gvisor", "kubernetes"}
 const janitorInterval = 2 * time.Second
 
 // runtimeDir is the drivers' state directory (agentdriver.Shared.StateDir).
-const runtimeDir = "/run/airlock"
+const runtimeDir = agentdriver.DefaultStateDir
 
 func init() { cli.RegisterCommand(newJanitorCmd) }
 

@@ -2,12 +2,15 @@ package agentdriver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -34,7 +37,10 @@ type Shared struct {
 	// means /run/airlock.
 	StateDir string
 	// CgroupParent is the group below each hierarchy's root that holds the
-	// sandboxes. Empty means "airlock".
+	// sandboxes. Empty means "airlock" with the default StateDir, and a
+	// group of that StateDir's own otherwise (DefaultCgroupParent): a sweep
+	// takes a group whose lock is not held in its StateDir for a stale
+	// sandbox's, so two state directories must never share one parent.
 	CgroupParent string
 	// Egress is the proxy that sandboxes in network mode egress reach. Nil
 	// means one of the driver's own, with the default limits and no
@@ -48,6 +54,23 @@ type Shared struct {
 	Persistent bool
 }
 
+// DefaultStateDir is the drivers' state directory unless one is given: the
+// one every daemon and one-shot run on a host shares.
+const DefaultStateDir = "/run/airlock"
+
+// DefaultCgroupParent is the cgroup parent of the drivers whose state
+// directory is stateDir: "airlock" for DefaultStateDir, and
+// "airlock-HASH" of the directory for any other, so that a driver with a
+// state directory of its own (a test's, say) never sweeps the sandboxes of
+// another as stale.
+func DefaultCgroupParent(stateDir string) string {
+	if filepath.Clean(stateDir) == DefaultStateDir {
+		return "airlock"
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return "airlock-" + hex.EncodeToString(sum[:6])
+}
+
 // WithDefaults fills in what is empty. The agent's binary is looked up
 // only when needAgent (a driver that hands the binary over by path).
 func (s Shared) WithDefaults(needAgent bool) (Shared, error) {
@@ -55,10 +78,10 @@ func (s Shared) WithDefaults(needAgent bool) (Shared, error) {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	if s.StateDir == "" {
-		s.StateDir = "/run/airlock"
+		s.StateDir = DefaultStateDir
 	}
 	if s.CgroupParent == "" {
-		s.CgroupParent = "airlock"
+		s.CgroupParent = DefaultCgroupParent(s.StateDir)
 	}
 	if s.Egress == nil {
 		s.Egress = egress.New(egress.Options{Logger: s.Logger})

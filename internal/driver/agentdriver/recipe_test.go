@@ -460,3 +460,28 @@ func TestSweepStale(t *testing.T) {
 		t.Errorf("swept %v (%v), want only sb-dead", removed, err)
 	}
 }
+
+// Two state directories never share a cgroup parent: a sweep takes a group
+// whose lock its own state directory does not hold for a stale sandbox's.
+func TestDefaultCgroupParent(t *testing.T) {
+	for _, dir := range []string{DefaultStateDir, "/run/airlock/", "/run//airlock"} {
+		if got := DefaultCgroupParent(dir); got != "airlock" {
+			t.Errorf("DefaultCgroupParent(%q) = %q, want airlock", dir, got)
+		}
+	}
+	a, b := DefaultCgroupParent("/tmp/state-a"), DefaultCgroupParent("/tmp/state-b")
+	if a == "airlock" || b == "airlock" || a == b || !strings.HasPrefix(a, "airlock-") {
+		t.Errorf("parents of two other state directories: %q and %q; want two distinct airlock-HASH", a, b)
+	}
+	if a != DefaultCgroupParent("/tmp/state-a/") {
+		t.Errorf("the same directory written two ways has two parents")
+	}
+	s, err := Shared{StateDir: "/tmp/state-a"}.WithDefaults(false)
+	if err != nil || s.CgroupParent != a {
+		t.Errorf("WithDefaults with a state directory of its own: parent %q, %v; want %q", s.CgroupParent, err, a)
+	}
+	s, err = Shared{StateDir: "/tmp/state-a", CgroupParent: "mine"}.WithDefaults(false)
+	if err != nil || s.CgroupParent != "mine" {
+		t.Errorf("a given parent was replaced: %q, %v", s.CgroupParent, err)
+	}
+}
