@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -184,6 +185,16 @@ const (
 	helperSkRedirectHash = 72
 )
 
+// license and scratch are what bpf(2) attributes point to: globals, which
+// the runtime never moves (a stack variable given as a uintptr may be).
+var (
+	license = []byte("GPL\x00")
+	scratch struct {
+		key uint64
+		val uint32
+	}
+)
+
 // redirect is a sockhash with an sk_skb verdict program: an skb that
 // arrives on a socket in the map leaves by the socket stored under the
 // first one's cookie.
@@ -213,14 +224,15 @@ func newRedirect() (*redirect, error) {
 	} {
 		p = append(p, i...)
 	}
-	lic := []byte("GPL\x00")
 	attr := struct {
 		typ, cnt       uint32
 		insns, license uint64
 		_              [64]byte
 	}{typ: unix.BPF_PROG_TYPE_SK_SKB, cnt: uint32(len(p) / 8),
-		insns: uint64(uintptr(unsafe.Pointer(&p[0]))), license: uint64(uintptr(unsafe.Pointer(&lic[0])))}
-	if r.prog, err = bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err != nil {
+		insns: uint64(uintptr(unsafe.Pointer(&p[0]))), license: uint64(uintptr(unsafe.Pointer(&license[0])))}
+	r.prog, err = bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	runtime.KeepAlive(p) // attr holds it as a number only
+	if err != nil {
 		r.close()
 		return nil, err
 	}
@@ -243,12 +255,12 @@ func (r *redirect) pair(a, b *net.TCPConn) error {
 		return err
 	}
 	for _, kv := range [][2]uint64{{ka, uint64(fb)}, {kb, uint64(fa)}} {
-		key, val := kv[0], uint32(kv[1])
+		scratch.key, scratch.val = kv[0], uint32(kv[1])
 		if _, err := bpf(unix.BPF_MAP_UPDATE_ELEM, unsafe.Pointer(&struct {
 			fd, _      uint32
 			key, value uint64
 			flags      uint64
-		}{fd: uint32(r.sockhash), key: uint64(uintptr(unsafe.Pointer(&key))), value: uint64(uintptr(unsafe.Pointer(&val)))}), 32); err != nil {
+		}{fd: uint32(r.sockhash), key: uint64(uintptr(unsafe.Pointer(&scratch.key))), value: uint64(uintptr(unsafe.Pointer(&scratch.val)))}), 32); err != nil {
 			return err
 		}
 	}
