@@ -69,19 +69,28 @@ const (
 
 // portsDownloadProbe downloads /big argv[4] times from the host's server
 // on 127.0.0.1:argv[1] and as many through the daemon at argv[2] from the
-// sandbox's (Host argv[3]), alternated, each on its own keep-alive
-// connection; it prints "direct|exposed BYTES SECONDS" a download.
+// sandbox's (Host argv[3]), alternated; then as many through the bare
+// relay at 127.0.0.1:argv[5] from the host's, alternated with as many
+// direct ones again ("direct2"). Each kind has its keep-alive connection
+// (direct2 direct's); it prints "direct|exposed|relay|direct2 BYTES
+// SECONDS" a download. The relay has a phase of its own: taken in turn
+// with the other two, it lowered the exposed row (decision 82); the first
+// phase is the exposed row's as it always was.
 const portsDownloadProbe = `
 import http.client, sys, time
-port, proxy, host, k = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+port, proxy, host, k, relay = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 ph, pp = proxy.rsplit(":", 1)
-conns = {"direct": (http.client.HTTPConnection("127.0.0.1", port), "/big"),
-         "exposed": (http.client.HTTPConnection(ph, int(pp)), "http://%s:%d/big" % (host, port))}
+direct = (http.client.HTTPConnection("127.0.0.1", port), "/big")
+conns = {"direct": direct, "direct2": direct,
+         "exposed": (http.client.HTTPConnection(ph, int(pp)), "http://%s:%d/big" % (host, port)),
+         "relay": (http.client.HTTPConnection("127.0.0.1", relay), "/big")}
 buf = bytearray(1 << 20)
 mv = memoryview(buf)
 out = []
-for i in range(k):
-    for name in (("direct", "exposed") if i % 2 == 0 else ("exposed", "direct")):
+rounds = [(("direct", "exposed") if i % 2 == 0 else ("exposed", "direct")) for i in range(k)]
+rounds += [(("relay", "direct2") if i % 2 == 0 else ("direct2", "relay")) for i in range(k)]
+for names in rounds:
+    for name in names:
         conn, url = conns[name]
         t = time.perf_counter()
         conn.request("GET", url)
@@ -96,8 +105,10 @@ for i in range(k):
 print("\n".join(out))
 `
 
-// portsDownloadResult reads portsDownloadProbe's output into the direct
-// and the exposed download rows: the median rate of each.
+// portsDownloadResult reads portsDownloadProbe's output into the direct,
+// the exposed and the relay download rows (dl[0:3]): the median rate of
+// each; the relay's detail gives it against the direct downloads of its
+// own phase.
 func portsDownloadResult(dl []Row, out string) error {
 	rates := map[string][]float64{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -109,14 +120,19 @@ func portsDownloadResult(dl []Row, out string) error {
 		}
 		rates[name] = append(rates[name], float64(got)/(1<<20)/secs)
 	}
-	for i, name := range []string{"direct", "exposed"} {
+	med := map[string]float64{}
+	for _, name := range []string{"direct", "exposed", "relay", "direct2"} {
 		r := rates[name]
 		if len(r) != portsDownloads {
 			return fmt.Errorf("the download probe timed %d %s downloads, want %d", len(r), name, portsDownloads)
 		}
 		slices.Sort(r)
-		dl[i].Status, dl[i].Value = StatusOK, ptr(r[len(r)/2])
+		med[name] = r[len(r)/2]
 	}
+	for i, name := range []string{"direct", "exposed", "relay"} {
+		dl[i].Status, dl[i].Value = StatusOK, ptr(med[name])
+	}
+	dl[2].Detail = fmt.Sprintf("%.2fx the direct downloads alternated with it (%.0f MiB/s)", med["relay"]/med["direct2"], med["direct2"])
 	return nil
 }
 
@@ -132,16 +148,20 @@ func portsTemplate() []Row {
 		{Section: "ports", ID: "ports/direct-download", What: "100 MiB download, server on the host, direct (median of 5, alternated with the next row's; higher is better)", Unit: UnitMiBps},
 		{Section: "ports", ID: "ports/throughput", What: "100 MiB download from a server in a sandbox through its exposed port (native, sandbox with egress; median of 5; higher is better)", Unit: UnitMiBps,
 			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
+		{Section: "ports", ID: "ports/relay-download", What: "100 MiB download from the server on the host through a bare relay in the bench's process (splice both ways, nothing routed or counted): one more loopback TCP hop, the yardstick of the row above (median of 5, alternated with 5 more direct ones; higher is better)", Unit: UnitMiBps,
+			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
 	}
 }
 
 func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, progress func(string, ...any)) []Row {
 	rows := portsTemplate()
-	// fail marks every row failed (from 0), or the exposed ones (from 1:
-	// rows 1 and 3, beside their measured baselines).
+	// fail marks every row failed (from 0), or those measured with the
+	// sandbox (from 1: rows 1, 3 and 4, beside their measured baselines).
 	fail := func(from int, err error) []Row {
-		for i := from; i < len(rows); i += from + 1 {
-			rows[i].Status, rows[i].Detail = StatusFailed, err.Error()
+		for i := from; i < len(rows); i++ {
+			if from == 0 || i != 2 {
+				rows[i].Status, rows[i].Detail = StatusFailed, err.Error()
+			}
 		}
 		return rows
 	}
@@ -192,12 +212,18 @@ func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error,
 	if drvErr != nil {
 		return fail(1, fmt.Errorf("the native driver cannot run here: %w", drvErr))
 	}
-	progress("ports: the same from a server in a sandbox, through its exposed port; then %d downloads of %d MiB each way, alternated", portsDownloads, portsDownload>>20)
+	progress("ports: the same from a server in a sandbox, through its exposed port; then %d downloads of %d MiB each way, alternated; then as many through a bare relay, alternated with direct ones", portsDownloads, portsDownload>>20)
+	relay, err := spliceRelay("127.0.0.1:" + strconv.Itoa(portsPort))
+	if err != nil {
+		return fail(1, err)
+	}
+	defer relay.Close()
+	relayPort := strconv.Itoa(relay.Addr().(*net.TCPAddr).Port)
 	var dlOut string
 	out, err = exposedProbe(ctx, drv, func(host, proxy string) (string, error) {
 		out, err := probe(host, proxy)
 		if err == nil {
-			dlOut, err = run("-c", portsDownloadProbe, strconv.Itoa(portsPort), proxy, host, strconv.Itoa(portsDownloads))
+			dlOut, err = run("-c", portsDownloadProbe, strconv.Itoa(portsPort), proxy, host, strconv.Itoa(portsDownloads), relayPort)
 		}
 		return out, err
 	})
@@ -292,6 +318,34 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 		}
 	}
 	return probe(host, ln.Addr().String())
+}
+
+// spliceRelay listens on a loopback port and joins each connection to one
+// it makes to target, splicing both ways (TCPConn.ReadFrom of a TCPConn is
+// splice(2) on Linux) until either end closes. It is the least any
+// process between two TCP sockets can do, the yardstick of the exposed
+// port's download (decision 82). Closing the listener stops it.
+func spliceRelay(target string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = c.(*net.TCPConn).ReadFrom(s); c.Close(); s.Close() }()
+			go func() { _, _ = s.(*net.TCPConn).ReadFrom(c); c.Close(); s.Close() }()
+		}
+	}()
+	return ln, nil
 }
 
 // waitPort waits until something accepts connections at addr.
