@@ -121,7 +121,8 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 	last, lastLive := start, 0
 	tasks := newTaskGuard()
 	if steps := o.densitySteps(); len(steps) > 0 {
-		dr.limits = raiseOpenFiles(steps[len(steps)-1])
+		n := steps[len(steps)-1]
+		dr.limits = strings.Join(slices.DeleteFunc([]string{raiseOpenFiles(n), tasks.forecast(n)}, func(s string) bool { return s == "" }), "; ")
 	}
 	var live []*guarded
 	defer func() {

@@ -14,9 +14,10 @@ import (
 // bench never changes: it stops and names it).
 
 // fdsPerSandbox is what the host holds open for one idle native sandbox
-// (its connection and the agent's pidfd: 2; a sandbox with egress, its
-// tunnel channel too), with room for an exec's pipes and sockets.
-const fdsPerSandbox = 8
+// (its connection and the agent's pidfd: 2, decision 62; 5,083 with 2,536
+// live), with one to spare. An exec's descriptors come and go; the 1,024
+// added to the total cover them.
+const fdsPerSandbox = 3
 
 // raiseOpenFiles lets this process hold n sandboxes' descriptors. It
 // returns a note when it raised the limit, or why it could not.
@@ -45,6 +46,25 @@ type taskGuard struct {
 // newTaskGuard reads the host's; until one is measured it expects an
 // agent's threads and the host's share.
 func newTaskGuard() *taskGuard { return &taskGuard{host: hosttasks.Host, perSandbox: 10} }
+
+// tasksAtRest is what one idle native sandbox adds to the host's tasks,
+// its agent's threads (5.15 at 1,000 idle sandboxes, 6.0 at 2,536 right
+// after an exec in each) and a share of the host's, for the forecast.
+const tasksAtRest = 7
+
+// forecast says, before the test grows to n sandboxes, when the host's
+// task limit will stop it first, and how to raise it; "" when n fits.
+func (g *taskGuard) forecast(n int) string {
+	limit, name := g.host.Limit()
+	used := g.host.Count()
+	need := n * tasksAtRest
+	if limit == 0 || used == 0 || used+need+hosttasks.Reserve <= limit {
+		return ""
+	}
+	fit := max(0, (limit-hosttasks.Reserve-used)/tasksAtRest)
+	return fmt.Sprintf("%d sandboxes at about %d tasks each need %d tasks beside the host's %d, and %s is %d: the test will stop near %d; %s",
+		n, tasksAtRest, need, used, name, limit, fit, hosttasks.Fix)
+}
 
 // check says why one more sandbox would not fit, or "".
 func (g *taskGuard) check(live int) string {

@@ -29,7 +29,13 @@ func TestTaskGuardNamesPidMax(t *testing.T) {
 	if err := os.WriteFile(pidMax, []byte(strconv.Itoa(n)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if f := g.forecast(1); f != "" && n+tasksAtRest+hosttasks.Reserve <= limit {
+		t.Fatalf("forecast of one sandbox with room left: %q", f)
+	}
 	g.host.PidMax, g.host.ThreadsMax = pidMax, pidMax // no room at all
+	if f := g.forecast(5000); !strings.Contains(f, "the test will stop near 0") || !strings.Contains(f, "kernel.pid_max") {
+		t.Fatalf("forecast without room = %q; want where it stops and the limit named", f)
+	}
 	why := g.check(7)
 	if !strings.Contains(why, "stopped at 7 sandboxes") || !strings.Contains(why, "kernel.pid_max") || !strings.Contains(why, "sysctl -w") {
 		t.Fatalf("check without room = %q; want it to stop and name kernel.pid_max and its fix", why)
