@@ -180,6 +180,9 @@ type DensityStep struct {
 	// the sandboxes, in ms.
 	Exec         Stats `json:"exec"`
 	ExecFailures int   `json:"exec_failures,omitempty"`
+	// ExecStopped says why the execs stopped short (the host's free
+	// memory); empty when all ran.
+	ExecStopped string `json:"exec_stopped,omitempty"`
 	// HostBytes is how much MemAvailable fell per sandbox since the test
 	// began: the agents, the kernel's share and whatever else the host
 	// did meanwhile.
