@@ -33,8 +33,8 @@ func wantRows(clients []int) []string {
 	ids = append(ids, "exec/native", "exec/http", idDockerRun, idAirlockDocker, idDockerExec, idDockerClaim,
 		"microvm/cold", "microvm/snapshot", "microvm/exec", "microvm/idle-pss",
 		"microvm/pause-256m", "microvm/pause-image-256m", "microvm/resume-256m", "microvm/pause-1g", "microvm/pause-image-1g", "microvm/resume-1g",
-		"density/create", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
-		"density/pss", "density/cgroup", "density/tasks", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
+		"density/create", "density/create-at-1", "density/create-at-2", "density/create-at-4", "density/exec-1", "density/exec-2", "density/exec-4", "density/bend",
+		"density/pss", "density/cgroup", "density/tasks", "density/host", "density/kernel", "density/pss-bwrap", "density/cgroup-bwrap", "density/pss-process",
 		"density/cgroup-process", "density/close", "density/close-all",
 		"egress/direct", "egress/latency", "egress/direct-download", "egress/throughput",
 		"egress/client-direct", "egress/sandbox-latency", "egress/client-direct-download", "egress/sandbox-throughput",
@@ -134,6 +134,10 @@ func TestQuickBenchIsComplete(t *testing.T) {
 			want = []Status{StatusMissing}
 		case row.Section == "docker" && dockerImage == "":
 			want = []Status{StatusMissing}
+		case row.ID == "density/host" || row.ID == "density/kernel":
+			// Four sandboxes are within what the machine's other work moves
+			// MemAvailable and the slab by.
+			want = []Status{StatusOK, StatusSkipped}
 		case row.Section == "image": // measured by TestImageRows
 			want = []Status{StatusMissing}
 		case (row.Section == "pause" || row.Section == "livefork") && !testcap.Probe(ctx, "runsc").OK:

@@ -65,20 +65,43 @@ func (g *memGuard) allow(want int) (int, uint64, error) {
 }
 
 // learn sets the expected memory per sandbox from a measurement, with a
-// margin of two.
-func (g *memGuard) learn(perSandbox float64) {
-	g.per = max(2*perSandbox, 4<<20)
+// margin of two, or from what the host's MemAvailable fell by per
+// sandbox over the last step (marginal), with a margin of a half: the
+// kernel's share of a sandbox grows with the number of sandboxes (decision
+// 81), so the last step's is the best guess for the next.
+func (g *memGuard) learn(perSandbox, marginal float64) {
+	g.per = max(2*perSandbox, 1.5*marginal, 4<<20)
 }
+
+// createBase is the live count the density test times creates at
+// first: the cost of a create before the host holds many sandboxes.
+const createBase = 10
+
+// createBase is createBase, or the first step's count when that is
+// fewer.
+func (o Options) createBase() int {
+	if steps := o.densitySteps(); len(steps) > 0 {
+		return min(createBase, steps[0])
+	}
+	return createBase
+}
+
+// createCycles is how many creates (each closed again) are timed at
+// createBase and at each step.
+const createCycles = 20
 
 // densityRun is what the density test saw.
 type densityRun struct {
-	steps   []DensityStep
-	create  []time.Duration
-	close   []time.Duration
-	stopped string // why growth stopped short of the last step
-	limits  string // what the test changed of this process's limits
-	err     error  // why nothing could be measured
-	memErr  error  // why memory could not be read
+	steps  []DensityStep
+	create []time.Duration
+	// createBase are creates timed with Options.createBase sandboxes
+	// live.
+	createBase series
+	close      []time.Duration
+	stopped    string // why growth stopped short of the last step
+	limits     string // what the test changed of this process's limits
+	err        error  // why nothing could be measured
+	memErr     error  // why memory could not be read
 }
 
 // runDensity starts idle sandboxes in steps, measures memory and exec
@@ -89,9 +112,17 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 		dr.err = gerr
 		return dr, nil
 	}
+	// What the host had before the first sandbox, and at the last step.
+	start, gerr := readMemInfo()
+	if gerr != nil {
+		dr.err = gerr
+		return dr, nil
+	}
+	last, lastLive := start, 0
 	tasks := newTaskGuard()
 	if steps := o.densitySteps(); len(steps) > 0 {
-		dr.limits = raiseOpenFiles(steps[len(steps)-1])
+		n := steps[len(steps)-1]
+		dr.limits = strings.Join(slices.DeleteFunc([]string{raiseOpenFiles(n), tasks.forecast(n)}, func(s string) bool { return s == "" }), "; ")
 	}
 	var live []*guarded
 	defer func() {
@@ -101,6 +132,18 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 		}
 	}()
 	spec := sandbox.Spec{Limits: sandbox.Limits{Lifetime: time.Hour}}
+	// Creates are timed once with few sandboxes live, on the way up.
+	baseTimed := false
+	timeBase := func() error {
+		if baseTimed || len(live) != o.createBase() {
+			return nil
+		}
+		baseTimed = true
+		progress("density: time %d creates with %d live", createCycles, len(live))
+		var err error
+		dr.createBase, err = timeCreates(ctx, drv, spec)
+		return err
+	}
 
 	for _, target := range o.densitySteps() {
 		allowed, avail, err := guard.allow(target - len(live))
@@ -115,6 +158,9 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 		}
 		progress("density: grow to %d sandboxes", target)
 		for len(live) < target {
+			if err := timeBase(); err != nil {
+				return dr, err
+			}
 			if len(live)%10 == 0 {
 				if why := tasks.check(len(live)); why != "" {
 					dr.stopped = why
@@ -142,18 +188,56 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 			dr.create = append(dr.create, time.Since(t0))
 			live = append(live, &guarded{sb: sb})
 		}
+		if err := timeBase(); err != nil {
+			return dr, err
+		}
 		if n := len(dr.steps); len(live) == 0 || (n > 0 && dr.steps[n-1].Sandboxes == len(live)) {
 			break // nothing new to measure
 		}
-		step, memErr, err := measureStep(ctx, o, h, live)
+		// The host's memory is read as the step's sandboxes have come up,
+		// before this step's execs and creates add groups of their own.
+		var hostBytes, kernelBytes, marginal float64
+		if mi, err := readMemInfo(); err == nil && mi.Available > 0 {
+			if start.Available > mi.Available {
+				hostBytes = float64(start.Available-mi.Available) / float64(len(live))
+			}
+			if start.Unreclaim > 0 && mi.Unreclaim > start.Unreclaim {
+				kernelBytes = float64(mi.Unreclaim-start.Unreclaim) / float64(len(live))
+			}
+			if last.Available > mi.Available && len(live) > lastLive {
+				marginal = float64(last.Available-mi.Available) / float64(len(live)-lastLive)
+			}
+			last, lastLive = mi, len(live)
+		}
+		step, memErr, err := measureStep(ctx, o, h, live, func() string {
+			if n, avail, err := guard.allow(1); err == nil && n == 0 {
+				return fmt.Sprintf("MemAvailable %.0f MiB is near the %.0f MiB kept free", mib(float64(avail)), mib(float64(guard.reserve)))
+			}
+			return ""
+		})
 		if err != nil {
 			return dr, err
 		}
+		if step.ExecStopped != "" && dr.stopped == "" {
+			dr.stopped = step.ExecStopped
+		}
+		step.HostBytes, step.KernelBytes = hostBytes, kernelBytes
+		cs := dr.createBase
+		if len(live) != o.createBase() {
+			progress("density: time %d creates with %d live", createCycles, len(live))
+			if cs, err = timeCreates(ctx, drv, spec); err != nil {
+				return dr, err
+			}
+		}
+		if len(cs.samples) > 0 {
+			step.Create = SummarizeDurations(cs.samples)
+		}
+		step.CreateFailures = cs.fails
 		if memErr != nil && dr.memErr == nil {
 			dr.memErr = memErr
 		}
-		if step.PSSBytes > 0 || step.CgroupBytes > 0 {
-			guard.learn(max(step.PSSBytes, step.CgroupBytes))
+		if step.PSSBytes > 0 || step.CgroupBytes > 0 || marginal > 0 {
+			guard.learn(max(step.PSSBytes, step.CgroupBytes), marginal)
 		}
 		tasks.learn(step.Tasks)
 		dr.steps = append(dr.steps, step)
@@ -171,10 +255,35 @@ func runDensity(ctx context.Context, o Options, drv sandbox.Driver, h *cgroup.Hi
 	return dr, nil
 }
 
+// timeCreates times createCycles creates of spec, each closed again
+// before the next, so that every one is made with the same sandboxes
+// live. It fails only when ctx ends.
+func timeCreates(ctx context.Context, drv sandbox.Driver, spec sandbox.Spec) (series, error) {
+	var s series
+	for range createCycles {
+		t0 := time.Now()
+		sb, err := drv.Create(ctx, spec)
+		d := time.Since(t0)
+		if ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+		if err != nil {
+			s.fails++
+			if s.firstErr == nil {
+				s.firstErr = err
+			}
+			continue
+		}
+		s.samples = append(s.samples, d)
+		_ = sb.Close(ctx)
+	}
+	return s, nil
+}
+
 // measureStep reads the memory of the idle sandboxes live, then times
 // execs of /bin/true spread round-robin over them. It fails only when ctx
 // ends; memErr says why memory could not be read.
-func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*guarded) (step DensityStep, memErr, err error) {
+func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*guarded, low func() string) (step DensityStep, memErr, err error) {
 	step = DensityStep{Sandboxes: len(live)}
 	time.Sleep(o.Settle)
 	if h != nil {
@@ -197,7 +306,23 @@ func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*gu
 	}
 	// One untimed exec in every sandbox not used yet, so that the timed
 	// ones measure load and not a sandbox's first exec.
-	for _, sb := range live {
+	// Each exec leaves a cgroup the kernel frees late, and with thousands
+	// of sandboxes each costs the kernel hundreds of KiB (decision 81):
+	// the execs stop, saying so, before the host's free memory does.
+	stop := func(i, n int, what string) bool {
+		if i%20 != 0 {
+			return false
+		}
+		if why := low(); why != "" {
+			step.ExecStopped = fmt.Sprintf("stopped the %s at %d of %d: %s", what, i, n, why)
+			return true
+		}
+		return false
+	}
+	for i, sb := range live {
+		if stop(i, len(live), "untimed first execs") {
+			return step, memErr, nil
+		}
 		if _, err := sb.exec(ctx); ctx.Err() != nil {
 			return step, memErr, ctx.Err()
 		} else if err != nil {
@@ -207,6 +332,9 @@ func measureStep(ctx context.Context, o Options, h *cgroup.Hierarchy, live []*gu
 	n := max(o.TrueRuns, len(live))
 	var ds []time.Duration
 	for i := 0; i < n; i++ {
+		if stop(i, n, "timed execs") {
+			break
+		}
 		d, err := live[i%len(live)].exec(ctx)
 		if ctx.Err() != nil {
 			return step, memErr, ctx.Err()
@@ -372,6 +500,44 @@ func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr erro
 	}
 	rows = append(rows, create)
 
+	// Creates at a count: each closed again, so that all of them are made
+	// with the same sandboxes live.
+	baseAt := o.createBase()
+	base := row(fmt.Sprintf("create-at-%d", baseAt), fmt.Sprintf("create with %s live (each closed again)", sandboxes(baseAt)), UnitMS)
+	switch {
+	case dr.err != nil:
+		base = failed(base, dr.err)
+	case dr.createBase.samples == nil && dr.createBase.firstErr == nil:
+		base.Status, base.Detail = StatusSkipped, dr.stopped
+	default:
+		base = latencyRow(base, dr.createBase)
+	}
+	rows = append(rows, base)
+	for i, n := range o.densitySteps() {
+		if n == baseAt {
+			continue
+		}
+		r := row(fmt.Sprintf("create-at-%d", n), fmt.Sprintf("create with %s live (each closed again)", sandboxes(n)), UnitMS)
+		r.Compare = []Comparison{{Baseline: base.ID, Name: sandboxes(baseAt) + " live"}}
+		switch {
+		case dr.err != nil:
+			r = failed(r, dr.err)
+		case i >= len(dr.steps):
+			r.Status, r.Detail = StatusSkipped, dr.stopped
+		default:
+			st := dr.steps[i]
+			if st.Sandboxes != n {
+				r.What = fmt.Sprintf("create with %s live (of %d; each closed again)", sandboxes(st.Sandboxes), n)
+			}
+			if st.Create.N == 0 {
+				r.Status, r.Detail = StatusFailed, fmt.Sprintf("all %d creates failed", st.CreateFailures)
+			} else {
+				r.Status, r.Stats, r.Failures = StatusOK, ptr(st.Create), st.CreateFailures
+			}
+		}
+		rows = append(rows, r)
+	}
+
 	last := 0 // sandboxes of the last measured step
 	for i, n := range o.densitySteps() {
 		r := row(fmt.Sprintf("exec-%d", n), "exec /bin/true round-robin over "+sandboxes(n), UnitMS)
@@ -387,10 +553,16 @@ func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr erro
 				r.What = fmt.Sprintf("exec /bin/true round-robin over %s (of %d)", sandboxes(st.Sandboxes), n)
 				r.Detail = dr.stopped
 			}
-			if st.Exec.N == 0 {
+			switch {
+			case st.Exec.N == 0 && st.ExecStopped != "":
+				r.Status, r.Detail = StatusSkipped, st.ExecStopped
+			case st.Exec.N == 0:
 				r.Status, r.Detail = StatusFailed, fmt.Sprintf("all %d execs failed", st.ExecFailures)
-			} else {
+			default:
 				r.Status, r.Stats, r.Failures = StatusOK, ptr(st.Exec), st.ExecFailures
+				if st.ExecStopped != "" {
+					r.Detail = st.ExecStopped
+				}
 			}
 			last = st.Sandboxes
 		}
@@ -478,6 +650,26 @@ func densityRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr erro
 		tasks.Status, tasks.Value = StatusOK, ptr(lastStep.Tasks)
 	}
 	rows = append(rows, tasks)
+	// The host's side: what MemAvailable lost and the kernel's slab grew
+	// by, per sandbox, since the test began.
+	hostRow := func(id, what string, v func(DensityStep) float64) Row {
+		r := row(id, fmt.Sprintf("%s (%d)", what, last), UnitMiB)
+		switch {
+		case dr.err != nil:
+			return failed(r, dr.err)
+		case lastStep == nil:
+			r.Status, r.Detail = StatusSkipped, dr.stopped
+		case v(*lastStep) == 0:
+			r.Status, r.Detail = StatusSkipped, "it did not move while the sandboxes came up: the host's other work moved it more"
+		default:
+			r.Status, r.Value = StatusOK, ptr(mib(v(*lastStep)))
+		}
+		return r
+	}
+	rows = append(rows,
+		hostRow("host", "host memory per idle sandbox, MemAvailable's fall", func(s DensityStep) float64 { return s.HostBytes }),
+		hostRow("kernel", "kernel slab per idle sandbox, SUnreclaim's growth", func(s DensityStep) float64 { return s.KernelBytes }),
+	)
 	baseRow := func(id, what string, m idleMemory, v float64) Row {
 		r := row(id, fmt.Sprintf("%s (%d)", what, k), UnitMiB)
 		var me *missingError

@@ -75,3 +75,37 @@ func TestGuardedExec(t *testing.T) {
 		t.Errorf("exec after a hang = %v with %d calls, want errHung without calling the sandbox again", err, fake.calls)
 	}
 }
+
+// TestMeasureStepStopsOnLowMemory: the density test's execs stop, saying
+// where and why, once the host's free memory is near its reserve, instead
+// of running the host out of memory (each exec leaves a cgroup the kernel
+// frees late: decision 81).
+func TestMeasureStepStopsOnLowMemory(t *testing.T) {
+	var live []*guarded
+	for range 50 {
+		live = append(live, &guarded{sb: &fakeSandbox{res: sandbox.Result{Reason: sandbox.ReasonExit}}})
+	}
+	calls := 0
+	low := func() string {
+		calls++
+		if calls > 5 { // 3 in the untimed round (0, 20, 40), then 0 and 20 of the timed ones
+			return "MemAvailable 100 MiB is near the 512 MiB kept free"
+		}
+		return ""
+	}
+	step, _, err := measureStep(context.Background(), Options{TrueRuns: 200}, nil, live, low)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(step.ExecStopped, "timed execs at 40 of 200") || !strings.Contains(step.ExecStopped, "MemAvailable") {
+		t.Errorf("ExecStopped = %q, want the timed execs stopped at 40 of 200 with the reason", step.ExecStopped)
+	}
+	if step.Exec.N != 40 {
+		t.Errorf("%d timed execs, want the 40 before the stop", step.Exec.N)
+	}
+	calls = 100
+	step, _, _ = measureStep(context.Background(), Options{TrueRuns: 200}, nil, live, low)
+	if !strings.Contains(step.ExecStopped, "untimed first execs at 0 of 50") || step.Exec.N != 0 {
+		t.Errorf("with no room from the start: ExecStopped %q, %d timed", step.ExecStopped, step.Exec.N)
+	}
+}

@@ -18,6 +18,9 @@ import (
 type MemInfo struct {
 	Total     uint64
 	Available uint64
+	// Unreclaim is the kernel's unreclaimable slab (SUnreclaim); 0 when
+	// the kernel does not say.
+	Unreclaim uint64
 }
 
 // ParseMemInfo reads MemTotal and MemAvailable from /proc/meminfo content.
@@ -36,6 +39,8 @@ func ParseMemInfo(r io.Reader) (MemInfo, error) {
 			dst, haveTotal = &m.Total, true
 		case "MemAvailable":
 			dst, haveAvail = &m.Available, true
+		case "SUnreclaim":
+			dst = &m.Unreclaim
 		default:
 			continue
 		}

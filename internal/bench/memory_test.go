@@ -157,9 +157,15 @@ func TestMemGuard(t *testing.T) {
 	if n, _, _ := g.allow(5); n != 5 {
 		t.Errorf("allow(5) = %d, want 5", n)
 	}
-	g.learn(1 << 20) // measured 1 MiB: expect 2 MiB, but never under 4 MiB
+	g.learn(1<<20, 0) // measured 1 MiB: expect 2 MiB, but never under 4 MiB
 	if n, _, _ := g.allow(1000); n != 256 {
 		t.Errorf("after learning, allow(1000) = %d, want 256 (1 GiB / 4 MiB)", n)
+	}
+	// MemAvailable fell by 8 MiB a sandbox over the last step (the kernel's
+	// share grows with the count): expect 12 MiB.
+	g.learn(1<<20, 8<<20)
+	if n, _, _ := g.allow(1000); n != 85 {
+		t.Errorf("after a marginal of 8 MiB, allow(1000) = %d, want 85 (1 GiB / 12 MiB)", n)
 	}
 	mi.Available = 512 << 20 // below the reserve
 	if n, _, _ := g.allow(10); n != 0 {

@@ -180,6 +180,20 @@ type DensityStep struct {
 	// the sandboxes, in ms.
 	Exec         Stats `json:"exec"`
 	ExecFailures int   `json:"exec_failures,omitempty"`
+	// ExecStopped says why the execs stopped short (the host's free
+	// memory); empty when all ran.
+	ExecStopped string `json:"exec_stopped,omitempty"`
+	// HostBytes is how much MemAvailable fell per sandbox since the test
+	// began: the agents, the kernel's share and whatever else the host
+	// did meanwhile.
+	HostBytes float64 `json:"host_bytes,omitempty"`
+	// KernelBytes is how much the kernel's unreclaimable slab
+	// (SUnreclaim) grew per sandbox since the test began.
+	KernelBytes float64 `json:"kernel_bytes,omitempty"`
+	// Create are the latencies of creates (each closed again) made with
+	// Sandboxes live, in ms.
+	Create         Stats `json:"create"`
+	CreateFailures int   `json:"create_failures,omitempty"`
 }
 
 // Figure is the number a row is compared by: its p50, else its value.

@@ -337,6 +337,9 @@ func (s *Supervisor) admit(c Caller, rec store.Sandbox) (*live, error) {
 	if err := s.checkDescriptors(fds); err != nil {
 		return nil, err
 	}
+	if err := checkTasks(); err != nil {
+		return nil, err
+	}
 	l := &live{rec: rec, owner: rec.Owner, mem: need, fds: fds, procs: map[string]*proc{}}
 	l.touch(s.opts.Now())
 	s.live[rec.ID] = l

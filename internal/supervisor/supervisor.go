@@ -42,8 +42,9 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrQuota: the caller's key has reached one of its quotas.
 	ErrQuota = errors.New("quota exceeded")
-	// ErrCapacity: the host has not enough memory left for the sandbox.
-	ErrCapacity = errors.New("not enough memory on the host")
+	// ErrCapacity: the host has not enough room left for the sandbox: memory,
+	// the daemon's open files, or the kernel's tasks.
+	ErrCapacity = errors.New("not enough room on the host")
 	// ErrNotRunning: the sandbox has ended.
 	ErrNotRunning = errors.New("sandbox is not running")
 	// ErrPaused: the sandbox is paused; resume it first.

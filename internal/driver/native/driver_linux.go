@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/forker"
 	"github.com/airlock-sandbox/airlock/internal/hostlock"
+	"github.com/airlock-sandbox/airlock/internal/hosttasks"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -298,7 +299,8 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 	}
 	proc, err := startAgent(fk, d.rc.Agent, args, stderr, files, sys)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start the sandbox: %w", err)
+		// EAGAIN near kernel.pid_max: say which limit and how to raise it.
+		return nil, nil, fmt.Errorf("start the sandbox: %w", hosttasks.Host.Explain(err))
 	}
 	h.proc = proc
 	h.agentPid = proc.pid
