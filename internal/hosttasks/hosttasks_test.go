@@ -37,11 +37,11 @@ func TestCheckAndExplain(t *testing.T) {
 	if err := c.Explain(fork); !errors.Is(err, syscall.EAGAIN) || !strings.Contains(err.Error(), "19000 tasks") {
 		t.Errorf("Explain near the limit: %v", err)
 	}
-	if err := c.Explain(syscall.ENOMEM); err != syscall.ENOMEM {
+	if err := c.Explain(syscall.ENOMEM); err != syscall.ENOMEM { //nolint:errorlint // the very error, unchanged
 		t.Errorf("Explain(ENOMEM) = %v, want it unchanged", err)
 	}
 	write("loadavg", "0.5 0.4 0.3 2/1500 999\n")
-	if err := c.Explain(fork); err != fork {
+	if err := c.Explain(fork); err != fork { //nolint:errorlint // the very error, unchanged
 		t.Errorf("Explain far from the limit = %v, want it unchanged", err)
 	}
 	if err := (Counter{PidMax: "/nonexistent", ThreadsMax: "/nonexistent", LoadAvg: "/nonexistent"}).Check(1 << 30); err != nil {

@@ -3,6 +3,8 @@ package native
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,7 +39,7 @@ func TestSweepSessionsPersistentOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = os.Stat(sock)
-		if gone := os.IsNotExist(err); gone != persistent {
+		if gone := errors.Is(err, fs.ErrNotExist); gone != persistent {
 			t.Errorf("persistent %v: after the sweep the dead sandbox's session socket is gone: %v, want %v", persistent, gone, persistent)
 		}
 	}
