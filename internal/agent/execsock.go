@@ -85,9 +85,7 @@ func (e ExecError) hostErr() error {
 // errExecFrame is a frame the host cannot read.
 var errExecFrame = fmt.Errorf("agent: a malformed frame on the exec socket")
 
-// EnvExecSockets turns exec sockets on in the host ("1"); they are off
-// otherwise. With 16 clients at once in one sandbox the agent's threads
-// grew to the sandbox's process limit and execs failed to start (EAGAIN,
-// exit 126), which the HTTP/2 path does not do: until that is understood,
-// foreground execs go by HTTP/2 (docs/decisions.md, 78).
+// EnvExecSockets turns exec sockets off in the host ("0"): foreground execs
+// then go by HTTP/2 streams. They are on otherwise (docs/decisions.md, 80;
+// 78 had them off while the agent's threads grew with them).
 const EnvExecSockets = "AIRLOCK_EXEC_SOCKETS"

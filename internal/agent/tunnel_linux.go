@@ -53,7 +53,7 @@ func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbo
 		}
 		return nil, nil, err
 	}
-	if cl.helloResp.ExecSockets && os.Getenv(EnvExecSockets) == "1" {
+	if cl.helloResp.ExecSockets && os.Getenv(EnvExecSockets) != "0" {
 		cl.rc = rc
 	}
 	if ch == nil || !cl.helloResp.Tunnels {

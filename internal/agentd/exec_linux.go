@@ -49,6 +49,9 @@ type engine struct {
 	spare     []*spawner
 	preparing int
 	spawnSeq  atomic.Int64
+	// spawning holds a token for each spawner whose thread is alive
+	// (maxSpawners at most); nil means no bound.
+	spawning chan struct{}
 	// protected is set when the host gave the agent oom_score_adj -1000;
 	// forkMu serializes the switch to 0 and back around each fork.
 	protected bool
@@ -72,7 +75,7 @@ type proc struct {
 }
 
 func newEngine(cfg *agent.Config) (*engine, error) {
-	e := &engine{cfg: cfg, reaper: newReaper(), procs: map[string]*proc{}}
+	e := &engine{cfg: cfg, reaper: newReaper(), procs: map[string]*proc{}, spawning: make(chan struct{}, maxSpawners)}
 	if !skipped(cfg, sandbox.LayerCgroups) && len(cfg.Cgroup.FDs) > 0 {
 		h := &cgroup.Hierarchy{V2: cfg.Cgroup.V2, Mounts: map[string]string{}}
 		for i, fd := range cfg.Cgroup.FDs {
@@ -161,9 +164,26 @@ type spawnResult struct {
 // agent's one P from the exec under way.
 const spareSpawners = 1
 
+// maxSpawners is how many spawners' threads may be alive at once. Each
+// thread is a task of the sandbox's process limit, and after its fork it
+// needs one more turn on the agent's one P (on v1 it yields, then leaves
+// the exec's group) before it ends. A yielded goroutine waits in the
+// runtime's global run queue, which the scheduler serves once in 61 turns
+// while the P's own queue has work: with exec sockets keeping the P busy,
+// execs came faster than that and each left its thread waiting (91
+// spawners at runtime.Gosched in one goroutine dump, the agent at 96
+// threads; 260 in a quiet bench, past the sandbox's pids limit:
+// docs/decisions.md, 80). Past the bound a new exec waits for a spawner
+// to end, and the P goes to the ones waiting. Forks are serialized anyway
+// (forkMu).
+const maxSpawners = 8
+
 // newSpawner starts a spawner; its thread moves into a new exec group and
-// confines itself.
+// confines itself. It waits while maxSpawners are alive.
 func (e *engine) newSpawner() *spawner {
+	if e.spawning != nil {
+		e.spawning <- struct{}{}
+	}
 	n := e.spawnSeq.Add(1)
 	sp := &spawner{name: "x" + strconv.FormatInt(n, 10), cgroupFD: -1, jobs: make(chan spawnJob), ready: make(chan error, 1)}
 	if e.workload != nil {
@@ -173,6 +193,9 @@ func (e *engine) newSpawner() *spawner {
 		// This thread takes on a command's confinement and dies with this
 		// goroutine: it is never unlocked.
 		runtime.LockOSThread()
+		if e.spawning != nil {
+			defer func() { <-e.spawning }()
+		}
 		err := sp.enter(e.cfg.Cgroup.V2)
 		if err == nil {
 			err = e.confineThread(sp)
