@@ -193,6 +193,18 @@ type Paused struct {
 	// their total size.
 	Digests map[string]string `json:"digests,omitempty"`
 	Bytes   int64             `json:"bytes,omitempty"`
+	// Stored, when set, says its image is in the object store too, where
+	// another daemon sharing it can resume it (decision 83).
+	Stored *StoredPause `json:"stored,omitempty"`
+}
+
+// StoredPause is where a pause image is in the object store: its
+// files' content, by name, in a namespace of that pause alone (Gen), and
+// its record beside them.
+type StoredPause struct {
+	Where string            `json:"where"`
+	Gen   string            `json:"gen"`
+	Blobs map[string]string `json:"blobs"`
 }
 
 // PutSandbox creates or replaces the record of sb.

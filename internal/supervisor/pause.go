@@ -109,11 +109,19 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 			return Info{}, s.pauseError(id, err)
 		}
 		p.DriverState = state
-		if p.Digests, p.Bytes, err = digestDir(dir); err == nil {
+		if p.Digests, p.Bytes, err = digestDir(dir); err != nil {
+			err = fmt.Errorf("read its image back: %w", err)
+		} else {
 			err = s.checkStored(ctx, rec.Owner, id, p.Bytes)
 		}
 		if st, ok := pauser.(sandbox.PauseSettler); ok {
 			st.SettlePause(id) // the sandbox holds nothing on the host from here on
+		}
+		if ps := s.pausedStore(); err == nil && ps != nil {
+			if err = s.storePause(ctx, ps, rec, p, dir); err != nil {
+				s.log.Error("store a pause image in the object store", "sandbox_id", id, "err", err)
+				err = fmt.Errorf("store its image in %s: %w", ps.Where(), err)
+			}
 		}
 		if err != nil {
 			// The image cannot be vouched for: bring the sandbox back.
@@ -127,7 +135,7 @@ func (s *Supervisor) Pause(ctx context.Context, c Caller, id string) (Info, erro
 			if errors.Is(err, ErrQuota) {
 				return Info{}, err
 			}
-			return Info{}, fmt.Errorf("pause sandbox %s: read its image back: %w", id, err)
+			return Info{}, fmt.Errorf("pause sandbox %s: %w; it runs on", id, err)
 		}
 	default:
 		return Info{}, caps.CheckPause("") // unreachable: a driver with pause is one or the other
@@ -209,9 +217,17 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 	s.mu.Lock()
 	l := s.live[id]
 	s.mu.Unlock()
+	checked := false // its image was checked as it was downloaded
 	if l == nil {
-		_, err := s.lookup(c, id)
-		return Info{}, err
+		var err error
+		if l, err = s.adoptPaused(ctx, c, id); err != nil {
+			return Info{}, err
+		}
+		if l == nil {
+			_, err = s.lookup(c, id)
+			return Info{}, err
+		}
+		checked = true
 	}
 	l.mu.Lock()
 	rec, inst, ending := l.rec, l.inst, l.ending
@@ -251,16 +267,29 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 			return Info{}, fmt.Errorf("resume sandbox %s: %w: its driver %s cannot resume it here", id, sandbox.ErrUnsupported, rec.Driver)
 		}
 		dir := s.pausedDir(id)
-		if err := checkDigests(dir, p.Digests); err != nil {
-			s.log.Error("a paused sandbox's image does not match its digests", "sandbox_id", id, "err", err)
-			return Info{}, fmt.Errorf("resume sandbox %s: %w: its pause image was changed or cut short since the pause (%w); it stays paused, and can only be deleted", id, sandbox.ErrInvalid, err)
+		if !checked {
+			if err := s.readyImage(ctx, rec, dir); err != nil {
+				s.log.Error("a paused sandbox's image does not match its digests", "sandbox_id", id, "err", err)
+				return Info{}, fmt.Errorf("resume sandbox %s: %w: its pause image was changed or cut short since the pause (%w); it stays paused, and can only be deleted", id, sandbox.ErrInvalid, err)
+			}
 		}
 		if err := s.admitResume(c, rec); err != nil {
 			return Info{}, err
 		}
+		if err := s.claimPause(ctx, rec); err != nil {
+			s.mu.Lock()
+			l.mem = 0
+			s.mu.Unlock()
+			if errors.Is(err, errMoved) {
+				s.forgetMoved(ctx, l)
+				return Info{}, fmt.Errorf("resume sandbox %s: %w: another daemon sharing %s resumed or ended it; it is no longer here", id, sandbox.ErrNotFound, p.Stored.Where)
+			}
+			return Info{}, fmt.Errorf("resume sandbox %s: take its record from the object store: %w", id, err)
+		}
 		var err error
 		inst, err = pauser.Resume(ctx, id, p.DriverState, dir)
 		if err != nil {
+			s.unclaimPause(context.WithoutCancel(ctx), rec)
 			s.mu.Lock()
 			l.mem = 0
 			s.mu.Unlock()
@@ -295,6 +324,7 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 	s.tellLifetime(ctx, l) // its TTL runs again, and its idle timeout from now
 	if !p.MemoryKept {
 		_ = os.RemoveAll(s.pausedDir(id))
+		s.unstorePause(context.WithoutCancel(ctx), store.Sandbox{ID: id, Paused: p}, true)
 		s.m.Live.WithLabelValues(rec.Driver).Inc()
 		s.wg.Add(1)
 		go s.watch(l, inst)
@@ -365,6 +395,11 @@ func (s *Supervisor) finishPause(ctx context.Context, rec store.Sandbox) outcome
 			p.Pending, p.DriverState = false, state
 			if p.Digests, p.Bytes, err = digestDir(s.pausedDir(rec.ID)); err != nil {
 				return s.lost(ctx, rec, "it was being paused when the previous daemon stopped, and its pause image cannot be read: "+err.Error())
+			}
+			if ps := s.pausedStore(); ps != nil {
+				if err := s.storePause(ctx, ps, rec, &p, s.pausedDir(rec.ID)); err != nil {
+					s.log.Warn("store a pause image in the object store: it stays on this daemon's disk only", "sandbox_id", rec.ID, "err", err)
+				}
 			}
 			if rec, err = s.store.UpdateSandbox(rec.ID, func(r *store.Sandbox) error {
 				r.State, r.Paused = store.StatePaused, &p
@@ -444,4 +479,5 @@ func (s *Supervisor) discardPaused(ctx context.Context, l *live) {
 	if err := os.RemoveAll(s.pausedDir(rec.ID)); err != nil {
 		s.log.Warn("remove a paused sandbox's image", "sandbox_id", rec.ID, "err", err)
 	}
+	s.unstorePause(ctx, rec, false)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -133,7 +134,7 @@ func (d *Driver) Clone(ctx context.Context, spec sandbox.Spec, raw []byte, dir s
 			h.teardown()
 		}
 	}()
-	if err := d.cloneBundle(h, src.ID, st.OCI); err != nil {
+	if err := d.cloneBundle(h, st.OCI, false); err != nil {
 		return nil, err
 	}
 	hl := hostLimitsFor(spec.Limits, d.swap)
@@ -167,27 +168,41 @@ func (d *Driver) Clone(ctx context.Context, spec sandbox.Spec, raw []byte, dir s
 	}, d.rc.Egress, h.created)
 }
 
-// cloneBundle makes h's bundle from the OCI spec of source srcID: the
-// same mounts, with the root and the session directory in h's bundle and
-// h's own cgroup.
-func (d *Driver) cloneBundle(h *host, srcID string, raw []byte) error {
+// cloneBundle makes h's bundle from the OCI spec of another sandbox:
+// the same mounts, with the root and the session directory in h's bundle
+// and h's own cgroup. moved: the spec is of a sandbox paused by another
+// daemon (perhaps on another host of the same kind), whose /etc snapshot
+// and agent binary are this driver's own, which must be the same.
+func (d *Driver) cloneBundle(h *host, raw []byte, moved bool) error {
 	var s specs.Spec
 	if err := json.Unmarshal(raw, &s); err != nil || s.Root == nil || s.Linux == nil {
 		return fmt.Errorf("clone %s: the source's OCI spec cannot be read: %w", h.spec.ID, errors.Join(err, sandbox.ErrInvalid))
 	}
-	srcBundle := filepath.Join(d.bundlesDir(), srcID)
+	srcBundle := filepath.Dir(s.Root.Path)
 	var etc string
 	for i, m := range s.Mounts {
 		switch {
 		case m.Destination == "/etc":
 			etc = m.Source
+			if moved {
+				mine, err := d.etcSnapshot()
+				if err != nil {
+					return err
+				}
+				if filepath.Base(mine) != filepath.Base(etc) {
+					return &sandbox.UnsupportedError{What: "resume", Why: "this host's /etc (the files sandboxes see) differs from the one of the host that paused the sandbox", Fix: "resume it on a host with the same /etc, or on the one that paused it"}
+				}
+				etc, s.Mounts[i].Source = mine, mine
+			}
 		case m.Destination == sessionDir:
 			s.Mounts[i].Source = h.session
+		case moved && m.Destination == path.Join(agentDir, agentName):
+			s.Mounts[i].Source = d.rc.Agent
 		case strings.HasPrefix(m.Source, srcBundle+"/"):
 			return fmt.Errorf("clone %s: %w: the source's mount at %s is its own", h.spec.ID, sandbox.ErrUnsupported, m.Destination)
 		}
 	}
-	if etc == "" || s.Root.Path != filepath.Join(srcBundle, "rootfs") {
+	if etc == "" || filepath.Base(s.Root.Path) != "rootfs" {
 		return fmt.Errorf("clone %s: %w: the source's root is not a composed one", h.spec.ID, sandbox.ErrUnsupported)
 	}
 	s.Root.Path = filepath.Join(h.bundle, "rootfs")

@@ -42,6 +42,9 @@ type pausedState struct {
 	// Ran is how long it ran before the pause: its lifetime goes on
 	// from there.
 	Ran time.Duration `json:"ran"`
+	// OCI is its bundle's OCI spec (config.json): another daemon sharing
+	// the object store makes a bundle from it to resume it.
+	OCI json.RawMessage `json:"oci,omitempty"`
 }
 
 // pausedWait is how long Paused waits for the runsc of a sandbox whose
@@ -77,6 +80,10 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 	if err != nil {
 		return nil, in, err
 	}
+	oci, err := os.ReadFile(filepath.Join(h.bundle, "config.json"))
+	if err != nil {
+		return nil, in, fmt.Errorf("pause %s: %w", spec.ID, err)
+	}
 	ran := time.Since(h.created)
 	if err := ai.Detach(ctx); err != nil {
 		return nil, in, err
@@ -101,7 +108,7 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) (_ 
 	}
 	// The mark holds the paused state: a process that dies before Pause
 	// returns leaves it for the next (Paused).
-	paused := mustJSON(pausedState{Spec: spec, Ran: ran})
+	paused := mustJSON(pausedState{Spec: spec, Ran: ran, OCI: oci})
 	if err := os.WriteFile(filepath.Join(h.bundle, pausedMark), paused, 0o600); err != nil {
 		return back(fmt.Errorf("mark the bundle paused: %w", err))
 	}
@@ -214,7 +221,11 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 	}
 	spec := st.Spec
 	bundle := filepath.Join(d.bundlesDir(), id)
-	if _, err := os.Stat(filepath.Join(bundle, pausedMark)); err != nil {
+	_, err = os.Stat(filepath.Join(bundle, pausedMark))
+	// Paused by another daemon (sharing the object store): no bundle
+	// here, one is made from its OCI spec.
+	moved := errors.Is(err, os.ErrNotExist) && len(st.OCI) > 0 && !pathExists(bundle)
+	if err != nil && !moved {
 		return nil, fmt.Errorf("resume %s: %w: its bundle is not a paused one's (%w)", id, sandbox.ErrNotFound, err)
 	}
 	hostLayers, err := d.layers(spec.AllowDegraded)
@@ -234,6 +245,17 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 			d.undoResume(h)
 		}
 	}()
+	if moved {
+		// Marked paused like the bundle of a pause here: a resume that
+		// fails leaves it for another try, a discard removes it.
+		if err := d.cloneBundle(h, st.OCI, true); err != nil {
+			_ = os.RemoveAll(bundle)
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(bundle, pausedMark), raw, 0o600); err != nil {
+			return nil, fmt.Errorf("resume %s: mark its bundle paused: %w", id, err)
+		}
+	}
 	hl := hostLimitsFor(spec.Limits, d.swap)
 	if d.hier != nil {
 		if err := h.makeCgroup(hl); err != nil {
@@ -441,4 +463,9 @@ func mustJSON(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+func pathExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

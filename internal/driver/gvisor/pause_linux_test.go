@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/driver/agentdriver"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -288,5 +290,84 @@ func TestPauseInterrupted(t *testing.T) {
 		}
 		run(t, back, "true")
 		back.Close(ctx)
+	}
+}
+
+// TestResumeMoved: a sandbox paused by one daemon is resumed by another
+// with a state directory of its own (as from the object store: the image
+// copied, the first daemon's bundle gone), its bundle made from the
+// paused state's OCI spec; its background server answers the same.
+func TestResumeMoved(t *testing.T) {
+	requireGVisor(t)
+	ctx := context.Background()
+	stateDir := func() string {
+		dir := t.TempDir()
+		// runsc binds a network namespace in its root, which must go
+		// before the directory can.
+		t.Cleanup(func() { _ = unix.Unmount(filepath.Join(dir, "gvisor", "state", "null-netns"), unix.MNT_DETACH) })
+		return dir
+	}
+	a, err := New(Options{Persistent: true, StateDir: stateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{Persistent: true, StateDir: stateDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := a.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := in.ID()
+	t.Cleanup(func() {
+		_ = in.Close(ctx)
+		_ = a.Discard(ctx, id, nil)
+		_ = b.Discard(ctx, id, nil)
+	})
+	if _, err := in.Start(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", server}, Background: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := strings.TrimSpace(run(t, in, "python3", "-c", fetch))
+	run(t, in, "rm", "/tmp/secret")
+	dir := t.TempDir()
+	st, back, err := a.Pause(ctx, in, dir)
+	if err != nil {
+		if back != nil {
+			back.Close(ctx)
+		}
+		t.Fatalf("pause: %v", err)
+	}
+	a.SettlePause(id)
+	moved := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(moved, e.Name()), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Discard(ctx, id, st); err != nil { // the first host is gone
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	in2, err := b.Resume(ctx, id, st, moved)
+	if err != nil {
+		t.Fatalf("resume on the other daemon: %v", err)
+	}
+	defer in2.Close(ctx)
+	after := strings.TrimSpace(run(t, in2, "python3", "-c", fetch))
+	t.Logf("resume on the other daemon to the server's answer: %v", time.Since(t0))
+	if after != before || len(after) != 16 {
+		t.Fatalf("after the move the server answered %q, before %q", after, before)
+	}
+	if out := run(t, in2, "cat", "/etc/hostname"); out == "" {
+		t.Errorf("no /etc/hostname after the move")
 	}
 }

@@ -144,8 +144,8 @@ func pruneCache(dir string, keep time.Duration, keepN int) {
 			limit = 24 * time.Hour
 		}
 		fi, err := e.Info()
-		if err != nil {
-			continue
+		if err != nil || (name[0] != '.' && pinned(dir, name)) {
+			continue // a paused machine's (cachepin_linux.go)
 		}
 		if time.Since(fi.ModTime()) > limit {
 			_ = os.RemoveAll(filepath.Join(dir, name))

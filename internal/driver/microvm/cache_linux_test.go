@@ -116,3 +116,49 @@ func TestPruneCacheCount(t *testing.T) {
 		t.Errorf("after pruning to 3: %v, want %v", left, want)
 	}
 }
+
+// TestPruneCachePinned: a product a paused machine pinned stays however
+// old or many the others; unpinned, it goes; a pin past pinKeep is
+// removed and keeps nothing.
+func TestPruneCachePinned(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * cacheKeep)
+	for _, name := range []string{"root", "stale", "other"} {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "root.img"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := filepath.Join(dir, "root", "root.img")
+	if err := pinProducts("sb-1", img); err != nil {
+		t.Fatal(err)
+	}
+	stalePin := pinPath(filepath.Join(dir, "stale", "root.img"), "sb-2")
+	if err := pinProducts("sb-2", filepath.Join(dir, "stale", "root.img")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(stalePin, time.Now().Add(-pinKeep-time.Hour), time.Now().Add(-pinKeep-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	pruneCache(dir, cacheKeep, 0)
+	pruneCache(dir, cacheKeep, 0) // the stale pin went the first time
+	if _, err := os.Stat(img); err != nil {
+		t.Errorf("a paused machine's root image was pruned: %v", err)
+	}
+	for _, gone := range []string{"stale", "other"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s outlived its age: %v", gone, err)
+		}
+	}
+	unpinProducts("sb-1", img)
+	pruneCache(dir, cacheKeep, 0)
+	if _, err := os.Stat(img); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the root image outlived its unpin: %v", err)
+	}
+}

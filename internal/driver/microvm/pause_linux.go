@@ -91,6 +91,9 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) ([]
 	if err := d.markPaused(h.spec.ID, raw); err != nil {
 		d.rc.Logger.Warn("mark the microVM saved", "sandbox_id", h.spec.ID, "err", err)
 	}
+	if err := pinProducts(h.spec.ID, st.StubKernel, st.StubInitrd, st.RootImage); err != nil {
+		d.rc.Logger.Warn("pin the paused microVM's kernel and root image in the cache", "sandbox_id", h.spec.ID, "err", err)
+	}
 	// QEMU, its cgroup and the locks go; the machine is in dir.
 	if err := in.Close(context.WithoutCancel(ctx)); err != nil {
 		d.rc.Logger.Warn("end the paused microVM", "sandbox_id", h.spec.ID, "err", err)
@@ -245,6 +248,7 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 	in, err := h.finish(ctx, st, &agent.GuestRefresh{Seed: newSeed()}, h.created)
 	if err == nil {
 		_ = os.Remove(d.pausedMark(id))
+		unpinProducts(id, st.StubKernel, st.StubInitrd, st.RootImage)
 	}
 	return in, err
 }
@@ -335,9 +339,13 @@ func (h *host) finish(ctx context.Context, st pausedState, ref *agent.GuestRefre
 
 // Discard forgets paused sandbox id: the driver keeps nothing of it
 // outside its directory but its mark.
-func (d *Driver) Discard(_ context.Context, id string, _ []byte) error {
+func (d *Driver) Discard(_ context.Context, id string, raw []byte) error {
 	if !sandbox.ValidID(id) {
 		return fmt.Errorf("discard %q: %w", id, sandbox.ErrInvalid)
+	}
+	var st pausedState
+	if json.Unmarshal(raw, &st) == nil && st.Spec.ID == id {
+		unpinProducts(id, st.StubKernel, st.StubInitrd, st.RootImage)
 	}
 	if err := os.Remove(d.pausedMark(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("discard %s: %w", id, err)

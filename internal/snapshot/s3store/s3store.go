@@ -493,3 +493,70 @@ func (c *manifests) drop(id string) {
 		delete(c.items, id)
 	}
 }
+
+// Paused sandboxes: a daemon that pauses a sandbox while its snapshots
+// are in the bucket stores the pause image's files there too, as content
+// of a namespace of that pause alone (PutBlob, OpenBlob, DeleteBlob), and
+// its record beside the snapshots, so that another daemon on the same
+// bucket and prefix can resume it:
+//
+//	PREFIX/paused/ID.json          a paused sandbox's record (the supervisor's JSON)
+
+// maxPausedRecord bounds a paused sandbox's record.
+const maxPausedRecord = 4 << 20
+
+func (s *Store) pausedKey(id string) string { return s.prefix + "paused/" + id + ".json" }
+
+// PutPaused stores paused sandbox id's record.
+func (s *Store) PutPaused(ctx context.Context, id string, rec []byte) error {
+	if !sandbox.ValidID(id) {
+		return fmt.Errorf("store paused sandbox %q: %w", id, sandbox.ErrInvalid)
+	}
+	if err := s.c.PutBytes(ctx, s.bucket, s.pausedKey(id), rec, "application/json", nil); err != nil {
+		return fmt.Errorf("store paused sandbox %s's record: %w", id, err)
+	}
+	return nil
+}
+
+// GetPaused reads paused sandbox id's record: an error wrapping
+// sandbox.ErrNotFound when the bucket has none.
+func (s *Store) GetPaused(ctx context.Context, id string) ([]byte, error) {
+	if !sandbox.ValidID(id) {
+		return nil, fmt.Errorf("paused sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	b, err := s.c.GetBytes(ctx, s.bucket, s.pausedKey(id), maxPausedRecord)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, fmt.Errorf("paused sandbox %s is not in %s: %w", id, s.Where(), sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read paused sandbox %s's record: %w", id, err)
+	}
+	return b, nil
+}
+
+// DeletePaused removes paused sandbox id's record (none is not an error).
+func (s *Store) DeletePaused(ctx context.Context, id string) error {
+	if !sandbox.ValidID(id) {
+		return fmt.Errorf("paused sandbox %q: %w", id, sandbox.ErrInvalid)
+	}
+	if err := s.c.Delete(ctx, s.bucket, s.pausedKey(id)); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		return fmt.Errorf("delete paused sandbox %s's record: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteBlob removes content digest of ns at once (none is not an
+// error). Only for namespaces of one user, a paused sandbox's: a
+// snapshot's content goes with Delete, which checks what else holds it.
+func (s *Store) DeleteBlob(ctx context.Context, ns, digest string) error {
+	if !sandbox.ValidDigest(digest) {
+		return fmt.Errorf("content %q: %w", digest, sandbox.ErrInvalid)
+	}
+	if err := s.c.Delete(ctx, s.bucket, s.blobKey(ns, digest)); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		return fmt.Errorf("delete content %s: %w", digest, err)
+	}
+	s.mu.Lock()
+	delete(s.seen[ns], digest)
+	s.mu.Unlock()
+	return nil
+}
