@@ -40,11 +40,6 @@ for p in $(go list ./...); do
   if grep -qxF "$p" <<<"$serial"; then ser+=("$p"); else par+=("$p"); fi
 done
 
-# go test prints a package's output when it ends (-p above 1), so that
-# what follows reads each package's lines together. Each phase-2 package
-# is a step of its own, timed as .ci/run's steps are (scripts/timed.sh:
-# "== test PACKAGE: N s, exit N, load …"), so that docs/tests.md's table
-# can list what each costs.
 # With AIRLOCK_TEST_FUZZ set to a time (CI: .ci/run sets 30s), the fuzz
 # targets (scripts/fuzz.sh, that long each) run beside the phase-2 package
 # fuzz_beside names, whose cases mostly wait on Pods (the kubelet's and the
@@ -71,6 +66,11 @@ fuzz_wait() {
   fuzz_print
   return $status
 }
+# go test prints a package's output when it ends (-p above 1), so that
+# what follows reads each package's lines together. Each phase-2 package
+# is a step of its own, timed as .ci/run's steps are (scripts/timed.sh:
+# "== test PACKAGE: N s, exit N, load …"), so that docs/tests.md's table
+# can list what each costs.
 phases=()
 run() {
   local status=0 start p
