@@ -18,7 +18,7 @@ full | quick) ;;
 *) echo "usage: scripts/test.sh [quick]" >&2; exit 2 ;;
 esac
 log=$(mktemp)
-trap 'rm -f "$log" "$log.phases"' EXIT
+trap 'rm -f "$log" "$log.phases" "$log.fuzz"' EXIT
 export AIRLOCK_AGENT=${AIRLOCK_AGENT:-$PWD/internal/agentbin/bin/airlock-agent}
 # What tests keep (t.ArtifactDir: the console test's screenshots) goes to
 # bin/test-output/_artifacts, or under $AIRLOCK_TEST_OUTPUT.
@@ -40,6 +40,32 @@ for p in $(go list ./...); do
   if grep -qxF "$p" <<<"$serial"; then ser+=("$p"); else par+=("$p"); fi
 done
 
+# With AIRLOCK_TEST_FUZZ set to a time (CI: .ci/run sets 30s), the fuzz
+# targets (scripts/fuzz.sh, that long each) run beside the phase-2 package
+# fuzz_beside names, whose cases mostly wait on Pods (the kubelet's and the
+# API server's work: a third of a CPU over its run), at nice 19, so that
+# they take the CPU it leaves and yield it when its cases want it
+# (docs/tests.md measures what each does to the other). Their output is
+# printed after the package's; without that package in the run, they run
+# after phase 2.
+fuzz_beside=$module/internal/driver/kubernetes
+fuzz_pid=
+fuzz_start() {
+  FUZZTIME=$AIRLOCK_TEST_FUZZ nice -n 19 scripts/timed.sh "fuzz (8 targets, ${AIRLOCK_TEST_FUZZ} each, nice 19, beside test ${1#"$module"/})" \
+    scripts/fuzz.sh >"$log.fuzz" 2>&1 &
+  fuzz_pid=$!
+}
+# fuzz_print prints the fuzz output, of each target's progress lines the
+# last (how many inputs it ran).
+fuzz_print() {
+  awk '/^fuzz: elapsed/ { last = $0; next } { if (last != "") print last; last = ""; print } END { if (last != "") print last }' "$log.fuzz"
+}
+fuzz_wait() {
+  local status=0
+  wait "$fuzz_pid" || status=1
+  fuzz_print
+  return $status
+}
 # go test prints a package's output when it ends (-p above 1), so that
 # what follows reads each package's lines together. Each phase-2 package
 # is a step of its own, timed as .ci/run's steps are (scripts/timed.sh:
@@ -55,14 +81,24 @@ run() {
   fi
   echo "phase: ${#par[@]} packages, $jobs at a time, $((SECONDS - start)) s" >>"$log.phases"
   start=$SECONDS
+  local fuzzed=
   for p in "${ser[@]}"; do
+    [[ -n ${AIRLOCK_TEST_FUZZ:-} && $p == "$fuzz_beside" ]] && fuzz_start "$p"
     scripts/timed.sh "test ${p#"$module"/}" \
       go test -count=1 -timeout 20m -v -artifacts -outputdir "$out" "$p" || status=1
+    if [[ -n $fuzz_pid ]]; then
+      fuzz_wait || status=1
+      fuzz_pid= fuzzed=1
+    fi
   done
+  if [[ -n ${AIRLOCK_TEST_FUZZ:-} && -z $fuzzed ]]; then
+    FUZZTIME=$AIRLOCK_TEST_FUZZ scripts/timed.sh "fuzz (8 targets, ${AIRLOCK_TEST_FUZZ} each)" scripts/fuzz.sh >"$log.fuzz" 2>&1 || status=1
+    fuzz_print
+  fi
   echo "phase: ${#ser[@]} packages one at a time, $((SECONDS - start)) s" >>"$log.phases"
   return $status
 }
-run 2>&1 | tee "$log" | grep -E '^(=== RUN|== |--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
+run 2>&1 | tee "$log" | grep -E '^(=== RUN|== |--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic|fuzzing |fuzz: elapsed)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
 # A skipped test's reason is the log line printed just before its
@@ -97,7 +133,7 @@ if [[ $status != 0 ]]; then
 fi
 sed 's/^phase: /Ran /' "$log.phases" 2>/dev/null
 # The steps, longest first.
-grep -E '^== test ' "$log" | sort -t: -k2 -rn | sed 's/^== /  /'
+grep -E '^== (test|fuzz) ' "$log" | sort -t: -k2 -rn | sed 's/^== /  /'
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")

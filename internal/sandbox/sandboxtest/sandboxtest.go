@@ -88,6 +88,14 @@ type Options struct {
 	// no other case is at any step, and the others wait for it; its close
 	// runs beside the other cases'.
 	Parallel int
+	// Settle, when set with Parallel above 1, lets an alone case make its
+	// sandbox beside other cases (not beside another alone case's check)
+	// and hold the quiet from then on: once the others have stepped aside,
+	// Settle waits until what they left behind has settled on the host
+	// (Pods deleted, their containers stopped), and the check starts. Nil:
+	// the alone case makes its sandbox inside the quiet, whose create gives
+	// the host that time.
+	Settle func(t *testing.T)
 }
 
 // need is something a case needs from the driver beyond running a command.
@@ -355,10 +363,13 @@ func newEnv(t *testing.T, c testCase, newDriver func(t *testing.T) sandbox.Drive
 // runCase makes the case's sandbox, runs the case, then checks that the
 // sandbox still works, closes it and checks for leaks.
 func runCase(t *testing.T, e *env, c testCase) {
-	if c.alone {
-		// From the sandbox's create, which gives what other cases did
-		// just before (Pods deleted, machines stopped) a few seconds to
-		// settle, to the end of the check; the close runs beside others.
+	// An alone case is alone to the end of its check; its close runs
+	// beside others. It is alone from its sandbox's create, which gives
+	// what other cases did just before (Pods deleted, machines stopped) a
+	// few seconds to settle, unless Options.Settle waits for that instead:
+	// then it makes its sandbox first, beside other cases.
+	early := c.alone && !c.own && e.quiet != nil && e.opts.Settle != nil
+	if c.alone && !early {
 		defer e.quiet.alone()()
 	}
 	e.spec = sandbox.Spec{Limits: smallLimits}
@@ -379,6 +390,10 @@ func runCase(t *testing.T, e *env, c testCase) {
 			// t.Fatal.
 			t.Cleanup(func() { e.stillWorks(t) })
 		}
+	}
+	if early {
+		defer e.quiet.alone()()
+		e.opts.Settle(t)
 	}
 	c.run(t, e)
 }
