@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -45,14 +46,21 @@ func TestThreadCountMakesNoGarbage(t *testing.T) {
 	if got := threadCount(); got < 1 || (want > 0 && got > 4*want) {
 		t.Fatalf("threadCount = %d, /proc/self/status says %d", got, want)
 	}
-	const calls = 200
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range calls {
-		threadCount()
+	// The process's allocations are counted, so goroutines other tests
+	// left behind count too (once 108 bytes a call, in CI): the least of
+	// a few rounds is threadCount's own.
+	const calls, rounds = 200, 5
+	least := uint64(math.MaxUint64)
+	for range rounds {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range calls {
+			threadCount()
+		}
+		runtime.ReadMemStats(&after)
+		least = min(least, (after.TotalAlloc-before.TotalAlloc)/calls)
 	}
-	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / calls; per > 64 {
-		t.Errorf("threadCount allocates %d bytes a call, want at most 64", per)
+	if least > 64 {
+		t.Errorf("threadCount allocates %d bytes a call (the least of %d rounds), want at most 64", least, rounds)
 	}
 }
