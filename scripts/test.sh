@@ -101,20 +101,23 @@ run() {
 run 2>&1 | tee "$log" | grep -E '^(=== RUN|== |--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic|fuzzing |fuzz: elapsed)' | grep -v '^=== RUN'
 status=${PIPESTATUS[0]}
 echo
-# A skipped test's reason is the log line printed just before its
-# "--- SKIP" line or, for a subtest whose output go test held back until
-# its parent ended, just after it.
+# A skipped test's reason is the last log line printed under its name
+# (after its "=== RUN", "=== CONT" or "=== NAME" line: the conformance
+# suite's cases run side by side, so their "--- SKIP" lines come long after)
+# or, for a subtest whose output go test held back until its parent ended,
+# the line just after its "--- SKIP".
 skips=$(awk '
   function flush() { if (pending != "") printf "  %s: (no reason given)\n", pending; pending = "" }
-  /^=== (RUN|CONT|PAUSE|NAME)/ { flush(); why = ""; next }
+  /^=== (RUN|CONT|PAUSE|NAME)/ { flush(); cur = $3; next }
   /^ *[A-Za-z0-9_]+\.go:[0-9]+: / {
     sub(/^ */, "")
     if (pending != "") { printf "  %s: %s\n", pending, $0; pending = ""; next }
-    why = $0; next
+    if (cur != "") why[cur] = $0
+    next
   }
   /^ *--- SKIP: / {
     flush()
-    if (why != "") { printf "  %s: %s\n", $3, why; why = "" } else pending = $3
+    if ($3 in why) printf "  %s: %s\n", $3, why[$3]; else pending = $3
     next
   }
   { flush() }
