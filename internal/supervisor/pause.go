@@ -286,6 +286,9 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 				return Info{}, fmt.Errorf("resume sandbox %s: %w: another daemon sharing %s resumed or ended it; it is no longer here", id, sandbox.ErrNotFound, p.Stored.Where)
 			}
 			if errors.Is(err, ErrBusy) {
+				if checked {
+					s.unadopt(l)
+				}
 				return Info{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 			}
 			return Info{}, fmt.Errorf("resume sandbox %s: take its record from the object store: %w", id, err)

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -153,6 +154,18 @@ func TestPauseSharedRace(t *testing.T) {
 		}
 		if won != 1 {
 			t.Errorf("round %d: %d daemons resumed it (%v), want 1", round, won, errs)
+		}
+		// The losers keep nothing of it: no record, no image.
+		for i, s := range sups[1:] {
+			if errs[i+1] == nil {
+				continue
+			}
+			if _, err := s.store.GetSandbox(in.ID); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Errorf("round %d: daemon %d, which lost, keeps a record of it: %v", round, i+1, err)
+			}
+			if _, err := os.Stat(s.pausedDir(in.ID)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("round %d: daemon %d, which lost, keeps its image: %v", round, i+1, err)
+			}
 		}
 		var left []string
 		if err := objects.List(ctx, "pauses", "shared/", func(o objstore.Object) error { left = append(left, o.Key); return nil }); err != nil {

@@ -317,6 +317,25 @@ func (s *Supervisor) unstorePause(ctx context.Context, rec store.Sandbox, claime
 	s.dropBlobs(ctx, ps, rec.ID, sp)
 }
 
+// unadopt undoes adoptPaused for l, which another daemon is resuming
+// meanwhile: its record and the image downloaded go (the driver has
+// nothing of it yet), and this daemon knows it by the bucket again.
+func (s *Supervisor) unadopt(l *live) {
+	l.mu.Lock()
+	id := l.rec.ID
+	l.ending, l.rec.State = true, store.StateDestroyed // a resume waiting on it finds it gone
+	l.mu.Unlock()
+	s.mu.Lock()
+	if s.live[id] == l {
+		delete(s.live, id)
+	}
+	s.mu.Unlock()
+	_ = os.RemoveAll(s.pausedDir(id))
+	if err := s.store.DeleteSandbox(id); err != nil {
+		s.log.Warn("forget a paused sandbox another daemon is resuming", "sandbox_id", id, "err", err)
+	}
+}
+
 // forgetMoved forgets paused sandbox l, which another daemon sharing the
 // object store resumed or ended: its local image and driver state go,
 // its record here ends ("moved"). What it has in the store (its
