@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot/s3store"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -198,4 +200,34 @@ func (s *Supervisor) storedRecord(ctx context.Context, ps pauseStore, e s3store.
 	s.stored.recs[e.ID] = storedRec{at: e.At, rec: rec}
 	s.stored.mu.Unlock()
 	return rec, true
+}
+
+// killStored deletes sandbox id, which this daemon does not hold, when
+// the object store has it paused: its record and content go under a
+// claim, as a resume takes them (the daemon that paused it learns at its
+// own resume that it is gone). ok false: the store has no such sandbox.
+func (s *Supervisor) killStored(ctx context.Context, c Caller, id string) (ok bool, err error) {
+	ps := s.pausedStore()
+	if ps == nil {
+		return false, nil
+	}
+	rec, ok, err := readStored(ctx, ps, id)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := allowed(c, rec); err != nil {
+		return true, err
+	}
+	release, err := s.claimPause(ctx, rec)
+	if errors.Is(err, errMoved) {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	defer release(context.WithoutCancel(ctx))
+	s.dropBlobs(context.WithoutCancel(ctx), ps, id, rec.Paused.Stored)
+	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: c.KeyID, Sandbox: id, Reason: "deleted: paused on another daemon, removed from " + rec.Paused.Stored.Where})
+	s.log.Info("a sandbox paused by another daemon is deleted from the object store", "sandbox_id", id, "where", rec.Paused.Stored.Where)
+	return true, nil
 }

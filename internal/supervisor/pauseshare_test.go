@@ -90,6 +90,27 @@ func TestPauseSharedListed(t *testing.T) {
 	if err != nil || len(l) != 1 || l[0].State != store.StateRunning {
 		t.Errorf("alice's list after the resume there: %+v, %v", l, err)
 	}
+	// Deleted on the other daemon: only by its key; the bucket keeps
+	// nothing of it, and the daemon that paused it learns it is gone.
+	if err := b.Kill(ctx, alice, theirs.ID); !errors.Is(err, ErrForbidden) {
+		t.Errorf("alice's delete of bob's sandbox paused elsewhere: %v", err)
+	}
+	if err := b.Kill(ctx, bob, theirs.ID); err != nil {
+		t.Fatalf("bob's delete on the other daemon: %v", err)
+	}
+	if _, err := b.Get(ctx, bob, theirs.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("get after the delete: %v", err)
+	}
+	var left []string
+	if err := objects.List(ctx, "pauses", "shared/", func(o objstore.Object) error { left = append(left, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("the bucket holds %v after the delete", left)
+	}
+	if _, err := a.Resume(ctx, bob, theirs.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("resume on the daemon that paused it, after its delete elsewhere: %v", err)
+	}
 }
 
 // slowResume is a driver whose resume takes a while, so that resumes on

@@ -153,7 +153,18 @@ func TestPauseSharedE2B(t *testing.T) {
 	if st, body := a.do("POST", "/sandboxes/"+id+"/resume", key, strings.NewReader(`{}`)); st != 201 {
 		t.Fatalf("resume on a: %d %s", st, body)
 	}
-	if st, _ := a.do("DELETE", "/sandboxes/"+id, key, nil); st != 204 {
-		t.Fatalf("kill on a: %d", st)
+	// Paused on a, Sandbox.kill on b (which held it paused before it
+	// moved) deletes it.
+	if st, body := a.do("POST", "/sandboxes/"+id+"/pause", key, nil); st != 204 {
+		t.Fatalf("pause on a: %d %s", st, body)
 	}
+	st, body = b.do("DELETE", "/sandboxes/"+id, other, nil)
+	e2bError(t, "another key's kill on b", 404, body, st)
+	if st, body := b.do("DELETE", "/sandboxes/"+id, key, nil); st != 204 {
+		t.Fatalf("kill on b of the sandbox paused on a: %d %s", st, body)
+	}
+	st, body = b.do("GET", "/sandboxes/"+id, key, nil)
+	e2bError(t, "get on b after the kill", 404, body, st)
+	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
+	e2bError(t, "connect on a after the kill on b", 404, body, st)
 }
