@@ -527,3 +527,9 @@ func rootCause(err error) error {
 		err = u
 	}
 }
+
+// PutBytesIf is PutBytes with u's conditions (IfAbsent, IfMatch): an
+// error wrapping ErrChanged when the store finds them false.
+func (c *Client) PutBytesIf(ctx context.Context, u Upload, b []byte) error {
+	return c.putBytes(ctx, u, b)
+}

@@ -22,6 +22,12 @@ func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	if errors.Is(err, ErrPaused) {
 		l, err = s.pausedLive(id), nil
 	}
+	if errors.Is(err, ErrNotRunning) || errors.Is(err, sandbox.ErrNotFound) {
+		// Paused on another daemon sharing the object store (pauselist.go).
+		if ok, serr := s.killStored(ctx, c, id); ok || serr != nil {
+			return serr
+		}
+	}
 	if errors.Is(err, ErrNotRunning) || err == nil && l == nil {
 		return nil
 	}
@@ -35,7 +41,16 @@ func (s *Supervisor) Kill(ctx context.Context, c Caller, id string) error {
 	if c.KeyID != owner {
 		why = "deleted by operator key " + c.KeyID
 	}
+	l.mu.Lock()
+	stored := l.rec.Paused != nil && l.rec.Paused.Stored != nil
+	l.mu.Unlock()
 	s.end(l, "deleted", why)
+	if stored {
+		// Moved from here and paused again elsewhere: that pause goes too.
+		if _, err := s.killStored(ctx, c, id); err != nil {
+			s.log.Warn("delete a sandbox's later pause from the object store", "sandbox_id", id, "err", err)
+		}
+	}
 	return nil
 }
 

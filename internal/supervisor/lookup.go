@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -129,6 +130,13 @@ func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error)
 		return s.info(l), nil
 	}
 	rec, err := s.store.GetSandbox(id)
+	if errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.EndReason == "moved") {
+		// Paused on another daemon sharing the object store (again,
+		// for one that moved from here).
+		if in, ok, serr := s.storedGet(ctx, c, id); ok || serr != nil {
+			return in, serr
+		}
+	}
 	if err != nil {
 		return Info{}, err
 	}
@@ -184,7 +192,7 @@ func (s *Supervisor) List(ctx context.Context, c Caller, f Filter) ([]Info, erro
 			out = append(out, in)
 		}
 	}
-	return out, nil
+	return s.withStored(ctx, c, f, out), nil
 }
 
 func recInfo(r store.Sandbox) Info {

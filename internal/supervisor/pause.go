@@ -276,7 +276,8 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 		if err := s.admitResume(c, rec); err != nil {
 			return Info{}, err
 		}
-		if err := s.claimPause(ctx, rec); err != nil {
+		release, err := s.claimPause(ctx, rec)
+		if err != nil {
 			s.mu.Lock()
 			l.mem = 0
 			s.mu.Unlock()
@@ -284,9 +285,15 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 				s.forgetMoved(ctx, l)
 				return Info{}, fmt.Errorf("resume sandbox %s: %w: another daemon sharing %s resumed or ended it; it is no longer here", id, sandbox.ErrNotFound, p.Stored.Where)
 			}
+			if errors.Is(err, ErrBusy) {
+				if checked {
+					s.unadopt(l)
+				}
+				return Info{}, fmt.Errorf("resume sandbox %s: %w", id, err)
+			}
 			return Info{}, fmt.Errorf("resume sandbox %s: take its record from the object store: %w", id, err)
 		}
-		var err error
+		defer release(context.WithoutCancel(ctx))
 		inst, err = pauser.Resume(ctx, id, p.DriverState, dir)
 		if err != nil {
 			s.unclaimPause(context.WithoutCancel(ctx), rec)

@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/snapshot"
+	"github.com/airlock-sandbox/airlock/internal/snapshot/s3store"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -42,6 +44,10 @@ type pauseStore interface {
 	GetPaused(ctx context.Context, id string) ([]byte, error)
 	DeletePaused(ctx context.Context, id string) error
 	DeleteBlob(ctx context.Context, ns, digest string) error
+	IndexPaused(ctx context.Context, owner, id string) error
+	UnindexPaused(ctx context.Context, owner, id string) error
+	ListPaused(ctx context.Context, owner string, max int) ([]s3store.PausedEntry, error)
+	ClaimPaused(ctx context.Context, id string, ttl time.Duration) (func(context.Context), error)
 }
 
 // pausedStore is the store pause images go to beside the daemon's disk,
@@ -90,6 +96,13 @@ func (s *Supervisor) storePause(ctx context.Context, ps pauseStore, rec store.Sa
 	if err := ps.PutPaused(ctx, rec.ID, b); err != nil {
 		p.Stored = nil
 		return err
+	}
+	if rec.Owner != "" {
+		if err := ps.IndexPaused(ctx, rec.Owner, rec.ID); err != nil {
+			_ = ps.DeletePaused(context.WithoutCancel(ctx), rec.ID)
+			p.Stored = nil
+			return err
+		}
 	}
 	return nil
 }
@@ -217,25 +230,55 @@ func (s *Supervisor) adoptPaused(ctx context.Context, c Caller, id string) (*liv
 // daemon resumed it or ended it.
 var errMoved = errors.New("moved")
 
+// claimTTL is how long a claim on a paused sandbox in the object store
+// keeps other daemons out: longer than a daemon holds one (a resume's
+// pauseTimeout and a few requests after), with room for the daemons'
+// clocks to differ by minutes. A claim older is one a daemon left as it
+// died, and is taken over.
+const claimTTL = pauseTimeout + 5*time.Minute
+
 // claimPause takes paused rec's record out of the object store before
-// its resume. errMoved: it is no longer this daemon's to resume.
-func (s *Supervisor) claimPause(ctx context.Context, rec store.Sandbox) error {
+// its resume or its end, under a claim (s3store.ClaimPaused) so that of
+// daemons doing so at once one does; release ends the claim, once the
+// resume is done or the record is back. errMoved: it is no longer this
+// daemon's; an error wrapping ErrBusy: another daemon is taking it up.
+func (s *Supervisor) claimPause(ctx context.Context, rec store.Sandbox) (release func(context.Context), err error) {
+	release = func(context.Context) {}
 	ps, sp := s.pausedStore(), rec.Paused.Stored
 	if ps == nil || sp == nil {
-		return nil
+		return release, nil
 	}
-	b, err := ps.GetPaused(ctx, rec.ID)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return errMoved
+	held, err := ps.ClaimPaused(ctx, rec.ID, claimTTL)
+	if errors.Is(err, s3store.ErrClaimed) {
+		return nil, fmt.Errorf("%w: it is being resumed by another daemon sharing %s (%w)", ErrBusy, sp.Where, err)
 	}
 	if err != nil {
-		return err
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			held(context.WithoutCancel(ctx))
+		}
+	}()
+	b, err := ps.GetPaused(ctx, rec.ID)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, errMoved
+	}
+	if err != nil {
+		return nil, err
 	}
 	var there store.Sandbox
 	if json.Unmarshal(b, &there) != nil || there.Paused == nil || there.Paused.Stored == nil || there.Paused.Stored.Gen != sp.Gen {
-		return errMoved
+		return nil, errMoved
 	}
-	return ps.DeletePaused(ctx, rec.ID)
+	if err := ps.DeletePaused(ctx, rec.ID); err != nil {
+		return nil, err
+	}
+	if err := ps.UnindexPaused(ctx, there.Owner, rec.ID); err != nil {
+		s.log.Warn("remove a paused sandbox from the object store's index", "sandbox_id", rec.ID, "err", err)
+	}
+	s.forgetStored(rec.ID)
+	return held, nil
 }
 
 // unclaimPause puts paused rec's record back after a resume that failed.
@@ -247,6 +290,9 @@ func (s *Supervisor) unclaimPause(ctx context.Context, rec store.Sandbox) {
 	b, err := json.Marshal(rec)
 	if err == nil {
 		err = ps.PutPaused(ctx, rec.ID, b)
+	}
+	if err == nil && rec.Owner != "" {
+		err = ps.IndexPaused(ctx, rec.Owner, rec.ID)
 	}
 	if err != nil {
 		s.log.Error("put a paused sandbox's record back in the object store", "sandbox_id", rec.ID, "err", err)
@@ -262,11 +308,32 @@ func (s *Supervisor) unstorePause(ctx context.Context, rec store.Sandbox, claime
 		return
 	}
 	if !claimed {
-		if s.claimPause(ctx, rec) != nil {
+		release, err := s.claimPause(ctx, rec)
+		if err != nil {
 			return
 		}
+		defer release(ctx)
 	}
 	s.dropBlobs(ctx, ps, rec.ID, sp)
+}
+
+// unadopt undoes adoptPaused for l, which another daemon is resuming
+// meanwhile: its record and the image downloaded go (the driver has
+// nothing of it yet), and this daemon knows it by the bucket again.
+func (s *Supervisor) unadopt(l *live) {
+	l.mu.Lock()
+	id := l.rec.ID
+	l.ending, l.rec.State = true, store.StateDestroyed // a resume waiting on it finds it gone
+	l.mu.Unlock()
+	s.mu.Lock()
+	if s.live[id] == l {
+		delete(s.live, id)
+	}
+	s.mu.Unlock()
+	_ = os.RemoveAll(s.pausedDir(id))
+	if err := s.store.DeleteSandbox(id); err != nil {
+		s.log.Warn("forget a paused sandbox another daemon is resuming", "sandbox_id", id, "err", err)
+	}
 }
 
 // forgetMoved forgets paused sandbox l, which another daemon sharing the

@@ -119,6 +119,8 @@ type Supervisor struct {
 	live  map[string]*live
 	pools map[string]*pool
 
+	stored storedCache // paused sandboxes of the object store, for lists (pauselist.go)
+
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup

@@ -77,11 +77,14 @@ func newEnvWith(t *testing.T, drv sandbox.Driver, cfg supervisor.Config, tune fu
 // here).
 func newEnvOpts(t *testing.T, so supervisor.Options, tune func(*Options)) *env {
 	t.Helper()
-	st, err := store.Open(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
+	st := so.Store // one the test made (its keys), or a new one
+	if st == nil {
+		var err error
+		if st, err = store.Open(t.TempDir(), 0); err != nil {
+			t.Fatal(err)
+		}
+		so.Store = st
 	}
-	so.Store = st
 	sup, err := supervisor.New(so)
 	if err != nil {
 		t.Fatal(err)

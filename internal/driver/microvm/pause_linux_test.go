@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -11,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/objstore"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot/s3store"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/supervisor"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
 )
 
 // pauseServer keeps a random secret in a Python process's memory and
@@ -393,4 +398,96 @@ func TestSupervisorRefusesTamperedImage(t *testing.T) {
 	if got, _ := sup.Get(ctx, caller, info.ID); got.State != store.StatePaused {
 		t.Fatalf("after a refused resume it is %s", got.State)
 	}
+}
+
+// TestResumeMovedShared: through two supervisors, each with its own
+// state directory, registry and microVM driver (one cache: hosts of the
+// same kind), whose snapshots are in one bucket (the s3 rig): a sandbox
+// paused on the first is resumed on the second from the bucket, and its
+// background server answers the secret it held in memory (decision 85).
+func TestResumeMovedShared(t *testing.T) {
+	testcap.Require(t, "s3")
+	ctx := context.Background()
+	srv := testrig.StartS3(t)
+	if err := srv.MakeBucket("pauses"); err != nil {
+		t.Fatal(err)
+	}
+	objects, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: objstore.Secret(srv.SecretKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := supervisor.Template{Name: supervisor.DefaultTemplate, Driver: "microvm", Memory: supervisor.Size(pauseLimits.MemoryBytes),
+		CPUs: 1, Pids: 64, Disk: supervisor.Size(pauseLimits.DiskBytes), Tmp: supervisor.Size(pauseLimits.TmpBytes),
+		TTL: supervisor.Duration(10 * time.Minute), PausedTTL: supervisor.Duration(time.Hour)}
+	daemon := func() *supervisor.Supervisor {
+		dir := t.TempDir()
+		st, err := store.Open(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err := s3store.Open(ctx, objects, "pauses", "shared/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sup, err := supervisor.New(supervisor.Options{
+			Store: st, Drivers: map[string]sandbox.Driver{"microvm": newDriver(t, Options{StateDir: dir})}, Snapshots: snaps,
+			Config: supervisor.Config{StateDir: dir, Templates: []supervisor.Template{tmpl}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = sup.Close(context.Background())
+			st.Close()
+		})
+		return sup
+	}
+	a, b := daemon(), daemon()
+	caller := supervisor.Caller{KeyID: "key-test"}
+	info, err := a.Create(ctx, caller, supervisor.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Kill(ctx, caller, info.ID)
+	defer a.Kill(ctx, caller, info.ID)
+	if _, err := a.StartProcess(ctx, caller, info.ID, supervisor.StartRequest{ExecRequest: supervisor.ExecRequest{Argv: []string{"python3", "-c", pauseServer}}}); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(sup *supervisor.Supervisor) string {
+		t.Helper()
+		var out bytes.Buffer
+		res, err := sup.Exec(ctx, caller, info.ID, supervisor.ExecRequest{Argv: []string{"python3", "-c", pauseFetch}, Stdout: &out})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("fetch: %+v, %v", res, err)
+		}
+		return strings.TrimSpace(out.String())
+	}
+	secret := fetch(a)
+	if len(secret) != 16 {
+		t.Fatalf("the server answered %q", secret)
+	}
+	t0 := time.Now()
+	p, err := a.Pause(ctx, caller, info.ID)
+	if err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	pause := time.Since(t0)
+	if p.Paused == nil || p.Paused.Stored == nil {
+		t.Fatalf("the pause is not in the bucket: %+v", p.Paused)
+	}
+	if g, err := b.Get(ctx, caller, info.ID); err != nil || g.State != store.StatePaused {
+		t.Fatalf("on the other daemon before its resume: %+v, %v", g, err)
+	}
+	t0 = time.Now()
+	if _, err := b.Resume(ctx, caller, info.ID); err != nil {
+		t.Fatalf("resume on the other daemon: %v", err)
+	}
+	resume := time.Since(t0)
+	if got := fetch(b); got != secret {
+		t.Fatalf("moved, the server answered %q, before %q", got, secret)
+	}
+	if _, err := a.Resume(ctx, caller, info.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("resume on the daemon it moved from: %v", err)
+	}
+	t.Logf("pause with the upload %v (image %d MiB), resume on the other daemon with the download %v", pause.Round(time.Millisecond), p.Paused.Bytes>>20, resume.Round(time.Millisecond))
 }

@@ -1,0 +1,170 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/driver/fake"
+	"github.com/airlock-sandbox/airlock/internal/objstore"
+	"github.com/airlock-sandbox/airlock/internal/s3server"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/snapshot/s3store"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/supervisor"
+	"github.com/airlock-sandbox/airlock/internal/testcap"
+	"github.com/airlock-sandbox/airlock/internal/testrig"
+)
+
+// sharedDaemons are two daemons (E2B's API over a supervisor each, with
+// their own state directories) whose snapshots, and so pauses, are in
+// one bucket, over one fake driver, with the same two keys.
+func sharedDaemons(t *testing.T) (a, b *env, snaps func() *s3store.Store) {
+	t.Helper()
+	testcap.Require(t, "s3")
+	srv := testrig.StartS3(t)
+	if err := srv.MakeBucket("pauses"); err != nil {
+		t.Fatal(err)
+	}
+	open := func(t *testing.T, srv *s3server.Server) *s3store.Store {
+		c, err := objstore.New(objstore.Config{Endpoint: srv.Endpoint, Region: srv.Region, AccessKeyID: srv.AccessKey, SecretAccessKey: objstore.Secret(srv.SecretKey)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s3store.Open(context.Background(), c, "pauses", "shared/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// The keys, made once and copied into both daemons' registries.
+	keys := t.TempDir()
+	st, err := store.Open(keys, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := store.RateLimits{CreatesPerSecond: 1000, CreateBurst: 1000, ExecsPerSecond: 1000, ExecBurst: 1000, FilesPerSecond: 1000, FileBurst: 1000}
+	var secrets [2]string
+	for i := range secrets {
+		_, sec, err := st.NewKeyFormat(nil, "t", store.RoleAgent, store.Quota{}, fast, time.Now(), store.FormatE2B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets[i] = string(sec)
+	}
+	st.Close()
+	reg, err := os.ReadFile(filepath.Join(keys, store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &fake.Driver{Pausable: true}
+	daemon := func() *env {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, store.FileName), reg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.Open(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnvOpts(t, supervisor.Options{
+			Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Snapshots: open(t, srv),
+			Config: supervisor.Config{StateDir: dir, Templates: []supervisor.Template{{Name: "default"}, {Name: "pooled"}}},
+		}, nil)
+		e.key, e.other = secrets[0], secrets[1]
+		return e
+	}
+	return daemon(), daemon(), func() *s3store.Store { return open(t, srv) }
+}
+
+// TestPauseSharedE2B: with the pauses in a shared bucket, a sandbox
+// paused through E2B's API on one daemon is listed and got as paused on
+// another, for its key only, and Sandbox.connect there (POST
+// /v2/sandboxes/{id}/connect) resumes it; the daemon it left answers 404;
+// the older POST /sandboxes/{id}/resume takes it back; while another
+// daemon holds its claim, connect answers 409.
+func TestPauseSharedE2B(t *testing.T) {
+	a, b, snaps := sharedDaemons(t)
+	key := map[string]string{"X-API-KEY": a.key}
+	other := map[string]string{"X-API-KEY": a.other}
+	id := a.create(a.key, `{"templateID":"base","metadata":{"job":"x"}}`).SandboxID
+	if st, body := a.do("POST", "/sandboxes/"+id+"/pause", key, nil); st != 204 {
+		t.Fatalf("pause on a: %d %s", st, body)
+	}
+	list := func(e *env, hdr map[string]string, q string) []listedSandbox {
+		t.Helper()
+		st, body := e.do("GET", "/v2/sandboxes"+q, hdr, nil)
+		var l []listedSandbox
+		if st != 200 || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("list%s: %d %s", q, st, body)
+		}
+		return l
+	}
+	if l := list(b, key, "?state=paused"); len(l) != 1 || l[0].SandboxID != id || l[0].State != "paused" || l[0].Metadata["job"] != "x" {
+		t.Fatalf("the key's paused list on b: %+v", l)
+	}
+	if l := list(b, key, ""); len(l) != 0 {
+		t.Errorf("the key's running list on b: %+v", l)
+	}
+	if l := list(b, other, "?state=running,paused"); len(l) != 0 {
+		t.Errorf("another key's list on b: %+v", l)
+	}
+	if st, body := b.do("GET", "/sandboxes/"+id, key, nil); st != 200 || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("get on b: %d %s", st, body)
+	}
+	st, body := b.do("GET", "/sandboxes/"+id, other, nil)
+	e2bError(t, "another key's get on b", 404, body, st)
+	st, body = b.do("POST", "/v2/sandboxes/"+id+"/connect", other, strings.NewReader(`{}`))
+	e2bError(t, "another key's connect on b", 404, body, st)
+
+	// Sandbox.connect on b resumes it there.
+	st, body = b.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{"timeout":60}`))
+	var got sandboxJSON
+	if st != 201 || json.Unmarshal(body, &got) != nil || got.SandboxID != id || got.EnvdAccessToken == "" {
+		t.Fatalf("connect on b: %d %s", st, body)
+	}
+	if st, body := b.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`)); st != 200 {
+		t.Fatalf("connect on b to the running sandbox: %d %s", st, body)
+	}
+	if l := list(b, key, ""); len(l) != 1 || l[0].State != "running" {
+		t.Errorf("the key's running list on b after connect: %+v", l)
+	}
+	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
+	e2bError(t, "connect on a, which it left", 404, body, st)
+
+	// Paused on b; another daemon holds its claim: a's connect is told.
+	if st, body := b.do("POST", "/sandboxes/"+id+"/pause", key, nil); st != 204 {
+		t.Fatalf("pause on b: %d %s", st, body)
+	}
+	release, err := snaps().ClaimPaused(context.Background(), id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
+	if eb := e2bError(t, "connect on a while another daemon claims it", 409, body, st); !strings.Contains(eb.Message, "being resumed by another daemon") {
+		t.Errorf("the 409's message: %s", eb.Message)
+	}
+	release(context.Background())
+	// The older SDKs' resume takes it back to a.
+	if st, body := a.do("POST", "/sandboxes/"+id+"/resume", key, strings.NewReader(`{}`)); st != 201 {
+		t.Fatalf("resume on a: %d %s", st, body)
+	}
+	// Paused on a, Sandbox.kill on b (which held it paused before it
+	// moved) deletes it.
+	if st, body := a.do("POST", "/sandboxes/"+id+"/pause", key, nil); st != 204 {
+		t.Fatalf("pause on a: %d %s", st, body)
+	}
+	st, body = b.do("DELETE", "/sandboxes/"+id, other, nil)
+	e2bError(t, "another key's kill on b", 404, body, st)
+	if st, body := b.do("DELETE", "/sandboxes/"+id, key, nil); st != 204 {
+		t.Fatalf("kill on b of the sandbox paused on a: %d %s", st, body)
+	}
+	st, body = b.do("GET", "/sandboxes/"+id, key, nil)
+	e2bError(t, "get on b after the kill", 404, body, st)
+	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
+	e2bError(t, "connect on a after the kill on b", 404, body, st)
+}
