@@ -20,7 +20,10 @@ import (
 // (see tunnel.go), which the client then uses for the egress tunnels and
 // the Dial streams when the agent takes it; either way the session can
 // carry exec sockets (execsock.go), which the client uses when the agent
-// says it takes them. A c that is not a unix socket is only Dial'd.
+// says it takes them. Without tunnels, or when the agent did not take
+// them, the client opens a channel on its first Dial where the agent
+// says it can take one later (lazytunnel.go). A c that is not a unix
+// socket is only Dial'd.
 func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbox.Layer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -59,6 +62,9 @@ func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbo
 	if ch == nil || !cl.helloResp.Tunnels {
 		if ch != nil {
 			ch.Close()
+		}
+		if cl.helloResp.LazyTunnels && os.Getenv(EnvLazyTunnels) != "0" {
+			cl.lazy = &lazyTunnels{rc: rc}
 		}
 		return cl, layers, nil
 	}
