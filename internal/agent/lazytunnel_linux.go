@@ -15,7 +15,10 @@ import (
 // the channel open, if any, and how many dials and connections hold it.
 type lazyTunnels struct {
 	rc *rightsConn
-	mu sync.Mutex
+	// dialOnly: the sandbox has no network, so the agent has no command's
+	// connection to hand over on the channel; one it sends is closed.
+	dialOnly bool
+	mu       sync.Mutex
 	// cur is the channel open; nil while no dialled connection is.
 	cur *tunnels
 	// held counts the dials in flight on cur and the connections they
@@ -87,7 +90,7 @@ func (l *lazyTunnels) open() (*tunnels, error) {
 		ch.Close()
 		return nil, err
 	}
-	return newTunnels(ch), nil
+	return newTunnelsOf(ch, l.dialOnly), nil
 }
 
 // release ends one hold on t; the last closes it, unless it was replaced.

@@ -64,7 +64,7 @@ func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbo
 			ch.Close()
 		}
 		if cl.helloResp.LazyTunnels && os.Getenv(EnvLazyTunnels) != "0" {
-			cl.lazy = &lazyTunnels{rc: rc}
+			cl.lazy = &lazyTunnels{rc: rc, dialOnly: !tunnels}
 		}
 		return cl, layers, nil
 	}
@@ -141,8 +141,11 @@ type tunnels struct {
 	serve   atomic.Pointer[func(net.Conn)]
 	pending []net.Conn
 	handed  chan struct{} // a slot per handed egress connection being served
-	done    chan struct{}
-	once    sync.Once
+	// dialOnly closes every egress connection handed over: a lazy
+	// channel of a sandbox without a network carries dials only.
+	dialOnly bool
+	done     chan struct{}
+	once     sync.Once
 }
 
 type tunnelReply struct {
@@ -150,8 +153,10 @@ type tunnelReply struct {
 	c net.Conn
 }
 
-func newTunnels(ch *net.UnixConn) *tunnels {
-	t := &tunnels{ch: ch, waiting: map[uint64]chan tunnelReply{}, handed: make(chan struct{}, tunnelsHanded), done: make(chan struct{})}
+func newTunnels(ch *net.UnixConn) *tunnels { return newTunnelsOf(ch, false) }
+
+func newTunnelsOf(ch *net.UnixConn, dialOnly bool) *tunnels {
+	t := &tunnels{ch: ch, waiting: map[uint64]chan tunnelReply{}, handed: make(chan struct{}, tunnelsHanded), dialOnly: dialOnly, done: make(chan struct{})}
 	go t.read()
 	return t
 }
@@ -217,6 +222,10 @@ func (t *tunnels) read() {
 // egress serves a connection a command made to the proxy port.
 func (t *tunnels) egress(c net.Conn) {
 	if c == nil {
+		return
+	}
+	if t.dialOnly {
+		c.Close()
 		return
 	}
 	select {
