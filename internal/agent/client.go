@@ -46,6 +46,9 @@ type Client struct {
 	// tun is the tunnel channel the agent took (DialLocal); nil: tunnels
 	// ride the HTTP/2 connection.
 	tun *tunnels
+	// lazy opens a tunnel channel on a Dial where the session began
+	// without one (lazytunnel.go); nil: Dial streams.
+	lazy *lazyTunnels
 	// rc passes exec sockets to the agent (execsock.go); nil: every exec
 	// is an HTTP/2 stream.
 	rc *rightsConn
@@ -141,6 +144,9 @@ func (c *Client) Forget(ctx context.Context, id string) error {
 func (c *Client) Close() error {
 	if c.tun != nil {
 		c.tun.close()
+	}
+	if c.lazy != nil {
+		c.lazy.close()
 	}
 	if c.rc != nil {
 		c.rc.closeExecs()

@@ -36,6 +36,9 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if c.tun != nil {
 		return c.tun.dial(ctx, port)
 	}
+	if c.lazy != nil {
+		return c.lazy.dial(ctx, port)
+	}
 	// The connection outlives ctx (an HTTP client's dial context may end
 	// while its connection is pooled): ctx bounds only the connecting.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

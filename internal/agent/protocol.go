@@ -91,6 +91,10 @@ type HelloResponse struct {
 	// ExecSockets says the agent takes exec sockets passed on this
 	// session (execsock.go).
 	ExecSockets bool `json:"exec_sockets,omitempty"`
+	// LazyTunnels says the agent takes a tunnel channel passed later in
+	// the session, as an exec socket whose first frame is
+	// ExecFrameTunnel (lazytunnel.go).
+	LazyTunnels bool `json:"lazy_tunnels,omitempty"`
 }
 
 // ExecStart is the first message of an Exec stream.

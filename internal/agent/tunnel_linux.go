@@ -20,7 +20,10 @@ import (
 // (see tunnel.go), which the client then uses for the egress tunnels and
 // the Dial streams when the agent takes it; either way the session can
 // carry exec sockets (execsock.go), which the client uses when the agent
-// says it takes them. A c that is not a unix socket is only Dial'd.
+// says it takes them. Without tunnels, or when the agent did not take
+// them, the client opens a channel on its first Dial where the agent
+// says it can take one later (lazytunnel.go). A c that is not a unix
+// socket is only Dial'd.
 func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbox.Layer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -59,6 +62,9 @@ func DialLocal(ctx context.Context, c net.Conn, tunnels bool) (*Client, []sandbo
 	if ch == nil || !cl.helloResp.Tunnels {
 		if ch != nil {
 			ch.Close()
+		}
+		if cl.helloResp.LazyTunnels && os.Getenv(EnvLazyTunnels) != "0" {
+			cl.lazy = &lazyTunnels{rc: rc, dialOnly: !tunnels}
 		}
 		return cl, layers, nil
 	}
@@ -135,8 +141,11 @@ type tunnels struct {
 	serve   atomic.Pointer[func(net.Conn)]
 	pending []net.Conn
 	handed  chan struct{} // a slot per handed egress connection being served
-	done    chan struct{}
-	once    sync.Once
+	// dialOnly closes every egress connection handed over: a lazy
+	// channel of a sandbox without a network carries dials only.
+	dialOnly bool
+	done     chan struct{}
+	once     sync.Once
 }
 
 type tunnelReply struct {
@@ -144,8 +153,10 @@ type tunnelReply struct {
 	c net.Conn
 }
 
-func newTunnels(ch *net.UnixConn) *tunnels {
-	t := &tunnels{ch: ch, waiting: map[uint64]chan tunnelReply{}, handed: make(chan struct{}, tunnelsHanded), done: make(chan struct{})}
+func newTunnels(ch *net.UnixConn) *tunnels { return newTunnelsOf(ch, false) }
+
+func newTunnelsOf(ch *net.UnixConn, dialOnly bool) *tunnels {
+	t := &tunnels{ch: ch, waiting: map[uint64]chan tunnelReply{}, handed: make(chan struct{}, tunnelsHanded), dialOnly: dialOnly, done: make(chan struct{})}
 	go t.read()
 	return t
 }
@@ -211,6 +222,10 @@ func (t *tunnels) read() {
 // egress serves a connection a command made to the proxy port.
 func (t *tunnels) egress(c net.Conn) {
 	if c == nil {
+		return
+	}
+	if t.dialOnly {
+		c.Close()
 		return
 	}
 	select {

@@ -192,3 +192,57 @@ func TestTunnelDial(t *testing.T) {
 		t.Fatalf("%d dials still waiting", left)
 	}
 }
+
+// TestTunnelDialOnly: a lazy channel of a sandbox without a network
+// carries dials only; a connection the agent hands over on it as a
+// command's is closed, neither served nor kept.
+func TestTunnelDialOnly(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "tunnels")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	tun := newTunnelsOf(conn(fds[0]), true)
+	agentEnd := conn(fds[1])
+	defer func() { tun.close(); agentEnd.Close() }()
+	served := make(chan net.Conn, 1)
+	defer tun.setServe(func(c net.Conn) { served <- c })()
+	_, sb := tcpPair(t)
+	send(t, agentEnd, TunnelMsg{Kind: TunnelEgress}, fdOf(t, sb))
+	// A dial after it is answered: the egress message was read by then.
+	go func() {
+		buf := make([]byte, TunnelMsgMax)
+		n, _, _, _, err := agentEnd.ReadMsgUnix(buf, nil)
+		if err != nil {
+			return
+		}
+		var m TunnelMsg
+		_ = json.Unmarshal(buf[:n], &m)
+		_, c := tcpPair(t)
+		send(t, agentEnd, TunnelMsg{Kind: TunnelDial, ID: m.ID}, fdOf(t, c))
+	}()
+	c, err := tun.dial(t.Context(), 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case c := <-served:
+		t.Fatalf("served %v", c.LocalAddr())
+	default:
+	}
+	tun.mu.Lock()
+	pending := len(tun.pending)
+	tun.mu.Unlock()
+	if pending != 0 || len(tun.handed) != 0 {
+		t.Fatalf("%d connections pending, %d slots taken", pending, len(tun.handed))
+	}
+}

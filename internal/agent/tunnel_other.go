@@ -25,6 +25,15 @@ func (*tunnels) dial(context.Context, int) (net.Conn, error) {
 	return nil, sandbox.ErrUnsupported
 }
 
+// lazyTunnels never exists off Linux.
+type lazyTunnels struct{}
+
+func (*lazyTunnels) close() {}
+
+func (*lazyTunnels) dial(context.Context, int) (net.Conn, error) {
+	return nil, sandbox.ErrUnsupported
+}
+
 // rightsConn never exists off Linux.
 type rightsConn struct{}
 

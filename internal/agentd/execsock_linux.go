@@ -88,12 +88,19 @@ func execConn(fd int) *net.UnixConn {
 // frame starts the command (an attachment goes by the Exec stream), later
 // ones feed its input; the command's start, output and result go back as
 // frames. The host closing the socket ends the following, not the exec.
+// A first frame that is agent.ExecFrameTunnel alone makes the socket the
+// session's tunnel channel instead (agent/lazytunnel.go).
 func (s *server) execSocket(fd int) {
 	c := execConn(fd)
 	if c == nil {
 		return
 	}
-	defer c.Close()
+	kept := false
+	defer func() {
+		if !kept {
+			c.Close()
+		}
+	}()
 	var sendMu sync.Mutex
 	frame := make([]byte, 0, agent.ChunkSize+1)
 	write := func(kind byte, data []byte) error {
@@ -128,6 +135,8 @@ func (s *server) execSocket(fd int) {
 			return nil, err
 		case flags&unix.MSG_TRUNC != 0 || n == 0 || n > agent.ExecFrameMax:
 			return nil, errors.New("a malformed frame")
+		case buf[0] == agent.ExecFrameTunnel && n == 1:
+			return nil, errTunnelFrame
 		case buf[0] == agent.ExecFrameStdin:
 			return &agent.ExecInput{Stdin: buf[1:n]}, nil
 		case buf[0] == agent.ExecFrameJSON:
@@ -140,6 +149,11 @@ func (s *server) execSocket(fd int) {
 		return nil, errors.New("a frame of an unknown kind")
 	}
 	first, err := recv()
+	if err == errTunnelFrame {
+		kept = true
+		s.tun.set(c)
+		return
+	}
 	if err != nil {
 		refuse(fmt.Errorf("the exec socket's first frame: %w: %w", err, sandbox.ErrInvalid))
 		return
@@ -200,6 +214,10 @@ func (s *server) execSocket(fd int) {
 		}
 	}
 }
+
+// errTunnelFrame is a socket's first frame that makes it the tunnel
+// channel; anywhere else it is a malformed frame.
+var errTunnelFrame = errors.New("a tunnel frame")
 
 // forgetWait is how long an exec socket stays open after the result for
 // the host's forget; past it the exec is kept as one no stream follows.

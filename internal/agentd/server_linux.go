@@ -459,7 +459,7 @@ func (s *server) hello(context.Context, *agent.HelloRequest) (*agent.HelloRespon
 		layers = append(layers, sandbox.LayerLandlock)
 	}
 	return &agent.HelloResponse{Version: agent.Version, Layers: layers, ExecSeq: s.eng.execs.lastSeq(), Persistent: s.cfg.Listen != nil || s.cfg.Contained != nil && s.cfg.Contained.Listen != "",
-		Tunnels: s.tun.current() != nil, ExecSockets: s.execSockets.Load()}, nil
+		Tunnels: s.tun.current() != nil, ExecSockets: s.execSockets.Load(), LazyTunnels: s.execSockets.Load()}, nil
 }
 
 func (s *server) signal(_ context.Context, req *agent.SignalRequest) (*agent.Empty, error) {

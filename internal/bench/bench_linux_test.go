@@ -54,7 +54,7 @@ func wantRows(clients []int) []string {
 	ids = append(ids, "restart/reattach")
 	ids = append(ids, "e2b/create-run-cold", "e2b/create-run-pool", "e2b/run-code",
 		"e2b/published-e2b", "e2b/published-computesdk", "e2b/published-cubesandbox")
-	ids = append(ids, "ports/direct", "ports/latency", "ports/direct-download", "ports/throughput", "ports/relay-download")
+	ids = append(ids, "ports/direct", "ports/latency", "ports/direct-download", "ports/throughput", "ports/relay-download", "ports/throughput-no-network")
 	ids = append(ids, idImageDockerPull, idImageFirst, idImageComposed, idImageCached)
 	ids = append(ids, pauseRowIDs()...)
 	ids = append(ids, "livefork/first-exec")
@@ -278,7 +278,7 @@ func TestOnlyPorts(t *testing.T) {
 			t.Errorf("%s: section %s, status %s (%s); want ports, ok", row.ID, row.Section, row.Status, row.Detail)
 		}
 	}
-	if want := []string{"ports/direct", "ports/latency", "ports/direct-download", "ports/throughput", "ports/relay-download"}; !slices.Equal(ids, want) {
+	if want := []string{"ports/direct", "ports/latency", "ports/direct-download", "ports/throughput", "ports/relay-download", "ports/throughput-no-network"}; !slices.Equal(ids, want) {
 		t.Fatalf("rows %v, want %v", ids, want)
 	}
 	for _, row := range r.Rows {
@@ -288,7 +288,7 @@ func TestOnlyPorts(t *testing.T) {
 			t.Logf("%s: p50 %.3f %s", row.ID, row.Stats.P50, row.Unit)
 		}
 	}
-	for _, id := range []string{"ports/latency", "ports/throughput", "ports/relay-download"} {
+	for _, id := range []string{"ports/latency", "ports/throughput", "ports/relay-download", "ports/throughput-no-network"} {
 		if row, _ := r.Row(id); row.Compare[0].Ratio == nil || *row.Compare[0].Ratio <= 0 {
 			t.Errorf("%s has no ratio to direct: %+v", id, row.Compare)
 		} else {

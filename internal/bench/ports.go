@@ -71,24 +71,29 @@ const (
 // on 127.0.0.1:argv[1] and as many through the daemon at argv[2] from the
 // sandbox's (Host argv[3]), alternated; then as many through the bare
 // relay at 127.0.0.1:argv[5] from the host's, alternated with as many
-// direct ones again ("direct2"). Each kind has its keep-alive connection
-// (direct2 direct's); it prints "direct|exposed|relay|direct2 BYTES
-// SECONDS" a download. The relay has a phase of its own: taken in turn
-// with the other two, it lowered the exposed row (decision 82); the first
-// phase is the exposed row's as it always was.
+// direct ones again ("direct2"); then as many through the daemon from the
+// server of a sandbox without a network (Host argv[6], "nonet"),
+// alternated with direct ones ("direct3"). Each kind has its keep-alive
+// connection (direct2's and direct3's are direct's); it prints
+// "KIND BYTES SECONDS" a download. The relay has a phase of its own: taken
+// in turn with the other two, it lowered the exposed row (decision 82);
+// the first phase is the exposed row's as it always was, and the sandbox
+// without a network has the last (decision 87).
 const portsDownloadProbe = `
 import http.client, sys, time
-port, proxy, host, k, relay = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+port, proxy, host, k, relay, nonet = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 ph, pp = proxy.rsplit(":", 1)
 direct = (http.client.HTTPConnection("127.0.0.1", port), "/big")
-conns = {"direct": direct, "direct2": direct,
+conns = {"direct": direct, "direct2": direct, "direct3": direct,
          "exposed": (http.client.HTTPConnection(ph, int(pp)), "http://%s:%d/big" % (host, port)),
-         "relay": (http.client.HTTPConnection("127.0.0.1", relay), "/big")}
+         "relay": (http.client.HTTPConnection("127.0.0.1", relay), "/big"),
+         "nonet": (http.client.HTTPConnection(ph, int(pp)), "http://%s:%d/big" % (nonet, port))}
 buf = bytearray(1 << 20)
 mv = memoryview(buf)
 out = []
 rounds = [(("direct", "exposed") if i % 2 == 0 else ("exposed", "direct")) for i in range(k)]
 rounds += [(("relay", "direct2") if i % 2 == 0 else ("direct2", "relay")) for i in range(k)]
+rounds += [(("nonet", "direct3") if i % 2 == 0 else ("direct3", "nonet")) for i in range(k)]
 for names in rounds:
     for name in names:
         conn, url = conns[name]
@@ -106,9 +111,10 @@ print("\n".join(out))
 `
 
 // portsDownloadResult reads portsDownloadProbe's output into the direct,
-// the exposed and the relay download rows (dl[0:3]): the median rate of
-// each; the relay's detail gives it against the direct downloads of its
-// own phase.
+// the exposed and the relay download rows (dl[0:3]) and the row of the
+// sandbox without a network (dl[3]): the median rate of each; the relay's
+// and the last row's details give them against the direct downloads of
+// their own phase.
 func portsDownloadResult(dl []Row, out string) error {
 	rates := map[string][]float64{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -121,7 +127,7 @@ func portsDownloadResult(dl []Row, out string) error {
 		rates[name] = append(rates[name], float64(got)/(1<<20)/secs)
 	}
 	med := map[string]float64{}
-	for _, name := range []string{"direct", "exposed", "relay", "direct2"} {
+	for _, name := range []string{"direct", "exposed", "relay", "direct2", "nonet", "direct3"} {
 		r := rates[name]
 		if len(r) != portsDownloads {
 			return fmt.Errorf("the download probe timed %d %s downloads, want %d", len(r), name, portsDownloads)
@@ -129,10 +135,12 @@ func portsDownloadResult(dl []Row, out string) error {
 		slices.Sort(r)
 		med[name] = r[len(r)/2]
 	}
-	for i, name := range []string{"direct", "exposed", "relay"} {
+	for i, name := range []string{"direct", "exposed", "relay", "nonet"} {
 		dl[i].Status, dl[i].Value = StatusOK, ptr(med[name])
 	}
 	dl[2].Detail = fmt.Sprintf("%.2fx the direct downloads alternated with it (%.0f MiB/s)", med["relay"]/med["direct2"], med["direct2"])
+	dl[3].Detail = fmt.Sprintf("%.2fx the direct downloads alternated with it (%.0f MiB/s); target 0.8x, the bare relay's %.2fx the yardstick",
+		med["nonet"]/med["direct3"], med["direct3"], med["relay"]/med["direct2"])
 	return nil
 }
 
@@ -150,13 +158,16 @@ func portsTemplate() []Row {
 			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
 		{Section: "ports", ID: "ports/relay-download", What: "100 MiB download from the server on the host through a bare relay in the bench's process (splice both ways, nothing routed or counted): one more loopback TCP hop, the yardstick of the row above (median of 5, alternated with 5 more direct ones; higher is better)", Unit: UnitMiBps,
 			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
+		{Section: "ports", ID: "ports/throughput-no-network", What: "100 MiB download from a server in a sandbox without a network (airlock's default) through its exposed port (native: a tunnel channel opened on the first connection, the connection handed over and spliced; median of 5, alternated with 5 more direct ones; higher is better)", Unit: UnitMiBps,
+			Compare: []Comparison{{Baseline: "ports/direct-download", Name: "direct"}}},
 	}
 }
 
 func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error, progress func(string, ...any)) []Row {
 	rows := portsTemplate()
 	// fail marks every row failed (from 0), or those measured with the
-	// sandbox (from 1: rows 1, 3 and 4, beside their measured baselines).
+	// sandboxes (from 1: rows 1, 3, 4 and 5, beside their measured
+	// baselines).
 	fail := func(from int, err error) []Row {
 		for i := from; i < len(rows); i++ {
 			if from == 0 || i != 2 {
@@ -220,10 +231,10 @@ func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error,
 	defer relay.Close()
 	relayPort := strconv.Itoa(relay.Addr().(*net.TCPAddr).Port)
 	var dlOut string
-	out, err = exposedProbe(ctx, drv, func(host, proxy string) (string, error) {
+	out, err = exposedProbe(ctx, drv, func(host, nonet, proxy string) (string, error) {
 		out, err := probe(host, proxy)
 		if err == nil {
-			dlOut, err = run("-c", portsDownloadProbe, strconv.Itoa(portsPort), proxy, host, strconv.Itoa(portsDownloads), relayPort)
+			dlOut, err = run("-c", portsDownloadProbe, strconv.Itoa(portsPort), proxy, host, strconv.Itoa(portsDownloads), relayPort, nonet)
 		}
 		return out, err
 	})
@@ -241,9 +252,10 @@ func portsRows(ctx context.Context, o Options, drv sandbox.Driver, drvErr error,
 }
 
 // exposedProbe serves the E2B endpoints over a supervisor with drv, as
-// `airlock serve` does, starts portServer in a sandbox, and runs probe
-// with the daemon as its proxy.
-func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, proxy string) (string, error)) (string, error) {
+// `airlock serve` does, starts portServer in a sandbox with a network and
+// in one without, and runs probe with the daemon as its proxy and the
+// names of both servers.
+func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, nonet, proxy string) (string, error)) (string, error) {
 	dir, err := os.MkdirTemp("", "airlock-bench-ports-")
 	if err != nil {
 		return "", err
@@ -259,8 +271,11 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 	// an E2B sandbox has by default (allowInternetAccess): on native that
 	// gives it the tunnel channel, and its exposed connections are handed
 	// to the host and spliced (decisions 61 and 62).
+	// The other has none, airlock's default: on native its exposed
+	// connections take a tunnel channel opened for them (decision 87).
 	cfg := supervisor.Config{Templates: []supervisor.Template{{Name: "default", CPUs: l.CPUs, Pids: l.Pids,
-		Network: supervisor.TemplateNetwork{Mode: "egress", AllowHosts: []string{"bench.invalid"}}}}}
+		Network: supervisor.TemplateNetwork{Mode: "egress", AllowHosts: []string{"bench.invalid"}}},
+		{Name: "isolated", CPUs: l.CPUs, Pids: l.Pids}}}
 	sup, err := supervisor.New(supervisor.Options{Store: st, Drivers: map[string]sandbox.Driver{"native": drv}, Config: cfg, Metrics: supervisor.NewMetrics(prometheus.NewRegistry())})
 	if err != nil {
 		return "", err
@@ -291,33 +306,38 @@ func exposedProbe(ctx context.Context, drv sandbox.Driver, probe func(host, prox
 		return "", err
 	}
 	c := api.KeyCaller(k)
-	info, err := sup.Create(ctx, c, supervisor.CreateRequest{Template: "default"})
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = sup.Kill(context.WithoutCancel(ctx), c, info.ID) }()
-	if _, err := sup.StartProcess(ctx, c, info.ID, supervisor.StartRequest{ExecRequest: supervisor.ExecRequest{
-		Argv: []string{"python3", "-c", portServer, strconv.Itoa(portsPort), strconv.Itoa(portsDownload)}}}); err != nil {
-		return "", err
-	}
-	host := fmt.Sprintf("%d-%s.%s", portsPort, info.ID, e2b.DefaultDomain)
-	// Wait for the server through the exposed port itself.
-	url := fmt.Sprintf("http://%s/small", ln.Addr())
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		req.Host = host
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
+	var hosts []string
+	for _, tmpl := range []string{"default", "isolated"} {
+		info, err := sup.Create(ctx, c, supervisor.CreateRequest{Template: tmpl})
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = sup.Kill(context.WithoutCancel(ctx), c, info.ID) }()
+		if _, err := sup.StartProcess(ctx, c, info.ID, supervisor.StartRequest{ExecRequest: supervisor.ExecRequest{
+			Argv: []string{"python3", "-c", portServer, strconv.Itoa(portsPort), strconv.Itoa(portsDownload)}}}); err != nil {
+			return "", err
+		}
+		host := fmt.Sprintf("%d-%s.%s", portsPort, info.ID, e2b.DefaultDomain)
+		// Wait for the server through the exposed port itself.
+		url := fmt.Sprintf("http://%s/small", ln.Addr())
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+			req.Host = host
+			res, err := http.DefaultClient.Do(req)
+			if err == nil {
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("the server in the %s sandbox never answered through its exposed port (%w)", tmpl, err)
 			}
 		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the server in the sandbox never answered through its exposed port (%w)", err)
-		}
+		hosts = append(hosts, host)
 	}
-	return probe(host, ln.Addr().String())
+	http.DefaultClient.CloseIdleConnections()
+	return probe(hosts[0], hosts[1], ln.Addr().String())
 }
 
 // spliceRelay listens on a loopback port and joins each connection to one

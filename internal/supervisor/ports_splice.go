@@ -13,7 +13,8 @@ const spliceRound = 1 << 20
 // connection to w (an exposed port's answer body, going to the client),
 // counted in the connection's and its port's bytes as a Read counts them.
 // When the connection is a host TCP socket (native: the agent handed the
-// sandbox's own socket over, decision 61) and w takes a ReadFrom that
+// sandbox's own socket over, decision 61; or a connection whose NetConn
+// is one, a lazy channel's: decision 87) and w takes a ReadFrom that
 // reaches the client's TCP socket (http.Server's ResponseWriter does, for
 // a body of known length), Go moves the bytes with splice(2) and they
 // never enter the daemon's memory; otherwise they are copied through buf
@@ -22,6 +23,9 @@ const spliceRound = 1 << 20
 // connection's end).
 func (c *exposedConn) SpliceTo(w io.Writer, n int64, buf []byte) (int64, error) {
 	tc, ok := c.Conn.(*net.TCPConn)
+	if nc, wraps := c.Conn.(interface{ NetConn() net.Conn }); !ok && wraps {
+		tc, ok = nc.NetConn().(*net.TCPConn)
+	}
 	rf, ok2 := w.(io.ReaderFrom)
 	if !ok || !ok2 {
 		m, err := io.CopyBuffer(writerOnly{w}, io.LimitReader(c, n), buf)
