@@ -120,13 +120,6 @@ func (l *lazyTunnels) close() {
 	}
 }
 
-// isOpen says whether a channel is open, for tests.
-func (l *lazyTunnels) isOpen() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cur != nil
-}
-
 // ended says the channel ended (either side closed it).
 func (t *tunnels) ended() bool {
 	select {

@@ -149,7 +149,7 @@ func (s *server) execSocket(fd int) {
 		return nil, errors.New("a frame of an unknown kind")
 	}
 	first, err := recv()
-	if err == errTunnelFrame {
+	if errors.Is(err, errTunnelFrame) {
 		kept = true
 		s.tun.set(c)
 		return
