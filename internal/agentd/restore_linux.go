@@ -709,6 +709,16 @@ func removeDir(base int, rel string, depth int) error {
 // directory decides: with its journal, every root's is replayed; without,
 // every root's is removed.
 func (s *server) recoverRestores() error {
+	if s.ids != nil && s.root != nil {
+		// gVisor's file operations run on threads of the workload's own
+		// (idThreads), four more threads of the Sentry to start: only a
+		// root that holds a staging directory needs them. The names are
+		// read as the agent, beneath the root and following no symlink.
+		left, err := s.restoresLeft()
+		if err != nil || !left {
+			return err
+		}
+	}
 	return s.asWorkload(func(rootfd int) error {
 		fds := map[string]int{}
 		defer func() {
@@ -789,4 +799,31 @@ func replay(root int, name string) error {
 		}
 	}
 	return nil
+}
+
+// restoresLeft says whether a root holds a staging directory of a restore
+// an earlier agent left: what recoverRestores then finishes or removes.
+func (s *server) restoresLeft() (bool, error) {
+	left := false
+	err := s.root.Within("/", func(rootfd int) error {
+		for _, r := range sandbox.SnapshotRoots {
+			fd, err := openRoot(rootfd, r)
+			if err != nil {
+				continue
+			}
+			names, err := readNames(fd)
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				if strings.HasPrefix(n, stagingPrefix) {
+					left = true
+					return nil
+				}
+			}
+		}
+		return nil
+	})
+	return left, err
 }

@@ -393,15 +393,20 @@ func (h *host) Teardown(context.Context) error {
 
 // teardown stops the sandbox and removes what it made, whatever state it
 // is in: a live one, a half-made one, a dead one, a stale one of an
-// airlock process that died. In order: the agent is told to go (it exits
-// when its connection ends, and runsc with it, removing its own state);
-// runsc is killed if it lingers (the Sentry and the gofer die with it);
-// whatever is left in the host cgroup is killed; runsc's state, the
-// cgroups, the bundle and the lock are removed.
+// airlock process that died. In order: runsc is killed (a persistent
+// sandbox's), or killed with everything in the host cgroup (a one-shot's
+// with cgroups: its caller has the exec's outcome and wants nothing more
+// of it), or the agent is told to go (it exits when its connection ends,
+// and runsc with it, removing its own state) and runsc is killed if it
+// lingers (the Sentry and the gofer die with it); whatever is left in the
+// host cgroup is killed; runsc's state, the cgroups, the bundle and the
+// lock are removed.
 func (h *host) teardown() {
 	h.teardownOnce.Do(func() {
 		h.Closing.Store(true)
 		log := h.d.rc.Logger.With("sandbox_id", h.spec.ID)
+		var killErr error
+		killed := false // the sandbox's processes were killed at once
 		if h.conn != nil {
 			h.conn.Close()
 		}
@@ -416,6 +421,17 @@ func (h *host) teardown() {
 			if (h.cmd != nil || h.watch != nil) && !h.waitDone(10*time.Second) {
 				log.Error("runsc did not exit after SIGKILL")
 			}
+		} else if h.cmd != nil && h.group != nil {
+			// Nothing of a one-shot sandbox is wanted any more: runsc, the
+			// Sentry and the gofer are killed at once with whatever else
+			// is in the host cgroup, rather than waited for while the agent
+			// sees its connection close and gVisor winds down.
+			_ = h.cmd.Process.Kill()
+			killErr = h.group.Kill(5*time.Second, os.Getpid())
+			killed = true
+			if !h.waitDone(10 * time.Second) {
+				log.Error("runsc did not exit after SIGKILL")
+			}
 		} else if h.cmd != nil && !h.waitDone(5*time.Second) {
 			log.Warn("runsc did not exit after its agent was told to: killing it")
 			_ = h.cmd.Process.Kill()
@@ -428,16 +444,23 @@ func (h *host) teardown() {
 				log.Error("runsc did not exit after SIGKILL")
 			}
 		}
-		if h.group != nil {
+		if h.group != nil && !killed {
 			// This process is never the sandbox's, even should a thread of
 			// it have been left in the group (see startInGroup).
-			if err := h.group.Kill(5*time.Second, os.Getpid()); err != nil {
-				log.Warn("kill what is left in the sandbox's cgroup", "err", err)
-			}
+			killErr = h.group.Kill(5*time.Second, os.Getpid())
+		}
+		if killErr != nil {
+			log.Warn("kill what is left in the sandbox's cgroup", "err", killErr)
 		}
 		if h.d.runsc != nil && len(h.stateFiles()) > 0 {
-			if _, err := h.d.runscCmd(10*time.Second, "delete", "--force", h.spec.ID); err != nil {
-				log.Warn("delete the sandbox's runsc state", "err", err)
+			// A one-shot's runsc was killed before it removed its state:
+			// with no process of the sandbox left (its cgroup is empty),
+			// its files are all `runsc delete` would remove, and starting
+			// runsc costs a 100 MB program's start.
+			if !killed || killErr != nil {
+				if _, err := h.d.runscCmd(10*time.Second, "delete", "--force", h.spec.ID); err != nil {
+					log.Warn("delete the sandbox's runsc state", "err", err)
+				}
 			}
 			for _, f := range h.stateFiles() {
 				_ = os.Remove(f)
