@@ -59,19 +59,26 @@ skip=
 # The rigs built in the background, in the order they are ready in (the
 # image beside the compiles; versitygw, then the kube rig), and which the
 # packages need (full mode only: make test-quick needs none).
-declare -A rig_rank=([root-image]=1 [s3-rig]=2 [kube-rig]=3) needs=()
+# A RIG:TestName entry is a rig only that test needs: when the rig is not
+# built yet as the package's turn comes, the package runs without that test
+# (-skip), and the test runs on its own once the rig is (at the end).
+declare -A rig_rank=([root-image]=1 [s3-rig]=2 [kube-rig]=3) needs=() test_needs=()
 if [[ $mode == full ]]; then
   while read -r p rigs; do
     for r in $rigs; do
-      [[ -n ${rig_rank[$r]:-} ]] || { echo "scripts/test-rigs.txt: $p: unknown rig $r" >&2; exit 2; }
+      [[ -n ${rig_rank[${r%%:*}]:-} ]] || { echo "scripts/test-rigs.txt: $p: unknown rig ${r%%:*}" >&2; exit 2; }
+      if [[ $r == *:* ]]; then
+        test_needs[$module/$p]+="$r "
+      else
+        needs[$module/$p]+="$r "
+      fi
     done
-    needs[$module/$p]=$rigs
   done < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/test-rigs.txt)
 fi
 par=() ser=()
 for p in $(go list ./...); do
   if grep -qxF "$p" <<<"$skip"; then continue; fi
-  if grep -qxF "$p" <<<"$serial" || [[ -n ${needs[$p]:-} ]]; then ser+=("$p"); else par+=("$p"); fi
+  if grep -qxF "$p" <<<"$serial" || [[ -n ${needs[$p]:-}${test_needs[$p]:-} ]]; then ser+=("$p"); else par+=("$p"); fi
 done
 # Phase 2: the packages that need no background rig first, then those
 # that do, by the last-ready rig they need (each group in go list's order).
@@ -159,7 +166,7 @@ phases=()
 run() {
   local status=0 start p
   start=$SECONDS
-  ((${#needs[@]})) && rigs_start
+  ((${#needs[@]} + ${#test_needs[@]})) && rigs_start
   if ((${#par[@]})); then
     scripts/timed.sh "test phase 1 (${#par[@]} packages, $jobs at a time)" \
       "${gotest[@]}" -count=1 -p "$jobs" -timeout 20m -v -artifacts -outputdir "$out" "${par[@]}" || status=1
@@ -167,18 +174,37 @@ run() {
   echo "phase: ${#par[@]} packages, $jobs at a time, $((SECONDS - start)) s" >>"$log.phases"
   start=$SECONDS
   local fuzzed=
-  local r
+  local r t skip args name later=()
   for p in "${ser[@]}"; do
     for r in ${needs[$p]:-}; do
       rig_wait "$r" "test ${p#"$module"/}" || status=1
     done
+    skip=()
+    for t in ${test_needs[$p]:-}; do
+      if [[ ! -e $rigdir/${t%%:*}.status ]]; then
+        skip+=("${t#*:}")
+        later+=("$t $p")
+      fi
+    done
+    args=() name="test ${p#"$module"/}"
+    if ((${#skip[@]})); then
+      args=(-skip "^($(IFS='|'; echo "${skip[*]}"))\$")
+      name+=" (but ${skip[*]}: its rig is building)"
+    fi
     [[ -n ${AIRLOCK_TEST_FUZZ:-} && $p == "$fuzz_beside" ]] && fuzz_start "$p"
-    scripts/timed.sh "test ${p#"$module"/}" \
-      "${gotest[@]}" -count=1 -timeout 20m -v -artifacts -outputdir "$out" "$p" || status=1
+    scripts/timed.sh "$name" \
+      "${gotest[@]}" -count=1 -timeout 20m -v -artifacts -outputdir "$out" "${args[@]}" "$p" || status=1
     if [[ -n $fuzz_pid ]]; then
       fuzz_wait || status=1
       fuzz_pid= fuzzed=1
     fi
+  done
+  # The tests left out above for a rig still building, each once it is.
+  for t in "${later[@]}"; do
+    p=${t#* } t=${t%% *}
+    rig_wait "${t%%:*}" "test ${p#"$module"/} ${t#*:}" || status=1
+    scripts/timed.sh "test ${p#"$module"/} ${t#*:}" \
+      "${gotest[@]}" -count=1 -timeout 20m -v -artifacts -outputdir "$out" -run "^${t#*:}\$" "$p" || status=1
   done
   if [[ -n ${AIRLOCK_TEST_FUZZ:-} && -z $fuzzed ]]; then
     if [[ -n $dry ]]; then
@@ -191,7 +217,7 @@ run() {
   echo "phase: ${#ser[@]} packages one at a time, $((SECONDS - start)) s" >>"$log.phases"
   # Every rig started is waited for, needed or not: a failed build fails
   # the run.
-  if ((${#needs[@]})); then
+  if ((${#needs[@]} + ${#test_needs[@]})); then
     for r in root-image s3-rig kube-rig; do
       rig_wait "$r" "the end" || status=1
     done

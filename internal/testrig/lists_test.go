@@ -65,13 +65,18 @@ var rigMarkers = map[string][]*regexp.Regexp{
 // kubeOwnMarker is the kube rig's own tests' use of it.
 var kubeOwnMarker = regexp.MustCompile(`(^|[^.\w])(Shared|Start|Require)\(t\)`)
 
+// funcStart finds the top-level functions of a Go file, and their names.
+var funcStart = regexp.MustCompile(`(?m)^func (\w+)`)
+
 // TestRigList: scripts/test-rigs.txt names, for every package whose tests
 // use a rig scripts/test.sh builds in the background, exactly the rigs they
 // use, so that no package runs before the rig it needs is built (cold, its
-// tests would skip or fail for want of it) and none waits for nothing.
+// tests would skip or fail for want of it) and none waits for nothing. A
+// RIG:TestName entry says only that test function uses the rig: then every
+// use of it in the package is within a test so listed.
 func TestRigList(t *testing.T) {
 	root := filepath.Join("..", "..")
-	listed := map[string]map[string]bool{}
+	listed := map[string]map[string]bool{} // package → rig, or rig:TestName
 	b, err := os.ReadFile(filepath.Join(root, "scripts", "test-rigs.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +95,13 @@ func TestRigList(t *testing.T) {
 		}
 		listed[f[0]] = map[string]bool{}
 		for _, r := range f[1:] {
-			if rigMarkers[r] == nil {
+			if rigMarkers[strings.Split(r, ":")[0]] == nil {
 				t.Errorf("scripts/test-rigs.txt: %s: unknown rig %s", f[0], r)
 			}
 			listed[f[0]][r] = true
 		}
 	}
-	used := map[string]map[string]string{} // package → rig → the call found
+	used := map[string]map[string]string{} // package → rig, or rig:TestName where a test function uses it → the call found
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -118,22 +123,37 @@ func TestRigList(t *testing.T) {
 			return err
 		}
 		code := stripLineComments(string(src))
-		note := func(rig, call string) {
+		// Each use is noted under the rig, and under rig:TestName
+		// when it is within the test function TestName.
+		starts := funcStart.FindAllStringSubmatchIndex(code, -1)
+		note := func(rig string, at int, call string) {
 			if used[pkg] == nil {
 				used[pkg] = map[string]string{}
 			}
-			used[pkg][rig] = filepath.Base(path) + ": " + call
+			where := filepath.Base(path) + ": " + call
+			used[pkg][rig] = where
+			fn := ""
+			for _, s := range starts {
+				if s[0] < at {
+					fn = code[s[2]:s[3]]
+				}
+			}
+			if strings.HasPrefix(fn, "Test") {
+				used[pkg][rig+":"+fn] = where
+			} else {
+				used[pkg][rig+":"] = where // outside any test function
+			}
 		}
 		for rig, res := range rigMarkers {
 			for _, re := range res {
-				if m := re.FindString(code); m != "" {
-					note(rig, m)
+				for _, m := range re.FindAllStringIndex(code, -1) {
+					note(rig, m[0], code[m[0]:m[1]])
 				}
 			}
 		}
 		if pkg == "internal/testrig/kube" {
-			if m := kubeOwnMarker.FindString(code); m != "" {
-				note("kube-rig", strings.TrimSpace(m))
+			for _, m := range kubeOwnMarker.FindAllStringIndex(code, -1) {
+				note("kube-rig", m[0], strings.TrimSpace(code[m[0]:m[1]]))
 			}
 		}
 		return nil
@@ -142,9 +162,20 @@ func TestRigList(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pkg, rigs := range used {
-		for rig, call := range rigs {
-			if !listed[pkg][rig] {
-				t.Errorf("%s's tests need %s (%s); scripts/test-rigs.txt must list it with %s", pkg, rig, call, rig)
+		for rig := range rigs {
+			if strings.Contains(rig, ":") || listed[pkg][rig] {
+				continue
+			}
+			// Not listed for the package: each use must be in a test
+			// listed as rig:TestName.
+			if call, ok := rigs[rig+":"]; ok {
+				t.Errorf("%s's tests need %s outside a test function (%s); scripts/test-rigs.txt must list it with %s", pkg, rig, call, rig)
+				continue
+			}
+			for use, call := range rigs {
+				if strings.HasPrefix(use, rig+":") && !listed[pkg][use] {
+					t.Errorf("%s's %s needs %s (%s); scripts/test-rigs.txt must list it with %s (or %s)", pkg, strings.TrimPrefix(use, rig+":"), rig, call, rig, use)
+				}
 			}
 		}
 	}
