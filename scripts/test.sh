@@ -31,11 +31,15 @@ full | quick) ;;
 esac
 log=$(mktemp)
 rigdir=$(mktemp -d)
-# rigs_stop stops the rig builds still running (each is a session of its
-# own: the build's whole tree), when the run is cut short.
+# rigs_stop stops the rig builds still running, when the run is cut short:
+# first the loops that start them one after another, then each build (a
+# session of its own: the build's whole tree).
 # shellcheck disable=SC2317 # (called by the trap)
 rigs_stop() {
   local f
+  for f in "$rigdir"/*.loop; do
+    [[ -e $f ]] && kill -TERM "$(<"$f")" 2>/dev/null
+  done
   for f in "$rigdir"/*.pid; do
     [[ -e $f && ! -e ${f%.pid}.status ]] && kill -TERM -- "-$(<"$f")" 2>/dev/null
   done
@@ -99,7 +103,7 @@ read -ra rig_make <<<"${AIRLOCK_TEST_RIG_MAKE:-make --no-print-directory}"
 rig_build() {
   local r pid status
   for r; do
-    setsid nice -n 19 scripts/timed.sh "$r (background, nice 19)" "${rig_make[@]}" "$r" >"$rigdir/$r.log" 2>&1 </dev/null &
+    setsid --wait nice -n 19 scripts/timed.sh "$r (background, nice 19)" "${rig_make[@]}" "$r" >"$rigdir/$r.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$rigdir/$r.pid"
     wait "$pid"
@@ -109,14 +113,19 @@ rig_build() {
 }
 rigs_start() {
   rig_build root-image &
+  echo $! >"$rigdir/1.loop"
   rig_build s3-rig kube-rig &
+  echo $! >"$rigdir/2.loop"
 }
 # rig_wait RIG WHAT: waits for RIG's build; the first wait prints its log
 # (its lines marked [RIG]) and how long WHAT waited. Fails if the build did.
 declare -A rig_shown=()
 rig_wait() {
   local r=$1 what=$2 start=$SECONDS
-  while [[ ! -e $rigdir/$r.status ]]; do sleep 1; done
+  while [[ ! -e $rigdir/$r.status ]]; do
+    [[ -d $rigdir ]] || return 1 # the run was cut short
+    sleep 1
+  done
   if [[ -z ${rig_shown[$r]:-} ]]; then
     rig_shown[$r]=1
     sed -e "/^== /!s/^/[$r] /" "$rigdir/$r.log"
