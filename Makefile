@@ -57,7 +57,7 @@ GOLANGCI_VERSION := v2.15.0
 GOLANGCI         := $(or $(AIRLOCK_CACHE),/var/cache/airlock)/tools/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
 
 .PHONY: all build front agent deps hello test check lint clean runsc deb kube-rig s3-rig fuzz wasm-python microvm-assets
-.PHONY: test-quick test-space rigs rigs-compile rigs-fetch clean-cache
+.PHONY: test-quick test-space rigs rigs-compile rigs-fetch rigs-first rigs-first-compile root-image clean-cache
 
 all: build
 
@@ -121,6 +121,13 @@ $(RUNSC):
 kube-rig:
 	$(GO) run ./internal/testrig/cmd/testrig kube-build
 
+# root-image builds the Debian image the Docker and Kubernetes tests run
+# (debootstrap minbase plus python3) into $AIRLOCK_CACHE/rootimage, unless
+# it is cached for the mirror's current release; make kube-rig builds it
+# too. A few minutes the first time (the network and the disk).
+root-image:
+	$(GO) run ./internal/testrig/cmd/testrig rootimage
+
 # s3-rig builds the S3-compatible server the object store's tests run
 # (versitygw, pinned in internal/s3server) into $AIRLOCK_CACHE/s3
 # unless it is cached. About 3 to 5 minutes the first time (2 CPU-minutes,
@@ -149,8 +156,11 @@ hello: deps front
 
 # The packages whose tests measure timeouts and CPU (scripts/test-serial.txt,
 # and the drivers' conformance suites) run one at a time, after the others,
-# which run as many at a time as there are CPUs (scripts/test.sh).
-test: test-space deps build rigs
+# which run as many at a time as there are CPUs (scripts/test.sh). The rigs
+# that compile for minutes cold (the kube rig, versitygw) and the Debian
+# image are built by scripts/test.sh in the background, at nice 19, while
+# the packages that need none run (scripts/test-rigs.txt).
+test: test-space deps build rigs-first
 	@scripts/test.sh
 
 # test-quick runs the unit tests and the native driver's conformance suite:
@@ -164,9 +174,10 @@ test-quick: deps agent
 test-space:
 	@RUNSC=$(RUNSC) scripts/test-space.sh
 
-# rigs builds what make test needs beyond bin/airlock, each cached by
-# version: what compiles (runsc, the kube rig, versitygw), one after the
-# other, beside what mostly downloads (python.wasm, the microvm driver's
+# rigs builds every rig make test needs beyond bin/airlock, each cached by
+# version, before anything else (make test builds the long ones beside its
+# tests instead): what compiles (runsc, the kube rig, versitygw), one after
+# the other, beside what mostly downloads (python.wasm, the microvm driver's
 # kernel and images, after bin/airlock). Each step prints its time.
 rigs: build
 	@$(MAKE) --no-print-directory -j2 rigs-compile rigs-fetch
@@ -175,6 +186,16 @@ rigs-compile:
 	@scripts/timed.sh runsc $(MAKE) --no-print-directory runsc
 	@scripts/timed.sh kube-rig $(MAKE) --no-print-directory kube-rig
 	@scripts/timed.sh s3-rig $(MAKE) --no-print-directory s3-rig
+
+# rigs-first builds what make test needs before its first test: runsc and
+# the testrig command (compiled once here, for the rig builds scripts/test.sh
+# starts in the background), beside python.wasm and the microvm assets.
+rigs-first: build
+	@$(MAKE) --no-print-directory -j2 rigs-first-compile rigs-fetch
+
+rigs-first-compile:
+	@scripts/timed.sh runsc $(MAKE) --no-print-directory runsc
+	@scripts/timed.sh testrig $(GO) run ./internal/testrig/cmd/testrig ready
 
 # (bin/airlock is built already: -o build.)
 rigs-fetch:

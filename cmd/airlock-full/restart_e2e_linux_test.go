@@ -333,6 +333,7 @@ func restartRound(t *testing.T, f *fault, round int) string {
 // on across the restart too, the time no daemon ran counting.
 func TestServeRestartTTL(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
+		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		f := newFault(t, driver, "")
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -401,6 +402,7 @@ func holderPids(t *testing.T, driver, id string) []int {
 // is left, and the audit log has its end.
 func TestServeHolderKilled(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
+		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		f := newFault(t, driver, "")
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -449,6 +451,7 @@ func TestServeHolderKilled(t *testing.T) {
 // left hanging.
 func TestServeRestartEgress(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
+		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		held := make(chan struct{}, 1)
 		released := make(chan struct{})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

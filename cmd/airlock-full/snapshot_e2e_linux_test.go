@@ -176,6 +176,7 @@ func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
 // next one when it fails, its result saying so, its snapshot gone after.
 func TestServeRestartSnapshots(t *testing.T) {
 	faultDrivers(t, func(t *testing.T, driver string) {
+		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		f := newFault(t, driver, "")
 		f.start()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

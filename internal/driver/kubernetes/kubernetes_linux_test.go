@@ -160,6 +160,17 @@ func unsupportedCases(runtimeClass string) map[string]string {
 	return m
 }
 
+// TestWarmPool and TestTTLWithoutHost (22 and 15 s warm) run side by side
+// (t.Parallel: after the package's other tests, TestConformance among
+// them), as the conformance suite's cases that do not measure do: each
+// waits on its Pods (the pool's Pods made and claimed; the TTL's end) and
+// asserts no duration but a lower bound (the TTL's) and a generous
+// deadline (the TTL, the agent's grace and 30 s); the pool's claim times
+// are only logged. Their drivers share the test instance, as the suite's
+// cases do, and SweepEnded deletes only Pods that ended.
+// TestImageFromRegistry stays alone: it sets DOCKER_CONFIG for the
+// process, and its failed pull must come well before the start timeout.
+
 // conformanceParallel is how many of the suite's cases run at a time: a
 // case mostly waits for its Pod to be scheduled, started and deleted (the
 // kubelet's and the API server's work, not this process's), and a Pod
@@ -410,6 +421,7 @@ func TestSmoke(t *testing.T) {
 // another shape makes its own Pod. It prints the claim's latency and an
 // exec's round trip through the API server's stream.
 func TestWarmPool(t *testing.T) {
+	t.Parallel() // beside TestTTLWithoutHost (see conformanceParallel)
 	r := testRig(t)
 	// client-go's own log goes to the first driver's logger: not this
 	// test's, which ends before the process.

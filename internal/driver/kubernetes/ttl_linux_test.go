@@ -18,6 +18,7 @@ import (
 // waits agent.AttachedGrace past the TTL). Not before the TTL. The ended
 // Pod is then the janitor's to delete (SweepEnded; docs/decisions.md, 51).
 func TestTTLWithoutHost(t *testing.T) {
+	t.Parallel() // beside TestWarmPool (see conformanceParallel in kubernetes_linux_test.go)
 	r := testRig(t)
 	d := newDriver(t, RuntimeClassNone, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

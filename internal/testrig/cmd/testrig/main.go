@@ -5,6 +5,9 @@
 //	testrig kube-up      start the one-node cluster, print its kubeconfig and
 //	                     memory, and stop it on SIGINT or SIGTERM
 //	testrig s3-build     build (if needed) the S3 test server, versitygw (`make s3-rig`)
+//	testrig ready        say which rigs are cached, without building or the network
+//	                     (`make test` runs it first, which compiles this command once
+//	                     for the rig builds scripts/test.sh starts in the background)
 //
 // The cache is $AIRLOCK_CACHE (default /var/cache/airlock). Run it as root
 // from the repository: go run ./internal/testrig/cmd/testrig <command>.
@@ -21,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/s3server"
 	"github.com/airlock-sandbox/airlock/internal/testrig"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube"
 	"github.com/airlock-sandbox/airlock/internal/testrig/kube/kubebin"
@@ -33,7 +37,7 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = "usage: testrig rootimage | kube-build | kube-up | s3-build"
+const usage = "usage: testrig rootimage | kube-build | kube-up | s3-build | ready"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
@@ -57,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if p, err = testrig.BuildS3(ctx, testrig.CacheDir(), stderr); err == nil {
 			fmt.Fprintln(stdout, p)
 		}
+	case "ready":
+		ready(stdout)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return 2
@@ -93,6 +99,35 @@ func kubeBuild(ctx context.Context, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "kube rig ready in %.0fs: %s; image %s\n", time.Since(start).Seconds(),
 		strings.Join(set.Versions, ", "), r.img.Path)
 	return nil
+}
+
+// ready says, for each rig scripts/test.sh may build in the background
+// (scripts/test-rigs.txt names them by their make targets), whether it is
+// cached. A cached root image may still be rebuilt by its build, when the
+// mirror's release has changed since.
+func ready(stdout io.Writer) {
+	cache := testrig.CacheDir()
+	say := func(rig string, err error, what string) {
+		if err != nil {
+			fmt.Fprintf(stdout, "%-10s not built: %v\n", rig, err)
+			return
+		}
+		fmt.Fprintf(stdout, "%-10s cached: %s\n", rig, what)
+	}
+	img, err := rootimage.Find(cache, rootimage.Spec{})
+	if err == nil {
+		say("root-image", nil, img.Path)
+	} else {
+		say("root-image", err, "")
+	}
+	p, err := s3server.Find(cache)
+	say("s3-rig", err, p)
+	set, err := kubebin.Find(cache)
+	if err == nil {
+		say("kube-rig", nil, strings.Join(set.Versions, ", "))
+	} else {
+		say("kube-rig", err, "")
+	}
 }
 
 // kubeUp runs a cluster until ctx is done.
