@@ -24,13 +24,15 @@ import (
 // Clones share the checkpoint's memory as machines started from a
 // template snapshot share its: QEMU's migration stream is not an image
 // they could map, so the checkpoint is converted once into the snapshot's
-// form. A loader QEMU whose RAM is the shared file dir/ram loads the
-// stream (saved without x-ignore-shared, which a shared RAM block would
-// refuse), saves its devices alone (x-ignore-shared: the RAM stays in
-// the file) to dir/devices, and exits; the file's pages that are not
-// zero go into a sealed memfd (loadRAM, as a snapshot's RAM), and each
-// clone starts as a snapshot's machine does: that memfd mapped
-// copy-on-write (share=off) and the devices' stream. The driver holds the
+// form. A loader QEMU whose RAM is a memfd it shares (share=on) loads
+// the stream (saved without x-ignore-shared, which a shared RAM block
+// would refuse), saves its devices alone (x-ignore-shared: the RAM stays
+// in the memfd) to dir/devices, and exits; the memfd's pages that are
+// not zero go into a sealed memfd (copyRAM, as a snapshot's RAM), and
+// each clone starts as a snapshot's machine does: that memfd mapped
+// copy-on-write (share=off) and the devices' stream. (A loader's file on
+// disk took three times as long; and QEMU 7.2 opens a RAM file for
+// writing, so clones cannot be given a file on disk: decision 86.) The driver holds the
 // memfd until ReleaseCheckpoint; the clones' QEMUs hold it after that,
 // and it is gone with the last of them. A checkpoint that cannot be
 // converted (a cold-booted source has no memory backend to load into)
@@ -41,11 +43,9 @@ var (
 	_ sandbox.CheckpointReleaser = (*Driver)(nil)
 )
 
-// Files of a converted checkpoint in its directory.
-const (
-	forkRAM     = "ram"     // the loader's RAM, removed once in the memfd
-	forkDevices = "devices" // the devices' state, saved with x-ignore-shared
-)
+// forkDevices is a converted checkpoint's devices' state in its
+// directory, saved with x-ignore-shared.
+const forkDevices = "devices"
 
 // shareForks says checkpoints are converted for clones to share their
 // memory (tests compare with the whole image loaded by each clone).
@@ -93,12 +93,11 @@ func (d *Driver) Checkpoint(ctx context.Context, in sandbox.Instance, dir string
 // and its devices' state in dir/devices.
 func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string) (err error) {
 	dir = filepath.Clean(dir)
-	ramPath := filepath.Join(dir, forkRAM)
-	ram, err := os.OpenFile(ramPath, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.MemfdCreate("airlock-microvm-fork", unix.MFD_CLOEXEC)
 	if err != nil {
-		return err
+		return fmt.Errorf("make a memfd for the checkpoint's memory: %w", err)
 	}
-	defer os.Remove(ramPath)
+	ram := os.NewFile(uintptr(fd), "airlock-microvm-fork")
 	defer ram.Close()
 	if err := ram.Truncate(int64(st.MemoryMiB) << 20); err != nil {
 		return err
@@ -108,7 +107,7 @@ func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string
 	st.Spec = sandbox.Spec{ID: sandbox.NewID()}
 	h, err := d.loadFrom(ctx, st, loadHow{Image: filepath.Join(dir, pauseImage), RAM: ram, RAMShared: true, Hold: true})
 	if err != nil {
-		return fmt.Errorf("load the checkpoint into a shared file: %w", err)
+		return fmt.Errorf("load the checkpoint into shared memory: %w", err)
 	}
 	defer h.Teardown(context.WithoutCancel(ctx))
 	devs, err := os.OpenFile(filepath.Join(dir, forkDevices), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
@@ -124,7 +123,7 @@ func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string
 	if err := h.Teardown(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	mem, err := loadRAM(ramPath)
+	mem, err := copyRAM(ram)
 	if err != nil {
 		return err
 	}

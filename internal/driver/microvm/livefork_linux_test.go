@@ -220,8 +220,10 @@ func TestLiveForkShares(t *testing.T) {
 			}
 		}
 	}
+	// One clone alone maps all it touches of the image: sharing shows
+	// from two on.
 	for i := range rounds {
-		if a, b := whole[i].pssSum(), shared[i].pssSum(); b > a*3/4 {
+		if a, b := whole[i].pssSum(), shared[i].pssSum(); clones > 1 && b > a*3/4 {
 			t.Errorf("round %d: %d clones sharing the checkpoint's memory hold %d MiB (PSS), loading it whole %d MiB", i+1, clones, b>>20, a>>20)
 		}
 	}

@@ -332,8 +332,8 @@ func (d *Driver) loadFrom(ctx context.Context, st pausedState, how loadHow) (_ *
 	m.AnonRAM = st.RAMBackend && how.RAM == nil
 	if how.RAM != nil {
 		m.RAM, m.RAMShared = how.RAM, how.RAMShared
-		// QEMU opens it again (/dev/fd/N) to map it: a file it writes is
-		// its uid's (a memfd opens for anyone, and its seals hold).
+		// QEMU opens it again (/dev/fd/N), as its uid, to map it: memory
+		// it writes is made its uid's.
 		if how.RAMShared {
 			if err := how.RAM.Chown(h.uid, h.uid); err != nil {
 				return h, err
