@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -120,11 +121,18 @@ func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string
 	if err := d.vmm.Save(sctx, h.vm, devs); err != nil {
 		return fmt.Errorf("save the loaded checkpoint's devices: %w", err)
 	}
-	if err := h.Teardown(context.WithoutCancel(ctx)); err != nil {
-		return err
+	if !h.vm.Kill(10 * time.Second) {
+		return errors.New("the checkpoint's loader (QEMU) did not exit after SIGKILL")
 	}
 	mem, err := copyRAM(ram)
 	if err != nil {
+		return err
+	}
+	// The loader's memory is freed before its cgroup goes, which it is
+	// charged to.
+	ram.Close()
+	if err := h.Teardown(context.WithoutCancel(ctx)); err != nil {
+		mem.Close()
 		return err
 	}
 	d.mu.Lock()
