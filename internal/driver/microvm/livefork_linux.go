@@ -121,6 +121,7 @@ func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string
 	if err := d.vmm.Save(sctx, h.vm, devs); err != nil {
 		return fmt.Errorf("save the loaded checkpoint's devices: %w", err)
 	}
+	h.Closing.Store(true) // its end is not a death
 	if !h.vm.Kill(10 * time.Second) {
 		return errors.New("the checkpoint's loader (QEMU) did not exit after SIGKILL")
 	}
