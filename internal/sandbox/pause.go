@@ -72,6 +72,15 @@ type LiveForker interface {
 	Clone(ctx context.Context, spec Spec, state []byte, dir string) (Instance, error)
 }
 
+// CheckpointReleaser is a LiveForker that keeps something of a
+// checkpoint outside its directory for its clones to share (the microVM
+// driver: the memory they map); ReleaseCheckpoint is called once every
+// clone of the checkpoint in dir has started or failed, before dir is
+// removed.
+type CheckpointReleaser interface {
+	ReleaseCheckpoint(dir string)
+}
+
 // Freezer is an instance that can stop every process of its sandbox where
 // it is (its memory stays on the host) and let it go on.
 type Freezer interface {

@@ -130,7 +130,12 @@ func (s *Supervisor) LiveFork(ctx context.Context, c Caller, r LiveForkRequest) 
 		clones = append(clones, cl)
 	}
 	dir := filepath.Join(s.cfg.StateDir, "forks", newID())
-	defer os.RemoveAll(dir)
+	defer func() {
+		if r, ok := lf.(sandbox.CheckpointReleaser); ok {
+			r.ReleaseCheckpoint(dir)
+		}
+		os.RemoveAll(dir)
+	}()
 	state, took, err := s.checkpoint(ctx, l, lf, dir)
 	if err != nil {
 		release()

@@ -59,6 +59,10 @@ type Driver struct {
 
 	mu    sync.Mutex
 	snaps map[string]*snapshot // by key, loaded
+	// forks holds the memory of live forks' checkpoints that clones map
+	// copy-on-write, by directory, until ReleaseCheckpoint
+	// (livefork_linux.go).
+	forks map[string]*os.File
 	// built remembers the initramfs and root images found or built, by
 	// what they were made from (see shapeFor): their keys take reading
 	// the kernel's modules and the package database.
@@ -82,7 +86,7 @@ func New(opts Options) (*Driver, error) {
 	if opts.BootAttempts <= 0 {
 		opts.BootAttempts = 3
 	}
-	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, built: map[string]any{}}
+	d := &Driver{opts: opts, cache: cacheRoot(opts.CacheDir), snaps: map[string]*snapshot{}, forks: map[string]*os.File{}, built: map[string]any{}}
 	var err error
 	if d.rc, err = agentdriver.NewRecipe("microvm", opts.shared(), true, d.Sweep); err != nil {
 		return nil, err

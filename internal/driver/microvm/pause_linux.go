@@ -60,6 +60,10 @@ type pausedState struct {
 	StubInitrd string `json:"stub_initrd"`
 	RootImage  string `json:"root_image"`
 	Cmdline    string `json:"cmdline"`
+	// Plain says the image was saved without x-ignore-shared: a live
+	// fork's checkpoint, which a loader takes into a shared RAM file
+	// (livefork_linux.go). A pause's never is.
+	Plain bool `json:"plain,omitempty"`
 }
 
 // migrateTimeout bounds one save of a machine.
@@ -71,7 +75,7 @@ func (d *Driver) Pause(ctx context.Context, in sandbox.Instance, dir string) ([]
 	if err != nil {
 		return nil, in, err
 	}
-	st, err := d.save(ctx, h, dir)
+	st, err := d.save(ctx, h, dir, false)
 	if err != nil {
 		if !st.suspended {
 			return nil, in, fmt.Errorf("pause %s: %w", h.spec.ID, err)
@@ -145,13 +149,14 @@ type saved struct {
 }
 
 // save suspends the agent's session and saves h's machine to dir, where
-// it stays stopped.
-func (d *Driver) save(ctx context.Context, h *host, dir string) (saved, error) {
+// it stays stopped; plain saves it without x-ignore-shared.
+func (d *Driver) save(ctx context.Context, h *host, dir string, plain bool) (saved, error) {
 	s := h.shape
 	st := saved{pausedState: pausedState{
 		Version: pausedVersion, Spec: h.spec, Ran: time.Since(h.created), Token: newToken(),
 		VMM: d.vmm.Name(), Accel: s.Accel, VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, RAMBackend: h.Restored,
 		Kernel: s.Kernel.Package + " " + s.Kernel.Version, RootImage: s.Root.Path, Cmdline: s.Cmdline,
+		Plain: plain,
 	}}
 	if h.vm == nil || h.client == nil {
 		return st, errors.New("the machine is not running")
@@ -175,7 +180,7 @@ func (d *Driver) save(ctx context.Context, h *host, dir string) (saved, error) {
 	st.suspended = true
 	mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	if err := d.vmm.Migrate(mctx, h.vm, out); err != nil {
+	if err := d.vmm.Migrate(mctx, h.vm, out, plain); err != nil {
 		return st, fmt.Errorf("save the machine: %w", err)
 	}
 	if err := out.Sync(); err != nil {
@@ -255,7 +260,27 @@ func (d *Driver) Resume(ctx context.Context, id string, raw []byte, dir string) 
 
 // load starts the machine that st and dir saved, for st.Spec, and
 // returns its host (Teardown removes what it made).
-func (d *Driver) load(ctx context.Context, st pausedState, dir string) (_ *host, err error) {
+func (d *Driver) load(ctx context.Context, st pausedState, dir string) (*host, error) {
+	return d.loadFrom(ctx, st, loadHow{Image: filepath.Join(dir, pauseImage)})
+}
+
+// loadHow is what loadFrom starts a machine from: the image, and, when
+// set, its RAM file (else its memory is anonymous, or QEMU's own).
+type loadHow struct {
+	// Image is the saved machine: a whole one, or its devices alone when
+	// RAM holds its memory.
+	Image string
+	// RAM is mapped copy-on-write (a clone of a shared checkpoint, as a
+	// snapshot's machine), or shared when RAMShared (a checkpoint's
+	// loader: QEMU writes it); Hold leaves the machine stopped once
+	// loaded.
+	RAM             *os.File
+	RAMShared, Hold bool
+}
+
+// loadFrom starts the machine that st saved, as how says, for st.Spec,
+// and returns its host (Teardown removes what it made).
+func (d *Driver) loadFrom(ctx context.Context, st pausedState, how loadHow) (_ *host, err error) {
 	switch {
 	case st.Version != pausedVersion:
 		return nil, fmt.Errorf("%w: the image is of another airlock's pause (version %d, this one's %d)", sandbox.ErrInvalid, st.Version, pausedVersion)
@@ -274,7 +299,7 @@ func (d *Driver) load(ctx context.Context, st pausedState, dir string) (_ *host,
 	if err != nil {
 		return nil, err
 	}
-	img, err := os.Open(filepath.Join(dir, pauseImage))
+	img, err := os.Open(how.Image)
 	if err != nil {
 		return nil, fmt.Errorf("open the saved machine: %w", err)
 	}
@@ -298,12 +323,23 @@ func (d *Driver) load(ctx context.Context, st pausedState, dir string) (_ *host,
 	m := &machine{
 		Accel: st.Accel, VCPUs: st.VCPUs, MemoryMiB: st.MemoryMiB,
 		Kernel: st.StubKernel, Initramfs: st.StubInitrd, Cmdline: st.Cmdline, RootImage: st.RootImage,
-		State: img, Cont: true,
+		State: img, StatePlain: st.Plain, Cont: !how.Hold, Hold: how.Hold,
 		UID: h.uid, GID: h.uid, Groups: d.vmGroups(), Group: h.group,
 	}
 	// The memory a snapshot's machine ran on was a backend's: the image
-	// loads into one of the same name, of anonymous memory.
-	m.AnonRAM = st.RAMBackend
+	// loads into one of the same name, of anonymous memory, or of how's
+	// file.
+	m.AnonRAM = st.RAMBackend && how.RAM == nil
+	if how.RAM != nil {
+		m.RAM, m.RAMShared = how.RAM, how.RAMShared
+		// QEMU opens it again (/dev/fd/N), as its uid, to map it: memory
+		// it writes is made its uid's.
+		if how.RAMShared {
+			if err := how.RAM.Chown(h.uid, h.uid); err != nil {
+				return h, err
+			}
+		}
+	}
 	h.console = &agentdriver.LogBuffer{}
 	m.Console = h.console
 	v, err := d.vmm.Start(ctx, m)
@@ -370,7 +406,7 @@ func microHost(in sandbox.Instance) (*agentdriver.Instance, *host, error) {
 // RAM is not the shared file of a snapshot being made, so it goes into
 // the stream; the bandwidth is unlimited (QEMU's default is 32 MiB/s,
 // for a network).
-func (q *qemu) Migrate(ctx context.Context, v *vm, out *os.File) error {
+func (q *qemu) Migrate(ctx context.Context, v *vm, out *os.File, plain bool) error {
 	ctl, ok := v.ctl.(*qmp)
 	if !ok {
 		return errors.New("no QMP connection to QEMU")
@@ -378,7 +414,7 @@ func (q *qemu) Migrate(ctx context.Context, v *vm, out *os.File) error {
 	if _, err := ctl.call(ctx, "stop", nil); err != nil {
 		return err
 	}
-	caps := []map[string]any{{"capability": "x-ignore-shared", "state": true}}
+	caps := []map[string]any{{"capability": "x-ignore-shared", "state": !plain}}
 	if _, err := ctl.call(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
 		return err
 	}

@@ -199,16 +199,19 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 	}
 	v.ctl = ctl
 	if m.State != nil {
-		caps := []map[string]any{{"capability": "x-ignore-shared", "state": true}}
-		if _, err := ctl.call(qctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
-			return nil, q.startError(v, err)
+		// A stream loads only with the capability it was saved with.
+		if !m.StatePlain {
+			caps := []map[string]any{{"capability": "x-ignore-shared", "state": true}}
+			if _, err := ctl.call(qctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
+				return nil, q.startError(v, err)
+			}
 		}
 		if _, err := ctl.call(qctx, "migrate-incoming", map[string]any{"uri": "fd:" + strconv.Itoa(stateFD)}); err != nil {
 			return nil, q.startError(v, err)
 		}
 		// Loading the device state takes milliseconds (the RAM is mapped,
 		// not read); a snapshot QEMU cannot load ends it.
-		if err := waitRunning(qctx, ctl, m.Cont); err != nil {
+		if err := waitRunning(qctx, ctl, m.Cont, m.Hold); err != nil {
 			return nil, q.startError(v, fmt.Errorf("restore the snapshot: %w", err))
 		}
 	}
@@ -217,8 +220,9 @@ func (q *qemu) Start(ctx context.Context, m *machine) (_ *vm, err error) {
 
 // waitRunning waits until the machine runs: its incoming migration is
 // done (a snapshot was saved running, so it resumes by itself; a paused
-// machine was saved stopped, and is continued when cont says so).
-func waitRunning(ctx context.Context, ctl *qmp, cont bool) error {
+// machine was saved stopped, and is continued when cont says so, or
+// left stopped when hold says so).
+func waitRunning(ctx context.Context, ctl *qmp, cont, hold bool) error {
 	for {
 		raw, err := ctl.call(ctx, "query-status", nil)
 		if err != nil {
@@ -235,6 +239,9 @@ func waitRunning(ctx context.Context, ctl *qmp, cont bool) error {
 			return nil
 		case "inmigrate", "prelaunch":
 		case "paused":
+			if hold {
+				return nil
+			}
 			if !cont {
 				return errors.New("the machine is paused, not running")
 			}

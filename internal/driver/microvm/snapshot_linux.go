@@ -233,6 +233,12 @@ func loadRAM(path string) (*os.File, error) {
 		return nil, fmt.Errorf("open the snapshot's memory: %w", err)
 	}
 	defer src.Close()
+	return copyRAM(src)
+}
+
+// copyRAM copies the pages of src that are not zero into a sealed memfd,
+// as loadRAM does.
+func copyRAM(src *os.File) (*os.File, error) {
 	fi, err := src.Stat()
 	if err != nil {
 		return nil, err

@@ -30,8 +30,10 @@ type vmm interface {
 	// its RAM file and state are a snapshot.
 	Save(ctx context.Context, v *vm, state *os.File) error
 	// Migrate stops v and saves all of it, its memory with its devices,
-	// to out; v stays stopped until Cont.
-	Migrate(ctx context.Context, v *vm, out *os.File) error
+	// to out; v stays stopped until Cont. A plain stream is saved without
+	// x-ignore-shared, so that a machine whose RAM is a shared file can
+	// load it (livefork_linux.go).
+	Migrate(ctx context.Context, v *vm, out *os.File, plain bool) error
 	// Cont lets a machine stopped by Migrate run on.
 	Cont(ctx context.Context, v *vm) error
 }
@@ -60,9 +62,15 @@ type machine struct {
 	AnonRAM bool
 	// State, when set, is the saved device state the machine resumes from.
 	State *os.File
+	// StatePlain says State was saved without x-ignore-shared (a live
+	// fork's checkpoint): QEMU loads a stream only with the capability it
+	// was saved with.
+	StatePlain bool
 	// Cont says State was saved stopped (a pause): the machine is
-	// continued once it is loaded.
-	Cont bool
+	// continued once it is loaded. Hold instead leaves it stopped once
+	// loaded (a live fork's checkpoint loaded into a shared RAM file, to
+	// be saved again).
+	Cont, Hold bool
 	// UID and GID run the VMM (0: the caller's), with Groups as its only
 	// supplementary groups.
 	UID, GID int
