@@ -110,7 +110,7 @@ func (d *Driver) shareCheckpoint(ctx context.Context, st pausedState, dir string
 	if err != nil {
 		return fmt.Errorf("load the checkpoint into shared memory: %w", err)
 	}
-	defer h.Teardown(context.WithoutCancel(ctx))
+	defer func() { _ = h.Teardown(context.WithoutCancel(ctx)) }() // on the error paths; a second Teardown does nothing
 	devs, err := os.OpenFile(filepath.Join(dir, forkDevices), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
