@@ -46,6 +46,10 @@ type process struct {
 	// input is stdinW, which bind writes the exec's request to.
 	warm   bool
 	stdinW *io.PipeWriter
+	// waiting is closed when a warm python3 first reads its standard
+	// input: its start-up is over. An exec that takes one before then
+	// waits for it, and the rest of its start-up counts as the exec's CPU.
+	waiting chan struct{}
 	// tid is the thread the module runs on, set before ready is closed.
 	tid   atomic.Int32
 	ready chan struct{}
@@ -270,7 +274,7 @@ func (p *process) config() wazero.ModuleConfig {
 	stdin := io.Reader(strings.NewReader(""))
 	switch {
 	case p.warm:
-		stdin = p.stdin // made with the process: bind feeds it
+		stdin = &firstRead{r: p.stdin, ch: p.waiting} // made with the process: bind feeds it
 	case p.req.Stdin != nil:
 		pr, pw := io.Pipe()
 		p.stdin = pr
@@ -415,6 +419,18 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ts.Nano())
+}
+
+// firstRead closes ch on its first Read.
+type firstRead struct {
+	r    io.Reader
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (f *firstRead) Read(b []byte) (int, error) {
+	f.once.Do(func() { close(f.ch) })
+	return f.r.Read(b)
 }
 
 // lateWriter is a process's standard stream: until the process is bound to

@@ -10,3 +10,20 @@ func WarmState(sb sandbox.Instance) (ready bool, runs int) {
 	defer in.mu.Unlock()
 	return in.warm != nil, in.warmRuns
 }
+
+// WarmWaiting reports whether sb's warm python3 has finished starting and
+// waits for its exec.
+func WarmWaiting(sb sandbox.Instance) bool {
+	in := sb.(*instance)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.warm == nil {
+		return false
+	}
+	select {
+	case <-in.warm.waiting:
+		return true
+	default:
+		return false
+	}
+}

@@ -173,7 +173,7 @@ func (in *instance) takeWarm() *process {
 // newWarm starts a python3 of mod that waits for its exec (bind).
 func (in *instance) newWarm(mod *module) *process {
 	w := newProcess(in, mod, in.nextSeed())
-	w.warm = true
+	w.warm, w.waiting = true, make(chan struct{})
 	w.stdin, w.stdinW = io.Pipe()
 	go w.run()
 	return w

@@ -25,12 +25,14 @@ func newPythonDriver(t *testing.T, cold bool) *wasm.Driver {
 	return d
 }
 
-// waitWarm waits until sb has a warm python3 ready.
+// waitWarm waits until sb has a warm python3 done starting: waiting on
+// its standard input for an exec (before then, an exec that takes it
+// waits, and counts the rest of its start-up as its own CPU).
 func waitWarm(t *testing.T, sb sandbox.Instance) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if ready, _ := wasm.WarmState(sb); ready {
+		if wasm.WarmWaiting(sb) { // started, and done starting
 			return
 		}
 		if time.Now().After(deadline) {
