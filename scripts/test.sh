@@ -265,8 +265,17 @@ else
   echo "No test was skipped."
 fi
 if [[ $status != 0 ]]; then
-  echo "What the failing tests said (the last lines before each failure):"
-  grep -B40 -E '^\s*--- FAIL|^panic:' "$log" | grep -E '\.go:[0-9]+: |^panic:|FAIL' | grep -v 'level=' | tail -60
+  echo "What the failing tests said (each failing test's messages, and panics):"
+  # A failing test's messages, wherever they are in the log: cases run
+  # side by side print under "=== NAME" lines, long before their "--- FAIL".
+  awk '
+    FNR == NR { if (sub(/^[[:space:]]*--- FAIL: /, "")) { sub(/ .*/, ""); failed[$0] = 1 }; next }
+    /^=== (RUN|NAME|CONT|PAUSE) / { cur = $3; next }
+    /^[[:space:]]*--- (PASS|FAIL|SKIP): / { if ($0 ~ /FAIL/) print; next }
+    /^panic:/ { print; next }
+    (cur in failed) && /\.go:[0-9]+: / && !/level=/ { print cur ":" $0 }
+  ' "$log" "$log" | tail -80
+  mkdir -p "$out" && cp "$log" "$out/test.log" && echo "(the whole log: $out/test.log)"
   echo
   for f in "$rigdir"/*.status; do
     [[ -e $f && $(<"$f") != 0 ]] || continue
