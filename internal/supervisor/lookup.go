@@ -93,12 +93,18 @@ func (s *Supervisor) lookupAsIs(c Caller, id string) (*live, error) {
 		return nil, err
 	}
 	if rec.State == store.StatePaused && !ending {
-		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
+		return nil, pausedError(id)
 	}
 	if inst == nil || ending {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)
 	}
 	return l, nil
+}
+
+// pausedError is what a call that needs sandbox id running is told while
+// it is paused, here or on another daemon sharing the object store.
+func pausedError(id string) error {
+	return fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
 }
 
 // allowed says whether c may see rec.

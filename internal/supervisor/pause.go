@@ -224,7 +224,7 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 			return Info{}, err
 		}
 		if l == nil {
-			_, err = s.lookup(c, id)
+			_, err = s.lookupAsIs(c, id)
 			return Info{}, err
 		}
 		checked = true

@@ -99,6 +99,37 @@ func (s *Supervisor) storedGet(ctx context.Context, c Caller, id string) (Info, 
 	return recInfo(rec), true, nil
 }
 
+// pausedElsewhere is sandbox id's record in the object store when this
+// daemon does not hold it (no record, or one that moved from here) and
+// the store has it paused; ok false otherwise, or when the store cannot
+// be read (logged). The caller checks the owner.
+func (s *Supervisor) pausedElsewhere(id string) (rec store.Sandbox, ok bool) {
+	ps := s.pausedStore()
+	if ps == nil {
+		return rec, false
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l != nil {
+		return rec, false
+	}
+	if here, err := s.store.GetSandbox(id); !errors.Is(err, sandbox.ErrNotFound) && (err != nil || here.EndReason != "moved") {
+		return rec, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storedReadTimeout)
+	defer cancel()
+	rec, ok, err := readStored(ctx, ps, id)
+	if err != nil {
+		s.log.Warn("look up a sandbox in the object store", "sandbox_id", id, "err", err)
+	}
+	return rec, ok
+}
+
+// storedReadTimeout bounds a read of one record in the object store for
+// a call that carries no context of its own (lookup).
+const storedReadTimeout = 30 * time.Second
+
 // withStored adds to local, List's answer, the sandboxes of c (and f) the
 // object store holds paused that are not live here; one of them replaces
 // a record here that has ended (it moved, and was paused again

@@ -168,3 +168,47 @@ func TestPauseSharedE2B(t *testing.T) {
 	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
 	e2bError(t, "connect on a after the kill on b", 404, body, st)
 }
+
+// TestPauseSharedEnvd: envd's routes (the sandbox's access token, not a
+// key) on a daemon that does not hold the sandbox, paused on another of
+// the same bucket: made with autoResume, the request takes it up and is
+// served there; without, it is answered as for a sandbox paused here;
+// another sandbox's token (another key's) is refused as for a local one,
+// and resumes nothing.
+func TestPauseSharedEnvd(t *testing.T) {
+	a, b, _ := sharedDaemons(t)
+	key := map[string]string{"X-API-KEY": a.key}
+	wake := a.create(a.key, `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`)
+	sleep := a.create(a.key, `{"templateID":"base","autoPause":true}`)
+	theirs := a.create(a.other, `{"templateID":"base"}`)
+	h := a.envd(wake, wake.EnvdAccessToken)
+	h["Content-Type"] = "application/octet-stream"
+	if st, body := a.do("POST", "/files?path=kept.txt", h, strings.NewReader("state")); st != 200 {
+		t.Fatalf("upload on a: %d %s", st, body)
+	}
+	for _, sb := range []sandboxJSON{wake, sleep} {
+		if st, body := a.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil); st != 204 {
+			t.Fatalf("pause on a: %d %s", st, body)
+		}
+	}
+	// Another key's sandbox's token: refused, nothing resumed.
+	st, body := b.do("GET", "/files?path=kept.txt", b.envd(wake, theirs.EnvdAccessToken), nil)
+	e2bError(t, "envd on b with another sandbox's token", 401, body, st)
+	if st, body := b.do("GET", "/sandboxes/"+wake.SandboxID, key, nil); st != 200 || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("get on b after the refused request: %d %s", st, body)
+	}
+	// Without autoResume: as for one paused here.
+	st, body = b.do("GET", "/files?path=kept.txt", b.envd(sleep, sleep.EnvdAccessToken), nil)
+	if eb := e2bError(t, "envd on b for a sandbox paused on a without autoResume", 502, body, st); !strings.Contains(eb.Message, "paused") {
+		t.Errorf("its message: %s", eb.Message)
+	}
+	// With autoResume: taken up on b and served.
+	if st, body := b.do("GET", "/files?path=kept.txt", b.envd(wake, wake.EnvdAccessToken), nil); st != 200 || string(body) != "state" {
+		t.Fatalf("envd on b for a sandbox paused on a with autoResume: %d %q", st, body)
+	}
+	if st, body := b.do("GET", "/sandboxes/"+wake.SandboxID, key, nil); st != 200 || !strings.Contains(string(body), `"state":"running"`) {
+		t.Fatalf("get on b after: %d %s", st, body)
+	}
+	st, body = a.do("POST", "/v2/sandboxes/"+wake.SandboxID+"/connect", key, strings.NewReader(`{}`))
+	e2bError(t, "connect on a, which it left", 404, body, st)
+}
