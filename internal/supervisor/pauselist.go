@@ -249,7 +249,7 @@ func (s *Supervisor) killStored(ctx context.Context, c Caller, id string) (ok bo
 	if err := allowed(c, rec); err != nil {
 		return true, err
 	}
-	release, err := s.claimPause(ctx, rec)
+	release, err := s.claimPause(ctx, rec, false)
 	if errors.Is(err, errMoved) {
 		return false, nil
 	}
@@ -257,7 +257,7 @@ func (s *Supervisor) killStored(ctx context.Context, c Caller, id string) (ok bo
 		return true, fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	defer release(context.WithoutCancel(ctx))
-	s.dropBlobs(context.WithoutCancel(ctx), ps, id, rec.Paused.Stored)
+	s.dropStored(context.WithoutCancel(ctx), id, rec.Owner, rec.Paused.Stored)
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: c.KeyID, Sandbox: id, Reason: "deleted: paused on another daemon, removed from " + rec.Paused.Stored.Where})
 	s.log.Info("a sandbox paused by another daemon is deleted from the object store", "sandbox_id", id, "where", rec.Paused.Stored.Where)
 	return true, nil
