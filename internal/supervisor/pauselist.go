@@ -206,19 +206,22 @@ func (s *Supervisor) storedEntries(ctx context.Context, ps pauseStore, owner str
 	return entries, nil
 }
 
-// storedRecord is index entry e's record, read once per entry.
+// storedRecord is index entry e's record, read once per entry. An entry
+// whose record is gone, or is not its key's, is removed (pruneEntry).
 func (s *Supervisor) storedRecord(ctx context.Context, ps pauseStore, e s3store.PausedEntry) (store.Sandbox, bool) {
 	s.stored.mu.Lock()
 	r, ok := s.stored.recs[e.ID]
 	s.stored.mu.Unlock()
-	if ok && r.at.Equal(e.At) {
+	if ok && r.at.Equal(e.At) && r.rec.Owner == e.Owner {
 		return r.rec, true
 	}
 	rec, ok, err := readStored(ctx, ps, e.ID)
 	if err != nil {
 		s.log.Warn("read a paused sandbox's record in the object store", "sandbox_id", e.ID, "err", err)
+		return store.Sandbox{}, false
 	}
-	if !ok {
+	if !ok || rec.Owner != e.Owner {
+		s.pruneEntry(ctx, ps, e)
 		return store.Sandbox{}, false
 	}
 	s.stored.mu.Lock()
@@ -231,6 +234,27 @@ func (s *Supervisor) storedRecord(ctx context.Context, ps pauseStore, e s3store.
 	s.stored.recs[e.ID] = storedRec{at: e.At, rec: rec}
 	s.stored.mu.Unlock()
 	return rec, true
+}
+
+// pruneEntry removes index entry e, whose record is gone (a daemon that
+// died between removing the record and the entry, or ended the sandbox
+// before the index was written) or is another key's: otherwise every
+// listing of its key reads the record again. A pause writes its record
+// before its entry, so the record is read once more after the removal:
+// a pause of that sandbox meanwhile (its entry possibly the one removed)
+// has its entry put back. Three requests, once per stale entry.
+func (s *Supervisor) pruneEntry(ctx context.Context, ps pauseStore, e s3store.PausedEntry) {
+	if err := ps.UnindexPaused(ctx, e.Owner, e.ID); err != nil {
+		s.log.Warn("remove a stale entry of the object store's index of paused sandboxes", "sandbox_id", e.ID, "key", e.Owner, "err", err)
+		return
+	}
+	s.log.Info("a stale entry of the object store's index of paused sandboxes is removed", "sandbox_id", e.ID, "key", e.Owner)
+	if rec, ok, err := readStored(ctx, ps, e.ID); err == nil && ok && rec.Owner == e.Owner {
+		if err := ps.IndexPaused(ctx, e.Owner, e.ID); err != nil {
+			s.log.Warn("put back an entry of the object store's index of paused sandboxes", "sandbox_id", e.ID, "err", err)
+		}
+	}
+	s.forgetStored(e.ID)
 }
 
 // killStored deletes sandbox id, which this daemon does not hold, when

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,68 @@ func readKept(t *testing.T, sup *Supervisor, id, want string) {
 	var out bytes.Buffer
 	if err := fs.ReadFile(ctx, "/workspace/kept", 0, 0, &out); err != nil || out.String() != want {
 		t.Errorf("%s: after the resume the file reads %q, %v", want, out.String(), err)
+	}
+}
+
+// TestPausedIndexStale: an index entry of the bucket whose record is gone
+// (a daemon died between removing the two), or whose record is another
+// key's, is removed by the listing that finds it; the records and the
+// entries that hold are left.
+func TestPausedIndexStale(t *testing.T) {
+	testcap.Require(t, "s3")
+	ctx := context.Background()
+	srv := testrig.StartS3(t)
+	if err := srv.MakeBucket("pauses"); err != nil {
+		t.Fatal(err)
+	}
+	objects := objClient(t, srv, srv.SecretKey)
+	drv := &fake.Driver{Pausable: true}
+	a := sharedPauseFixture(t, objects, "pauses", drv)
+	b := sharedPauseFixture(t, objects, "pauses", drv)
+	var ids []string
+	for range 2 {
+		in, err := a.Create(ctx, alice, CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Pause(ctx, alice, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.ID)
+	}
+	gone, kept := ids[0], ids[1]
+	if err := objects.Delete(ctx, "pauses", "shared/paused/"+gone+".json"); err != nil {
+		t.Fatal(err)
+	}
+	// An entry under bob's key for alice's sandbox.
+	if err := objects.PutBytes(ctx, "pauses", "shared/paused-by/"+bob.KeyID+"/"+kept, nil, "application/octet-stream", nil); err != nil {
+		t.Fatal(err)
+	}
+	index := func() []string {
+		var out []string
+		for _, k := range bucketKeys(t, objects) {
+			if rest, ok := strings.CutPrefix(k, "shared/paused-by/"); ok {
+				out = append(out, rest)
+			}
+		}
+		return out
+	}
+	for _, c := range []Caller{alice, bob} {
+		l, err := b.List(ctx, c, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KeyID == alice.KeyID && (len(l) != 1 || l[0].ID != kept) {
+			t.Errorf("alice's list: %+v, want %s alone", l, kept)
+		}
+		if c.KeyID == bob.KeyID && len(l) != 0 {
+			t.Errorf("bob's list: %+v, want none", l)
+		}
+	}
+	if got, want := index(), []string{alice.KeyID + "/" + kept}; !slices.Equal(got, want) {
+		t.Errorf("the index after the lists: %v, want %v", got, want)
+	}
+	if _, err := b.Resume(ctx, alice, kept); err != nil {
+		t.Fatal(err)
 	}
 }
