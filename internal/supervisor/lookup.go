@@ -120,6 +120,12 @@ func allowed(c Caller, rec store.Sandbox) error {
 
 // Get describes the sandbox id: live, or ended and still on record.
 func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error) {
+	return s.get(ctx, c, id, nil)
+}
+
+// get is Get, where a sandbox this daemon does not hold is looked for in
+// the object store only when gate (nil: always) says yes.
+func (s *Supervisor) get(ctx context.Context, c Caller, id string, gate func() bool) (Info, error) {
 	if !sandbox.ValidID(id) {
 		return Info{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
@@ -136,7 +142,7 @@ func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error)
 		return s.info(l), nil
 	}
 	rec, err := s.store.GetSandbox(id)
-	if errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.EndReason == "moved") {
+	if (errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.EndReason == "moved")) && s.pausedStore() != nil && (gate == nil || gate()) {
 		// Paused on another daemon sharing the object store (again,
 		// for one that moved from here).
 		if in, ok, serr := s.storedGet(ctx, c, id); ok || serr != nil {

@@ -3,9 +3,11 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +213,46 @@ func TestPauseSharedEnvd(t *testing.T) {
 	}
 	st, body = a.do("POST", "/v2/sandboxes/"+wake.SandboxID+"/connect", key, strings.NewReader(`{}`))
 	e2bError(t, "connect on a, which it left", 404, body, st)
+}
+
+// countingPauses counts the reads of paused sandboxes' records in the
+// bucket.
+type countingPauses struct {
+	*s3store.Store
+	gets atomic.Int32
+}
+
+func (c *countingPauses) GetPaused(ctx context.Context, id string) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Store.GetPaused(ctx, id)
+}
+
+// TestEnvdStrangersBucketReads: requests on envd's routes for ids this
+// daemon does not hold, without a token, read the shared bucket (where a
+// sandbox paused elsewhere would be) only as often as the rate limit of
+// such requests lets them through: guessing ids does not make the daemon
+// read the bucket at the guesser's rate.
+func TestEnvdStrangersBucketReads(t *testing.T) {
+	_, _, snaps := sharedDaemons(t)
+	counted := &countingPauses{Store: snaps()}
+	e := newEnvOpts(t, supervisor.Options{
+		Drivers: map[string]sandbox.Driver{"native": &fake.Driver{Pausable: true}}, Snapshots: counted,
+		Config: supervisor.Config{StateDir: t.TempDir(), Templates: []supervisor.Template{{Name: "default"}}},
+	}, nil)
+	const n = 3 * strangerBurst
+	limited := 0
+	for i := range n {
+		id := fmt.Sprintf("sb-%012x", i)
+		st, _ := e.do("GET", "/files?path=x", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": envdPort}, nil)
+		switch st {
+		case 429:
+			limited++
+		case 401:
+		default:
+			t.Fatalf("request %d: %d", i, st)
+		}
+	}
+	if got := int(counted.gets.Load()); got > strangerBurst+5 || limited == 0 {
+		t.Errorf("%d requests for ids not here without a token: %d reads of the bucket, %d answered 429; want at most the strangers' burst (%d) of reads", n, got, limited, strangerBurst)
+	}
 }
