@@ -158,6 +158,18 @@ type Sandbox struct {
 	Paused *Paused `json:"paused,omitempty"`
 	// Lifecycle, when set, is what its TTL does instead of ending it.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// Taking is set while this daemon takes its pause up from the object
+	// store (a resume): from before its claim there until the pause's
+	// record and image there are removed, so that a daemon that died
+	// meanwhile is followed by one that finishes or undoes it.
+	Taking *Taking `json:"taking,omitempty"`
+}
+
+// Taking is a pause in the object store a daemon is taking up: the pause,
+// and the nonce of the claim it writes there (s3store.ClaimPausedAs).
+type Taking struct {
+	Pause StoredPause `json:"pause"`
+	Claim string      `json:"claim"`
 }
 
 // Lifecycle is a sandbox's end other than at its TTL (E2B's lifecycle).

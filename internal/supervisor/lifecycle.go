@@ -116,19 +116,34 @@ func (s *Supervisor) pauseAtTTL(l *live, rec store.Sandbox) bool {
 
 // lookup is lookupAsIs, except that a paused sandbox made with
 // auto-resume is resumed first (for c: its quota and the host's memory
-// are checked as at any resume).
+// are checked as at any resume). A sandbox this daemon does not hold that
+// is paused on another daemon sharing the object store is paused as one
+// here is: refused as paused (ErrPaused), or, made with auto-resume,
+// taken up and resumed here (decision 90).
 func (s *Supervisor) lookup(c Caller, id string) (*live, error) {
 	l, err := s.lookupAsIs(c, id)
-	if !errors.Is(err, ErrPaused) {
+	var lc *store.Lifecycle
+	switch {
+	case errors.Is(err, ErrPaused):
+		pl := s.pausedLive(id)
+		if pl == nil {
+			return nil, err
+		}
+		pl.mu.Lock()
+		lc = pl.rec.Lifecycle
+		pl.mu.Unlock()
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, ErrNotRunning):
+		rec, ok := s.pausedElsewhere(id)
+		if !ok {
+			return nil, err
+		}
+		if err := allowed(c, rec); err != nil {
+			return nil, err
+		}
+		err, lc = pausedError(id), rec.Lifecycle
+	default:
 		return l, err
 	}
-	pl := s.pausedLive(id)
-	if pl == nil {
-		return nil, err
-	}
-	pl.mu.Lock()
-	lc := pl.rec.Lifecycle
-	pl.mu.Unlock()
 	if lc == nil || !lc.AutoResume {
 		return nil, err
 	}

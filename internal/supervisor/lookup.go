@@ -93,12 +93,18 @@ func (s *Supervisor) lookupAsIs(c Caller, id string) (*live, error) {
 		return nil, err
 	}
 	if rec.State == store.StatePaused && !ending {
-		return nil, fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
+		return nil, pausedError(id)
 	}
 	if inst == nil || ending {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, map[bool]string{true: "ending", false: "still being created"}[ending], ErrNotRunning)
 	}
 	return l, nil
+}
+
+// pausedError is what a call that needs sandbox id running is told while
+// it is paused, here or on another daemon sharing the object store.
+func pausedError(id string) error {
+	return fmt.Errorf("sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume, airlock sandbox resume %s): %w", id, id, id, ErrPaused)
 }
 
 // allowed says whether c may see rec.
@@ -114,6 +120,12 @@ func allowed(c Caller, rec store.Sandbox) error {
 
 // Get describes the sandbox id: live, or ended and still on record.
 func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error) {
+	return s.get(ctx, c, id, nil)
+}
+
+// get is Get, where a sandbox this daemon does not hold is looked for in
+// the object store only when gate (nil: always) says yes.
+func (s *Supervisor) get(ctx context.Context, c Caller, id string, gate func() bool) (Info, error) {
 	if !sandbox.ValidID(id) {
 		return Info{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
@@ -130,7 +142,7 @@ func (s *Supervisor) Get(ctx context.Context, c Caller, id string) (Info, error)
 		return s.info(l), nil
 	}
 	rec, err := s.store.GetSandbox(id)
-	if errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.EndReason == "moved") {
+	if (errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.EndReason == "moved")) && s.pausedStore() != nil && (gate == nil || gate()) {
 		// Paused on another daemon sharing the object store (again,
 		// for one that moved from here).
 		if in, ok, serr := s.storedGet(ctx, c, id); ok || serr != nil {

@@ -224,10 +224,11 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 			return Info{}, err
 		}
 		if l == nil {
-			_, err = s.lookup(c, id)
+			_, err = s.lookupAsIs(c, id)
 			return Info{}, err
 		}
 		checked = true
+		s.step("adopted")
 	}
 	l.mu.Lock()
 	rec, inst, ending := l.rec, l.inst, l.ending
@@ -252,6 +253,7 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 	started := time.Now()
 	drv := s.opts.Drivers[rec.Driver]
 	var driverState []byte
+	release := func(context.Context) {} // the claim on its pause in the object store
 	if p.MemoryKept {
 		fr, ok := inst.(sandbox.Freezer)
 		if !ok {
@@ -276,7 +278,8 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 		if err := s.admitResume(c, rec); err != nil {
 			return Info{}, err
 		}
-		release, err := s.claimPause(ctx, rec)
+		var err error
+		release, err = s.claimPause(ctx, rec, true)
 		if err != nil {
 			s.mu.Lock()
 			l.mem = 0
@@ -291,12 +294,14 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 				}
 				return Info{}, fmt.Errorf("resume sandbox %s: %w", id, err)
 			}
-			return Info{}, fmt.Errorf("resume sandbox %s: take its record from the object store: %w", id, err)
+			return Info{}, fmt.Errorf("resume sandbox %s: claim it in the object store: %w", id, err)
 		}
-		defer release(context.WithoutCancel(ctx))
+		s.step("claimed")
 		inst, err = pauser.Resume(ctx, id, p.DriverState, dir)
 		if err != nil {
-			s.unclaimPause(context.WithoutCancel(ctx), rec)
+			// Its pause stays in the object store as it was.
+			release(context.WithoutCancel(ctx))
+			s.untake(id)
 			s.mu.Lock()
 			l.mem = 0
 			s.mu.Unlock()
@@ -330,8 +335,14 @@ func (s *Supervisor) Resume(ctx context.Context, c Caller, id string) (Info, err
 	l.touch(now)
 	s.tellLifetime(ctx, l) // its TTL runs again, and its idle timeout from now
 	if !p.MemoryKept {
+		s.step("resumed")
 		_ = os.RemoveAll(s.pausedDir(id))
-		s.unstorePause(context.WithoutCancel(ctx), store.Sandbox{ID: id, Paused: p}, true)
+		if p.Stored != nil {
+			// Resumed and recorded: its pause in the object store is spent.
+			s.dropStored(context.WithoutCancel(ctx), id, l.owner, p.Stored)
+			release(context.WithoutCancel(ctx))
+			s.untake(id)
+		}
 		s.m.Live.WithLabelValues(rec.Driver).Inc()
 		s.wg.Add(1)
 		go s.watch(l, inst)
@@ -486,5 +497,5 @@ func (s *Supervisor) discardPaused(ctx context.Context, l *live) {
 	if err := os.RemoveAll(s.pausedDir(rec.ID)); err != nil {
 		s.log.Warn("remove a paused sandbox's image", "sandbox_id", rec.ID, "err", err)
 	}
-	s.unstorePause(ctx, rec, false)
+	s.unstorePause(ctx, rec)
 }

@@ -99,6 +99,37 @@ func (s *Supervisor) storedGet(ctx context.Context, c Caller, id string) (Info, 
 	return recInfo(rec), true, nil
 }
 
+// pausedElsewhere is sandbox id's record in the object store when this
+// daemon does not hold it (no record, or one that moved from here) and
+// the store has it paused; ok false otherwise, or when the store cannot
+// be read (logged). The caller checks the owner.
+func (s *Supervisor) pausedElsewhere(id string) (rec store.Sandbox, ok bool) {
+	ps := s.pausedStore()
+	if ps == nil {
+		return rec, false
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l != nil {
+		return rec, false
+	}
+	if here, err := s.store.GetSandbox(id); !errors.Is(err, sandbox.ErrNotFound) && (err != nil || here.EndReason != "moved") {
+		return rec, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storedReadTimeout)
+	defer cancel()
+	rec, ok, err := readStored(ctx, ps, id)
+	if err != nil {
+		s.log.Warn("look up a sandbox in the object store", "sandbox_id", id, "err", err)
+	}
+	return rec, ok
+}
+
+// storedReadTimeout bounds a read of one record in the object store for
+// a call that carries no context of its own (lookup).
+const storedReadTimeout = 30 * time.Second
+
 // withStored adds to local, List's answer, the sandboxes of c (and f) the
 // object store holds paused that are not live here; one of them replaces
 // a record here that has ended (it moved, and was paused again
@@ -175,19 +206,22 @@ func (s *Supervisor) storedEntries(ctx context.Context, ps pauseStore, owner str
 	return entries, nil
 }
 
-// storedRecord is index entry e's record, read once per entry.
+// storedRecord is index entry e's record, read once per entry. An entry
+// whose record is gone, or is not its key's, is removed (pruneEntry).
 func (s *Supervisor) storedRecord(ctx context.Context, ps pauseStore, e s3store.PausedEntry) (store.Sandbox, bool) {
 	s.stored.mu.Lock()
 	r, ok := s.stored.recs[e.ID]
 	s.stored.mu.Unlock()
-	if ok && r.at.Equal(e.At) {
+	if ok && r.at.Equal(e.At) && r.rec.Owner == e.Owner {
 		return r.rec, true
 	}
 	rec, ok, err := readStored(ctx, ps, e.ID)
 	if err != nil {
 		s.log.Warn("read a paused sandbox's record in the object store", "sandbox_id", e.ID, "err", err)
+		return store.Sandbox{}, false
 	}
-	if !ok {
+	if !ok || rec.Owner != e.Owner {
+		s.pruneEntry(ctx, ps, e)
 		return store.Sandbox{}, false
 	}
 	s.stored.mu.Lock()
@@ -200,6 +234,27 @@ func (s *Supervisor) storedRecord(ctx context.Context, ps pauseStore, e s3store.
 	s.stored.recs[e.ID] = storedRec{at: e.At, rec: rec}
 	s.stored.mu.Unlock()
 	return rec, true
+}
+
+// pruneEntry removes index entry e, whose record is gone (a daemon that
+// died between removing the record and the entry, or ended the sandbox
+// before the index was written) or is another key's: otherwise every
+// listing of its key reads the record again. A pause writes its record
+// before its entry, so the record is read once more after the removal:
+// a pause of that sandbox meanwhile (its entry possibly the one removed)
+// has its entry put back. Three requests, once per stale entry.
+func (s *Supervisor) pruneEntry(ctx context.Context, ps pauseStore, e s3store.PausedEntry) {
+	if err := ps.UnindexPaused(ctx, e.Owner, e.ID); err != nil {
+		s.log.Warn("remove a stale entry of the object store's index of paused sandboxes", "sandbox_id", e.ID, "key", e.Owner, "err", err)
+		return
+	}
+	s.log.Info("a stale entry of the object store's index of paused sandboxes is removed", "sandbox_id", e.ID, "key", e.Owner)
+	if rec, ok, err := readStored(ctx, ps, e.ID); err == nil && ok && rec.Owner == e.Owner {
+		if err := ps.IndexPaused(ctx, e.Owner, e.ID); err != nil {
+			s.log.Warn("put back an entry of the object store's index of paused sandboxes", "sandbox_id", e.ID, "err", err)
+		}
+	}
+	s.forgetStored(e.ID)
 }
 
 // killStored deletes sandbox id, which this daemon does not hold, when
@@ -218,7 +273,7 @@ func (s *Supervisor) killStored(ctx context.Context, c Caller, id string) (ok bo
 	if err := allowed(c, rec); err != nil {
 		return true, err
 	}
-	release, err := s.claimPause(ctx, rec)
+	release, err := s.claimPause(ctx, rec, false)
 	if errors.Is(err, errMoved) {
 		return false, nil
 	}
@@ -226,7 +281,7 @@ func (s *Supervisor) killStored(ctx context.Context, c Caller, id string) (ok bo
 		return true, fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	defer release(context.WithoutCancel(ctx))
-	s.dropBlobs(context.WithoutCancel(ctx), ps, id, rec.Paused.Stored)
+	s.dropStored(context.WithoutCancel(ctx), id, rec.Owner, rec.Paused.Stored)
 	s.recordAfter(ctx, audit.Event{Kind: audit.KindDestroy, Key: c.KeyID, Sandbox: id, Reason: "deleted: paused on another daemon, removed from " + rec.Paused.Stored.Where})
 	s.log.Info("a sandbox paused by another daemon is deleted from the object store", "sandbox_id", id, "where", rec.Paused.Stored.Where)
 	return true, nil

@@ -47,7 +47,7 @@ type pauseStore interface {
 	IndexPaused(ctx context.Context, owner, id string) error
 	UnindexPaused(ctx context.Context, owner, id string) error
 	ListPaused(ctx context.Context, owner string, max int) ([]s3store.PausedEntry, error)
-	ClaimPaused(ctx context.Context, id string, ttl time.Duration) (func(context.Context), error)
+	ClaimPausedAs(ctx context.Context, id, nonce string, ttl time.Duration) (func(context.Context), error)
 }
 
 // pausedStore is the store pause images go to beside the daemon's disk,
@@ -87,7 +87,7 @@ func (s *Supervisor) storePause(ctx context.Context, ps pauseStore, rec store.Sa
 		sp.Blobs[name] = d
 	}
 	p.Stored = sp
-	rec.State, rec.Paused = store.StatePaused, p
+	rec.State, rec.Paused, rec.Taking = store.StatePaused, p, nil
 	b, err := json.Marshal(rec)
 	if err != nil {
 		p.Stored = nil
@@ -198,6 +198,7 @@ func (s *Supervisor) adoptPaused(ctx context.Context, c Caller, id string) (*liv
 	if err := allowed(c, rec); err != nil {
 		return nil, err
 	}
+	rec.Taking = nil // another daemon's
 	if _, ok := s.opts.Drivers[rec.Driver].(sandbox.Pauser); !ok {
 		return nil, fmt.Errorf("resume sandbox %s: %w: it was paused on driver %s, which this daemon cannot resume", id, sandbox.ErrUnsupported, rec.Driver)
 	}
@@ -234,21 +235,41 @@ var errMoved = errors.New("moved")
 // keeps other daemons out: longer than a daemon holds one (a resume's
 // pauseTimeout and a few requests after), with room for the daemons'
 // clocks to differ by minutes. A claim older is one a daemon left as it
-// died, and is taken over.
-const claimTTL = pauseTimeout + 5*time.Minute
+// died, and is taken over. A variable for the tests.
+var claimTTL = pauseTimeout + 5*time.Minute
 
-// claimPause takes paused rec's record out of the object store before
-// its resume or its end, under a claim (s3store.ClaimPaused) so that of
-// daemons doing so at once one does; release ends the claim, once the
-// resume is done or the record is back. errMoved: it is no longer this
-// daemon's; an error wrapping ErrBusy: another daemon is taking it up.
-func (s *Supervisor) claimPause(ctx context.Context, rec store.Sandbox) (release func(context.Context), err error) {
+// claimPause claims paused rec's pause in the object store before its
+// resume or its end (s3store.ClaimPausedAs), so that of daemons doing so
+// at once one does, and checks that the record there is still this
+// pause's. The record and the image stay in the store until dropStored,
+// once the resume is recorded (decision 90): a daemon that dies before
+// leaves the sandbox paused there. For a resume (taking), the claim's
+// nonce is first kept on the sandbox's record here (store.Taking), so
+// that this daemon's next start takes its own claim over and finishes or
+// undoes the take-up (finishTake); release ends the claim. errMoved: it
+// is no longer this daemon's; an error wrapping ErrBusy: another daemon
+// is taking it up.
+func (s *Supervisor) claimPause(ctx context.Context, rec store.Sandbox, taking bool) (release func(context.Context), err error) {
 	release = func(context.Context) {}
 	ps, sp := s.pausedStore(), rec.Paused.Stored
 	if ps == nil || sp == nil {
 		return release, nil
 	}
-	held, err := ps.ClaimPaused(ctx, rec.ID, claimTTL)
+	var nb [16]byte
+	_, _ = rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
+	if taking {
+		tk := &store.Taking{Pause: *sp, Claim: nonce}
+		if _, err := s.store.UpdateSandbox(rec.ID, func(r *store.Sandbox) error { r.Taking = tk; return nil }); err != nil {
+			return nil, fmt.Errorf("record the claim on it: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				s.untake(rec.ID)
+			}
+		}()
+	}
+	held, err := ps.ClaimPausedAs(ctx, rec.ID, nonce, claimTTL)
 	if errors.Is(err, s3store.ErrClaimed) {
 		return nil, fmt.Errorf("%w: it is being resumed by another daemon sharing %s (%w)", ErrBusy, sp.Where, err)
 	}
@@ -271,50 +292,114 @@ func (s *Supervisor) claimPause(ctx context.Context, rec store.Sandbox) (release
 	if json.Unmarshal(b, &there) != nil || there.Paused == nil || there.Paused.Stored == nil || there.Paused.Stored.Gen != sp.Gen {
 		return nil, errMoved
 	}
-	if err := ps.DeletePaused(ctx, rec.ID); err != nil {
-		return nil, err
-	}
-	if err := ps.UnindexPaused(ctx, there.Owner, rec.ID); err != nil {
-		s.log.Warn("remove a paused sandbox from the object store's index", "sandbox_id", rec.ID, "err", err)
-	}
-	s.forgetStored(rec.ID)
 	return held, nil
 }
 
-// unclaimPause puts paused rec's record back after a resume that failed.
-func (s *Supervisor) unclaimPause(ctx context.Context, rec store.Sandbox) {
+// dropStored removes pause sp of sandbox id, key owner's, from the
+// object store under this daemon's claim: its record, its index entry,
+// its content.
+func (s *Supervisor) dropStored(ctx context.Context, id, owner string, sp *store.StoredPause) {
 	ps := s.pausedStore()
-	if ps == nil || rec.Paused.Stored == nil {
+	if ps == nil || sp == nil {
 		return
 	}
-	b, err := json.Marshal(rec)
-	if err == nil {
-		err = ps.PutPaused(ctx, rec.ID, b)
+	if err := ps.DeletePaused(ctx, id); err != nil {
+		s.log.Warn("remove a paused sandbox's record from the object store", "sandbox_id", id, "err", err)
 	}
-	if err == nil && rec.Owner != "" {
-		err = ps.IndexPaused(ctx, rec.Owner, rec.ID)
+	if err := ps.UnindexPaused(ctx, owner, id); err != nil {
+		s.log.Warn("remove a paused sandbox from the object store's index", "sandbox_id", id, "err", err)
 	}
-	if err != nil {
-		s.log.Error("put a paused sandbox's record back in the object store", "sandbox_id", rec.ID, "err", err)
+	s.step("dropped")
+	s.dropBlobs(ctx, ps, id, sp)
+	s.forgetStored(id)
+}
+
+// untake clears sandbox id's Taking, here and on its record: its take-up
+// from the object store is done or undone.
+func (s *Supervisor) untake(id string) {
+	if _, err := s.store.UpdateSandbox(id, func(r *store.Sandbox) error { r.Taking = nil; return nil }); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		s.log.Warn("record a take-up from the object store done", "sandbox_id", id, "err", err)
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	s.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		l.rec.Taking = nil
+		l.mu.Unlock()
 	}
 }
 
-// unstorePause removes what paused rec stored in the object store: its
-// content, and its record while it is still this pause's (one another
-// daemon took is left alone).
-func (s *Supervisor) unstorePause(ctx context.Context, rec store.Sandbox, claimed bool) {
+// finishTake, on the daemon's start, finishes or undoes the take-up of
+// rec's pause from the object store that the previous daemon began and
+// did not end (it died). Its claim there, by the nonce kept on rec, is
+// taken over at once. A sandbox still paused here was not resumed: the
+// pause stays in the store as it was, resumable here or anywhere, and
+// the claim goes. One recorded running (or ended) was resumed here: the
+// pause in the store is spent, and goes (its record while it is still
+// that pause's). The store unreachable: rec is left as it is, for the
+// next start; a claim another daemon took over since (stale): that
+// daemon's now. Answers rec without Taking when done.
+func (s *Supervisor) finishTake(ctx context.Context, rec store.Sandbox) store.Sandbox {
+	tk := rec.Taking
+	ps := s.pausedStore()
+	if ps == nil {
+		s.untake(rec.ID)
+		rec.Taking = nil
+		return rec
+	}
+	held, err := ps.ClaimPausedAs(ctx, rec.ID, tk.Claim, claimTTL)
+	switch {
+	case errors.Is(err, s3store.ErrClaimed):
+		s.log.Warn("a take-up from the object store the previous daemon began: another daemon holds its claim now", "sandbox_id", rec.ID, "err", err)
+	case err != nil:
+		s.log.Error("a take-up from the object store the previous daemon began: left for the next start", "sandbox_id", rec.ID, "err", err)
+		return rec
+	case rec.State == store.StatePaused:
+		s.log.Info("a resume from the object store the previous daemon began did not happen: the sandbox stays paused there", "sandbox_id", rec.ID)
+	default:
+		if there, ok, _ := readStored(ctx, ps, rec.ID); ok && there.Paused.Stored.Gen == tk.Pause.Gen {
+			if err := ps.DeletePaused(ctx, rec.ID); err != nil {
+				s.log.Warn("remove a paused sandbox's record from the object store", "sandbox_id", rec.ID, "err", err)
+			}
+		}
+		if err := ps.UnindexPaused(ctx, rec.Owner, rec.ID); err != nil {
+			s.log.Warn("remove a paused sandbox from the object store's index", "sandbox_id", rec.ID, "err", err)
+		}
+		s.dropBlobs(ctx, ps, rec.ID, &tk.Pause)
+		_ = os.RemoveAll(s.pausedDir(rec.ID))
+		s.log.Info("a resume from the object store the previous daemon made: its pause there is removed", "sandbox_id", rec.ID)
+	}
+	if held != nil {
+		held(ctx)
+	}
+	s.untake(rec.ID)
+	rec.Taking = nil
+	return rec
+}
+
+// step is where a test stops a take-up from the object store, as a daemon
+// that dies there would (Supervisor.takeStep).
+func (s *Supervisor) step(name string) {
+	if s.takeStep != nil {
+		s.takeStep(name)
+	}
+}
+
+// unstorePause removes what paused rec stored in the object store, under
+// a claim: its record while it is still this pause's, and its content
+// (one another daemon took is left alone).
+func (s *Supervisor) unstorePause(ctx context.Context, rec store.Sandbox) {
 	ps, sp := s.pausedStore(), rec.Paused.Stored
 	if ps == nil || sp == nil {
 		return
 	}
-	if !claimed {
-		release, err := s.claimPause(ctx, rec)
-		if err != nil {
-			return
-		}
-		defer release(ctx)
+	release, err := s.claimPause(ctx, rec, false)
+	if err != nil {
+		return
 	}
-	s.dropBlobs(ctx, ps, rec.ID, sp)
+	defer release(ctx)
+	s.dropStored(ctx, rec.ID, rec.Owner, sp)
 }
 
 // unadopt undoes adoptPaused for l, which another daemon is resuming

@@ -105,6 +105,8 @@ func (s *Supervisor) Reap(ctx context.Context) (RecoverReport, error) {
 }
 
 // each runs fn on every live record, many at once, and sorts the outcomes.
+// A take-up from the object store the previous daemon began is finished
+// or undone first (finishTake).
 func (s *Supervisor) each(ctx context.Context, fn func(context.Context, store.Sandbox) outcome) (RecoverReport, error) {
 	var rep RecoverReport
 	recs, err := s.store.Sandboxes(func(r *store.Sandbox) bool { return r.State.Live() })
@@ -120,6 +122,9 @@ func (s *Supervisor) each(ctx context.Context, fn func(context.Context, store.Sa
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			if rec.Taking != nil {
+				rec = s.finishTake(ctx, rec)
+			}
 			o := fn(ctx, rec)
 			mu.Lock()
 			defer mu.Unlock()

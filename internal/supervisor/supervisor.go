@@ -120,6 +120,9 @@ type Supervisor struct {
 	pools map[string]*pool
 
 	stored storedCache // paused sandboxes of the object store, for lists (pauselist.go)
+	// takeStep, set by tests, is called at each step of a take-up from
+	// the object store (pausestore.go's step).
+	takeStep func(step string)
 
 	stop    chan struct{}
 	stopped sync.Once

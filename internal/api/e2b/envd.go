@@ -112,17 +112,21 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id string
 	// learns nothing of which ids exist and what became of them; and such
 	// requests are rate limited, by address and in all (security review 2,
 	// N8). Only a caller holding the token learns that its sandbox ended.
+	// An id this daemon does not hold is looked for in the shared bucket
+	// (paused on another daemon) only within the same rate limit, taken
+	// once per request.
 	var info supervisor.Info
 	err := sandbox.ErrNotFound
+	counted := h.strangersGate(r)
 	if sandbox.ValidID(id) {
-		info, err = h.sup.Sandbox(r.Context(), id)
+		info, err = h.sup.SandboxGated(r.Context(), id, counted.allow)
 	}
 	switch {
 	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 		h.writeError(w, r, err)
 		return
 	case err != nil || !h.authorized(r, info, mux == h.interp):
-		if !h.strangers.allow(r.RemoteAddr) {
+		if !counted.allow() {
 			w.Header().Set("Retry-After", "1")
 			h.writeError(w, r, errorf(http.StatusTooManyRequests, "too many requests without a sandbox's access token; retry later"))
 			return
@@ -254,6 +258,27 @@ const (
 	// forgotten at once (the limit in all still holds).
 	maxStrangerAddrs = 4096
 )
+
+// strangerGate takes one request from the strangers' allowance at most
+// once, when first asked.
+type strangerGate struct {
+	h       *Handler
+	addr    string
+	asked   bool
+	allowed bool
+}
+
+func (h *Handler) strangersGate(r *http.Request) *strangerGate {
+	return &strangerGate{h: h, addr: r.RemoteAddr}
+}
+
+// allow is strangers.allow for the request, taken once.
+func (g *strangerGate) allow() bool {
+	if !g.asked {
+		g.asked, g.allowed = true, g.h.strangers.allow(g.addr)
+	}
+	return g.allowed
+}
 
 // strangers rate-limits requests for a sandbox without its token.
 type strangers struct {

@@ -3,9 +3,11 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +169,90 @@ func TestPauseSharedE2B(t *testing.T) {
 	e2bError(t, "get on b after the kill", 404, body, st)
 	st, body = a.do("POST", "/v2/sandboxes/"+id+"/connect", key, strings.NewReader(`{}`))
 	e2bError(t, "connect on a after the kill on b", 404, body, st)
+}
+
+// TestPauseSharedEnvd: envd's routes (the sandbox's access token, not a
+// key) on a daemon that does not hold the sandbox, paused on another of
+// the same bucket: made with autoResume, the request takes it up and is
+// served there; without, it is answered as for a sandbox paused here;
+// another sandbox's token (another key's) is refused as for a local one,
+// and resumes nothing.
+func TestPauseSharedEnvd(t *testing.T) {
+	a, b, _ := sharedDaemons(t)
+	key := map[string]string{"X-API-KEY": a.key}
+	wake := a.create(a.key, `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`)
+	sleep := a.create(a.key, `{"templateID":"base","autoPause":true}`)
+	theirs := a.create(a.other, `{"templateID":"base"}`)
+	h := a.envd(wake, wake.EnvdAccessToken)
+	h["Content-Type"] = "application/octet-stream"
+	if st, body := a.do("POST", "/files?path=kept.txt", h, strings.NewReader("state")); st != 200 {
+		t.Fatalf("upload on a: %d %s", st, body)
+	}
+	for _, sb := range []sandboxJSON{wake, sleep} {
+		if st, body := a.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil); st != 204 {
+			t.Fatalf("pause on a: %d %s", st, body)
+		}
+	}
+	// Another key's sandbox's token: refused, nothing resumed.
+	st, body := b.do("GET", "/files?path=kept.txt", b.envd(wake, theirs.EnvdAccessToken), nil)
+	e2bError(t, "envd on b with another sandbox's token", 401, body, st)
+	if st, body := b.do("GET", "/sandboxes/"+wake.SandboxID, key, nil); st != 200 || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("get on b after the refused request: %d %s", st, body)
+	}
+	// Without autoResume: as for one paused here.
+	st, body = b.do("GET", "/files?path=kept.txt", b.envd(sleep, sleep.EnvdAccessToken), nil)
+	if eb := e2bError(t, "envd on b for a sandbox paused on a without autoResume", 502, body, st); !strings.Contains(eb.Message, "paused") {
+		t.Errorf("its message: %s", eb.Message)
+	}
+	// With autoResume: taken up on b and served.
+	if st, body := b.do("GET", "/files?path=kept.txt", b.envd(wake, wake.EnvdAccessToken), nil); st != 200 || string(body) != "state" {
+		t.Fatalf("envd on b for a sandbox paused on a with autoResume: %d %q", st, body)
+	}
+	if st, body := b.do("GET", "/sandboxes/"+wake.SandboxID, key, nil); st != 200 || !strings.Contains(string(body), `"state":"running"`) {
+		t.Fatalf("get on b after: %d %s", st, body)
+	}
+	st, body = a.do("POST", "/v2/sandboxes/"+wake.SandboxID+"/connect", key, strings.NewReader(`{}`))
+	e2bError(t, "connect on a, which it left", 404, body, st)
+}
+
+// countingPauses counts the reads of paused sandboxes' records in the
+// bucket.
+type countingPauses struct {
+	*s3store.Store
+	gets atomic.Int32
+}
+
+func (c *countingPauses) GetPaused(ctx context.Context, id string) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Store.GetPaused(ctx, id)
+}
+
+// TestEnvdStrangersBucketReads: requests on envd's routes for ids this
+// daemon does not hold, without a token, read the shared bucket (where a
+// sandbox paused elsewhere would be) only as often as the rate limit of
+// such requests lets them through: guessing ids does not make the daemon
+// read the bucket at the guesser's rate.
+func TestEnvdStrangersBucketReads(t *testing.T) {
+	_, _, snaps := sharedDaemons(t)
+	counted := &countingPauses{Store: snaps()}
+	e := newEnvOpts(t, supervisor.Options{
+		Drivers: map[string]sandbox.Driver{"native": &fake.Driver{Pausable: true}}, Snapshots: counted,
+		Config: supervisor.Config{StateDir: t.TempDir(), Templates: []supervisor.Template{{Name: "default"}}},
+	}, nil)
+	const n = 3 * strangerBurst
+	limited := 0
+	for i := range n {
+		id := fmt.Sprintf("sb-%012x", i)
+		st, _ := e.do("GET", "/files?path=x", map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": envdPort}, nil)
+		switch st {
+		case 429:
+			limited++
+		case 401:
+		default:
+			t.Fatalf("request %d: %d", i, st)
+		}
+	}
+	if got := int(counted.gets.Load()); got > strangerBurst+5 || limited == 0 {
+		t.Errorf("%d requests for ids not here without a token: %d reads of the bucket, %d answered 429; want at most the strangers' burst (%d) of reads", n, got, limited, strangerBurst)
+	}
 }

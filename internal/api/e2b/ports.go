@@ -142,8 +142,9 @@ type portTargetKey struct{}
 func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, port int) {
 	var info supervisor.Info
 	err := sandbox.ErrNotFound
+	counted := h.strangersGate(r) // as on envd's routes
 	if sandbox.ValidID(id) {
-		info, err = h.sup.Sandbox(r.Context(), id)
+		info, err = h.sup.SandboxGated(r.Context(), id, counted.allow)
 	}
 	if err == nil && !h.needsToken(info, r) && info.State == store.StatePaused {
 		// Made with autoResume, its traffic resumes it (lifecycle.go).
@@ -158,7 +159,7 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id string, p
 		h.log.Error("exposed port: sandbox lookup failed", "sandbox", id, "err", err)
 		portError(w, http.StatusInternalServerError, "internal error; the daemon's log has the details")
 		return
-	case (err != nil || info.State != store.StateRunning || h.needsToken(info, r)) && !h.strangers.allow(r.RemoteAddr):
+	case (err != nil || info.State != store.StateRunning || h.needsToken(info, r)) && !counted.allow():
 		// Guessing ids or tokens is rate limited, as on envd's routes.
 		w.Header().Set("Retry-After", "1")
 		portError(w, http.StatusTooManyRequests, "too many requests for sandboxes that are not running or without their traffic token; retry later")

@@ -104,12 +104,20 @@ func (s *Store) claimKey(id string) string { return s.prefix + "claims/" + id }
 // died. Another daemon's live claim: an error wrapping ErrClaimed.
 // release removes the claim while it is still this one's.
 func (s *Store) ClaimPaused(ctx context.Context, id string, ttl time.Duration) (release func(context.Context), err error) {
-	if !sandbox.ValidID(id) {
-		return nil, fmt.Errorf("claim paused sandbox %q: %w", id, sandbox.ErrInvalid)
-	}
 	var nb [16]byte
 	_, _ = rand.Read(nb[:])
-	nonce := hex.EncodeToString(nb[:])
+	return s.ClaimPausedAs(ctx, id, hex.EncodeToString(nb[:]), ttl)
+}
+
+// ClaimPausedAs is ClaimPaused with the claim's nonce given (a random
+// string the daemon kept on its disk before the claim): a claim of that
+// nonce already there is this daemon's own, left by a process of it that
+// died while it held it, and is taken over at once, however young
+// (decision 90).
+func (s *Store) ClaimPausedAs(ctx context.Context, id, nonce string, ttl time.Duration) (release func(context.Context), err error) {
+	if !sandbox.ValidID(id) || nonce == "" || len(nonce) > 64 {
+		return nil, fmt.Errorf("claim paused sandbox %q: %w", id, sandbox.ErrInvalid)
+	}
 	now := time.Now().UTC()
 	key := s.claimKey(id)
 	u := objstore.Upload{Bucket: s.bucket, Key: key, ContentType: "text/plain", IfAbsent: true,
@@ -122,7 +130,7 @@ func (s *Store) ClaimPaused(ctx context.Context, id string, ttl time.Duration) (
 		}
 		if ok {
 			at, perr := time.Parse(time.RFC3339Nano, info.Metadata["claimed-at"])
-			if perr == nil && now.Sub(at) < ttl {
+			if perr == nil && now.Sub(at) < ttl && !s.claimOf(ctx, key, nonce) {
 				return nil, fmt.Errorf("paused sandbox %s: %w (claimed at %s)", id, ErrClaimed, at.Format(time.RFC3339))
 			}
 			// Left by a daemon that died: taken over, by one daemon only.
@@ -138,16 +146,18 @@ func (s *Store) ClaimPaused(ctx context.Context, id string, ttl time.Duration) (
 	}
 	// Read back: a store that ignored the condition (501, stored
 	// unconditionally) leaves the claim to the last writer.
-	mine := func(ctx context.Context) bool {
-		b, err := s.c.GetBytes(ctx, s.bucket, key, 64)
-		return err == nil && bytes.Equal(b, []byte(nonce))
-	}
-	if !mine(ctx) {
+	if !s.claimOf(ctx, key, nonce) {
 		return nil, fmt.Errorf("paused sandbox %s: %w", id, ErrClaimed)
 	}
 	return func(ctx context.Context) {
-		if mine(ctx) {
+		if s.claimOf(ctx, key, nonce) {
 			_ = s.c.Delete(ctx, s.bucket, key)
 		}
 	}, nil
+}
+
+// claimOf says whether the claim at key is nonce's.
+func (s *Store) claimOf(ctx context.Context, key, nonce string) bool {
+	b, err := s.c.GetBytes(ctx, s.bucket, key, 64)
+	return err == nil && bytes.Equal(b, []byte(nonce))
 }

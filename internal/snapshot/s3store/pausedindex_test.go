@@ -113,3 +113,39 @@ func TestPausedIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimPausedAs: a claim of a nonce the claimer kept is its own: a
+// claim left with that nonce (a process of the daemon that died holding
+// it) is taken over at once, however young; another nonce is refused
+// until the claim is stale.
+func TestClaimPausedAs(t *testing.T) {
+	srv := server(t)
+	ctx := context.Background()
+	a, b := open(t, srv, "p/"), open(t, srv, "p/")
+	const id = "sb-0123456789ac"
+	if _, err := a.ClaimPausedAs(ctx, id, "nonce-a", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The process that held it died: its release never ran.
+	if _, err := b.ClaimPausedAs(ctx, id, "nonce-b", time.Hour); !errors.Is(err, ErrClaimed) {
+		t.Fatalf("another nonce's claim: %v", err)
+	}
+	rel, err := b.ClaimPausedAs(ctx, id, "nonce-a", time.Hour)
+	if err != nil {
+		t.Fatalf("the same nonce's claim, left by a process that died: %v", err)
+	}
+	if _, err := a.ClaimPaused(ctx, id, time.Hour); !errors.Is(err, ErrClaimed) {
+		t.Fatalf("a claim while the taken-over claim is held: %v", err)
+	}
+	rel(ctx)
+	if _, err := a.ClaimPausedAs(ctx, id, "", time.Hour); err == nil {
+		t.Error("a claim without a nonce was taken")
+	}
+	var left []string
+	if err := a.c.List(ctx, "snaps", "p/claims/", func(o objstore.Object) error { left = append(left, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("claims left: %v", left)
+	}
+}
