@@ -435,10 +435,16 @@ func DecodeState[T any](r *Recipe, id string, raw []byte, spec func(*T) *sandbox
 // Handshake performs the agent's handshake (agent.Dial) over c within d:
 // one that has not finished by then closes c, and its error says so.
 func Handshake(ctx context.Context, c net.Conn, d time.Duration) (*agent.Client, []sandbox.Layer, error) {
+	return HandshakeAttached(ctx, c, d, nil)
+}
+
+// HandshakeAttached is Handshake that sends the attachment a beside it
+// (agent.DialAttached); nil: none.
+func HandshakeAttached(ctx context.Context, c net.Conn, d time.Duration, a *agent.Attaching) (*agent.Client, []sandbox.Layer, error) {
 	dctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	stop := context.AfterFunc(dctx, func() { c.Close() })
-	client, layers, err := agent.Dial(dctx, c)
+	client, layers, err := agent.DialAttached(dctx, c, a)
 	stop()
 	if err != nil && dctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%w (the agent did not answer within %v)", err, d)

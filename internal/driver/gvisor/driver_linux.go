@@ -265,13 +265,11 @@ func (d *Driver) start(ctx context.Context, bd *agentdriver.Build) (*agent.Clien
 	}
 	if bd.Run != nil && !h.persistent {
 		// A one-shot run's command: the agent starts it once the sandbox
-		// is built, and the host attaches to it (runsc passes the agent
-		// no socket of its own).
-		run := bd.Run
-		cfg.Run = run
-		bd.FollowRun(func(ctx context.Context, c *agent.Client) (*agent.Exec, error) {
-			return c.AttachExec(ctx, &agent.ExecAttach{ID: run.ID}, run.Stdin || run.PTY != nil, run.PTY != nil)
-		}, nil)
+		// is built, and the host attaches to it beside the handshake
+		// (runsc passes the agent no socket of its own).
+		cfg.Run = bd.Run
+		h.run = &agent.Attaching{Attach: &agent.ExecAttach{ID: bd.Run.ID}, KeepInput: bd.Run.Stdin || bd.Run.PTY != nil, PTY: bd.Run.PTY != nil}
+		bd.FollowRun(func(ctx context.Context, _ *agent.Client) (*agent.Exec, error) { return h.run.Open(ctx) }, h.run.Close)
 	}
 	client, agentLayers, err := h.start(ctx, cfg)
 	if err != nil {
