@@ -252,10 +252,10 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 		// taken after this process is gone.
 		hold = []*os.File{h.lock.File(), h.slot.File()}
 	} else {
-		if b.Run != nil {
+		if b.Run != nil && os.Getenv(agent.EnvExecSockets) != "0" {
 			// A one-shot run's command: its start waits on its exec
 			// socket for the agent, which serves it once the sandbox is
-			// built.
+			// built. (With exec sockets off, it is an exec as any.)
 			rs, f, err := agent.NewRunSocket(b.Run)
 			if err != nil {
 				return nil, nil, err
