@@ -75,6 +75,58 @@ func (e *VersionError) Error() string {
 // handshake. It returns the layers the agent put in place. An agent of
 // another protocol version is a *VersionError.
 func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
+	return dial(ctx, c, nil)
+}
+
+// Attaching is an attachment (AttachExec) sent in the same breath as the
+// handshake, before its answer (DialAttached).
+type Attaching struct {
+	Attach    *ExecAttach
+	KeepInput bool
+	PTY       bool
+
+	done   chan struct{}
+	ex     *Exec
+	err    error
+	cancel context.CancelFunc
+}
+
+// DialAttached is Dial that also attaches to an exec the agent started
+// with its config (Config.Run): the attachment is sent right after the
+// handshake's request, not after its answer, so that no round trip stands
+// between them. Open on a takes the exec's stream, which lives until the
+// context given to Open ends; Close lets go of it.
+func DialAttached(ctx context.Context, c net.Conn, a *Attaching) (*Client, []sandbox.Layer, error) {
+	return dial(ctx, c, a)
+}
+
+// Open returns the attached exec's stream, as AttachExec does, once it
+// has the agent's answer; the stream ends when ctx does.
+func (a *Attaching) Open(ctx context.Context) (*Exec, error) {
+	stop := context.AfterFunc(ctx, a.cancel)
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
+		a.cancel()
+		return nil, fmt.Errorf("attach to exec %s: %w", a.Attach.ID, ctx.Err())
+	}
+	if a.err != nil {
+		stop()
+		a.cancel()
+	}
+	return a.ex, a.err
+}
+
+// Close lets go of the attachment, opened or not.
+func (a *Attaching) Close() {
+	if a != nil && a.cancel != nil {
+		a.cancel()
+	}
+}
+
+func dial(ctx context.Context, c net.Conn, a *Attaching) (*Client, []sandbox.Layer, error) {
 	hc, cc, err := dialConn(c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the agent connection: %w", err)
@@ -102,9 +154,21 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 		lifetime:  newLazy[LifetimeRequest, Empty](hc, baseURL+ProcLifetime, o...),
 		suspend:   newLazy[SuspendRequest, Empty](hc, baseURL+ProcSuspend, o...),
 	}
+	if a != nil {
+		// The attachment goes out beside the handshake; the agent answers
+		// it once the exec has started.
+		var actx context.Context
+		actx, a.cancel = context.WithCancel(context.Background())
+		a.done = make(chan struct{})
+		go func() {
+			defer close(a.done)
+			a.ex, a.err = cl.AttachExec(actx, a.Attach, a.KeepInput, a.PTY)
+		}()
+	}
 	resp, err := cl.hello.get().CallUnary(ctx, connect.NewRequest(&HelloRequest{Version: Version}))
 	if err != nil {
 		cc.Close()
+		a.Close()
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			return nil, nil, fmt.Errorf("agent handshake: %w", &VersionError{Host: Version})
 		}
@@ -112,6 +176,7 @@ func Dial(ctx context.Context, c net.Conn) (*Client, []sandbox.Layer, error) {
 	}
 	if resp.Msg.Version != Version {
 		cc.Close()
+		a.Close()
 		return nil, nil, &VersionError{Agent: resp.Msg.Version, Host: Version}
 	}
 	cl.helloResp = *resp.Msg

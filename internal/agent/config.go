@@ -109,6 +109,18 @@ type Config struct {
 	// with, and kills every command and exits when it ends (a one-shot
 	// run's sandbox dies with its run).
 	Listen *ListenConfig `json:"listen,omitempty"`
+	// Run, when set, is a one-shot run's command, sent with the config:
+	// the agent starts it as soon as the sandbox is built, before it
+	// serves, holding its output until the host attaches to it
+	// (ExecAttach, by Run.ID). The host sends no exec request and waits
+	// for no handshake before it runs (docs/decisions.md, 91). Nil: none.
+	Run *ExecStart `json:"run,omitempty"`
+	// RunSocket, when set, is the descriptor of an exec socket
+	// (execsock.go) whose first frame, already written by the host, starts
+	// a one-shot run's command: the agent serves it as soon as the sandbox
+	// is built, before it serves the host's connection (native; Run is for
+	// a transport that carries no descriptor). Zero: none.
+	RunSocket int `json:"run_socket,omitempty"`
 }
 
 // ListenConfig is where the agent takes host sessions from.

@@ -169,9 +169,68 @@ func (s *sockStream) CloseResponse() error {
 			s.stop()
 		}
 		s.c.Close()
+		if s.rc == nil {
+			return
+		}
 		s.rc.mu.Lock()
 		delete(s.rc.execs, s)
 		s.rc.mu.Unlock()
 	})
 	return nil
 }
+
+// RunSocket is the host's end of a one-shot run's exec socket
+// (Config.RunSocket): the command's start is written on it before the
+// agent runs, and the agent serves it as soon as the sandbox is built.
+type RunSocket struct {
+	st  *sockStream
+	pty bool
+}
+
+// NewRunSocket makes the exec socket of the command s and writes its start
+// on the host's end; the agent's end, returned, is handed to the agent at
+// its start.
+func NewRunSocket(s *ExecStart) (*RunSocket, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("make the command's socket: %w", err)
+	}
+	hostEnd := os.NewFile(uintptr(fds[0]), "exec")
+	agentEnd := os.NewFile(uintptr(fds[1]), "exec")
+	fc, err := net.FileConn(hostEnd)
+	hostEnd.Close()
+	if err != nil {
+		agentEnd.Close()
+		return nil, nil, fmt.Errorf("make the command's socket: %w", err)
+	}
+	r := &RunSocket{st: &sockStream{c: fc.(*net.UnixConn), buf: make([]byte, ExecFrameMax+1)}, pty: s.PTY != nil}
+	if err := r.st.Send(&ExecInput{Start: s}); err != nil {
+		agentEnd.Close()
+		r.Close()
+		return nil, nil, fmt.Errorf("write the command's start: %w", err)
+	}
+	return r, agentEnd, nil
+}
+
+// Open follows the command once c, the sandbox's client, is dialled: it
+// returns once the command runs, as StartExec does. ctx ending closes the
+// socket.
+func (r *RunSocket) Open(ctx context.Context, c *Client) (*Exec, error) {
+	if c.rc != nil {
+		r.st.rc = c.rc
+		if !c.rc.track(r.st) {
+			r.Close()
+			return nil, fmt.Errorf("start exec: %w", net.ErrClosed)
+		}
+	}
+	r.st.stop = context.AfterFunc(ctx, func() { r.st.CloseResponse() })
+	ex, err := started(r.st, r.pty, "start exec")
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("start exec: %w", ctx.Err())
+	}
+	return ex, err
+}
+
+// Close closes the socket: a command not followed yet runs on, unfollowed,
+// as one whose stream the host reset.
+func (r *RunSocket) Close() { r.st.CloseResponse() }

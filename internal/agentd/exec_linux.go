@@ -25,7 +25,10 @@ import (
 
 // engine starts and tracks the sandbox's commands.
 type engine struct {
-	cfg      *agent.Config
+	cfg *agent.Config
+	// noSpares says no spawner is prepared ahead: a one-shot run's
+	// sandbox, whose one command takes its own.
+	noSpares bool
 	reaper   *reaper
 	workload *cgroup.Group // nil when cgroups were left out
 	filter   *confine.Filter
@@ -282,7 +285,7 @@ func (e *engine) takeSpawner() *spawner {
 // prepare makes spawners ready for the next commands, up to spareSpawners.
 func (e *engine) prepare() {
 	e.mu.Lock()
-	if len(e.spare)+e.preparing >= spareSpawners {
+	if e.noSpares || len(e.spare)+e.preparing >= spareSpawners {
 		e.mu.Unlock()
 		return
 	}

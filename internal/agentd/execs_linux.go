@@ -528,6 +528,12 @@ func (s *server) attachExec(ctx context.Context, stream *connect.BidiStream[agen
 	if !sandbox.ValidID(a.ID) || a.StdoutOffset < 0 || a.StderrOffset < 0 {
 		return agent.WireError(fmt.Errorf("attach needs a valid id and offsets: %w", sandbox.ErrInvalid))
 	}
+	if r := s.cfg.Run; r != nil && a.ID == r.ID && s.runStarted != nil {
+		<-s.runStarted
+		if s.runErr != nil {
+			return startFailed(send, s.runErr)
+		}
+	}
 	es := s.eng.execs.get(a.ID)
 	if es == nil {
 		return agent.WireError(fmt.Errorf("exec %s: %w", a.ID, sandbox.ErrNotFound))

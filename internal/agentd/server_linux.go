@@ -133,10 +133,17 @@ func run() error {
 	}
 	serve := func() error {
 		eng.workloadRoot = workloadRoot
-		// Spawners confine themselves ahead: only once the commands' root is known.
-		go eng.prepare()
 		s := &server{cfg: &cfg, eng: eng}
 		s.life = newLifetime(eng.running, s.endSandbox)
+		if !cfg.Template && (cfg.Run != nil || cfg.RunSocket > 0) {
+			// A one-shot run's command starts now, beside the rest of the
+			// start, on a spawner of its own: no spare is prepared.
+			eng.noSpares = true
+			s.startRun()
+		} else {
+			// Spawners confine themselves ahead: only once the commands' root is known.
+			go eng.prepare()
+		}
 		if cfg.Contained != nil && cfg.Contained.Listen != "" && sessions == nil {
 			// A container engine's: the first session is the attach stream,
 			// later ones come through relays to the socket in the agent's
@@ -407,6 +414,10 @@ type server struct {
 	// life is the sandbox's lifetime as the host last set it
 	// (lifetime_linux.go).
 	life *lifetime
+	// runStarted is closed once the command of the config (Config.Run)
+	// has started, or failed to: runErr says why (run_linux.go).
+	runStarted chan struct{}
+	runErr     error
 }
 
 // files runs the file operation f with the workload's identity.

@@ -201,13 +201,22 @@ func runOne(ctx context.Context, f runFlags, argv []string, stdin io.Reader, std
 			return fail(err)
 		}
 	}
-	sb, err := drv.Create(ctx, spec)
+	req := sandbox.ExecRequest{Argv: argv, Env: env, Dir: f.workdir, Stdin: stdin}
+	var sb sandbox.Instance
+	if rc, ok := drv.(sandbox.RunCreator); ok && !f.tty && guard.log == nil {
+		// The command goes with the sandbox's config: it starts as soon as
+		// the sandbox is built (docs/decisions.md, 91). An audit log
+		// records the create before the command runs, so with one it is
+		// sent after.
+		sb, err = rc.CreateRun(ctx, spec, req)
+	} else {
+		sb, err = drv.Create(ctx, spec)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	defer sb.Close(context.WithoutCancel(ctx))
 
-	req := sandbox.ExecRequest{Argv: argv, Env: env, Dir: f.workdir, Stdin: stdin}
 	var outBuf, errBuf bytes.Buffer
 	if f.json {
 		req.Stdout, req.Stderr = &outBuf, &errBuf

@@ -30,6 +30,15 @@ type Driver interface {
 	Create(ctx context.Context, spec Spec) (Instance, error)
 }
 
+// RunCreator is a driver that can make a sandbox with its first command
+// sent along, as a one-shot run does: the sandbox starts req as soon as it
+// is built, with no round trip before it, and the instance's first Start,
+// which must be req (its readers and writers may be others), follows it
+// (docs/decisions.md, 91).
+type RunCreator interface {
+	CreateRun(ctx context.Context, spec Spec, req ExecRequest) (Instance, error)
+}
+
 // Instance is one live sandbox. All methods are safe for concurrent use.
 type Instance interface {
 	// ID is the sandbox's identifier.

@@ -36,6 +36,37 @@ type Config struct {
 	// sandbox reattached after a restart needs one that its earlier
 	// sessions did not use: their execs may still run.
 	ExecPrefix string
+	// Run, when set, is the command the agent was started with
+	// (Build.FollowRun): the first Start follows it.
+	Run *Run
+}
+
+// Run is a sandbox's first command, started with its agent
+// (Recipe.CreateRun).
+type Run struct {
+	// Start is the command, as the agent was given it.
+	Start *agent.ExecStart
+	// Open returns its stream once it runs; Close lets go of it unopened.
+	Open  func(context.Context, *agent.Client) (*agent.Exec, error)
+	Close func()
+}
+
+// FirstExecID is the id of a sandbox's first exec.
+const FirstExecID = "e1"
+
+// ExecStartOf is the agent's start of req as exec id, in a sandbox of
+// limits l.
+func ExecStartOf(id string, req sandbox.ExecRequest, l sandbox.Limits) *agent.ExecStart {
+	cpu := req.CPUTime
+	if cpu == 0 {
+		cpu = l.CPUTime
+	}
+	return &agent.ExecStart{
+		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
+		TimeoutMS: req.WallTimeout(l).Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
+		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: outputLimit(req, l),
+		PTY: req.PTY, OutputBuffer: req.OutputBuffer,
+	}
 }
 
 // Instance is a sandbox whose agent airlock talks to: exec, files, egress
@@ -51,6 +82,10 @@ type Instance struct {
 	egressStop context.CancelFunc
 	lifetime   *time.Timer
 	execPrefix string
+
+	// run is the command the agent was started with, until the first
+	// Start takes it.
+	run atomic.Pointer[Run]
 
 	execSeq   atomic.Int64
 	mu        sync.Mutex
@@ -93,6 +128,12 @@ func New(cfg Config) *Instance {
 	// Exec ids go on from the highest the agent has seen: a reattached
 	// sandbox's earlier execs may still run.
 	in.execSeq.Store(cfg.Client.Hello().ExecSeq)
+	if cfg.Run != nil {
+		// Its id is taken, whether or not the agent had started it by
+		// the handshake.
+		in.execSeq.Store(max(in.execSeq.Load(), 1))
+		in.run.Store(cfg.Run)
+	}
 	in.startEgress()
 	if l := cfg.Spec.Limits.Lifetime; l > 0 {
 		in.lifetime = time.AfterFunc(l, func() {
@@ -148,14 +189,17 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	if err := in.usable(); err != nil {
 		return nil, err
 	}
-	id := in.execPrefix + strconv.FormatInt(in.execSeq.Add(1), 10)
-	l := in.spec.Limits
-	timeout := req.WallTimeout(l)
-	cpu := req.CPUTime
-	if cpu == 0 {
-		cpu = l.CPUTime
+	// The command the agent was started with is the first Start's.
+	run := in.run.Swap(nil)
+	var st *agent.ExecStart
+	if run != nil {
+		st = run.Start
+	} else {
+		st = ExecStartOf(in.execPrefix+strconv.FormatInt(in.execSeq.Add(1), 10), req, in.spec.Limits)
 	}
-	p := &process{in: in, id: id, timeout: timeout, cpuTime: cpu, outputLimit: outputLimit(req, l), background: req.Background, pty: req.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
+	id := st.ID
+	timeout, cpu := time.Duration(st.TimeoutMS)*time.Millisecond, time.Duration(st.CPUTimeMS)*time.Millisecond
+	p := &process{in: in, id: id, timeout: timeout, cpuTime: cpu, outputLimit: st.OutputLimit, background: st.Background, pty: st.PTY != nil, done: make(chan struct{}), eh: in.host.Exec(id)}
 	// The stream lives as long as the exec, not as long as ctx.
 	sctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -164,12 +208,13 @@ func (in *Instance) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	// hang; the stream then ends with it.
 	var late atomic.Bool
 	timer := time.AfterFunc(agent.CallTimeout, func() { late.Store(true); cancel() })
-	ex, err := in.client.StartExec(sctx, &agent.ExecStart{
-		ID: id, Argv: req.Argv, Env: req.Env, Dir: req.Dir,
-		TimeoutMS: timeout.Milliseconds(), CPUTimeMS: cpu.Milliseconds(),
-		Background: req.Background, Stdin: req.Stdin != nil, OutputLimit: outputLimit(req, l),
-		PTY: req.PTY, OutputBuffer: req.OutputBuffer,
-	})
+	var ex *agent.Exec
+	var err error
+	if run != nil {
+		ex, err = run.Open(sctx, in.client)
+	} else {
+		ex, err = in.client.StartExec(sctx, st)
+	}
 	timer.Stop()
 	stop()
 	if err != nil {
@@ -249,6 +294,9 @@ func (in *Instance) Close(ctx context.Context) error {
 			in.lifetime.Stop()
 		}
 		in.stopEgress()
+		if run := in.run.Swap(nil); run != nil && run.Close != nil {
+			run.Close()
+		}
 		// The connection ends; the host's teardown kills the agent (a
 		// one-shot run's agent also kills every command and exits when it
 		// ends).

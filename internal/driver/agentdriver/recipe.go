@@ -151,11 +151,25 @@ type Build struct {
 	// Lock is the sandbox's id lock; the host takes it over (Host).
 	Lock *hostlock.Lock
 
+	// Run, when set, is the sandbox's first command, started with its
+	// agent (a one-shot run's: CreateRun): a start step that can send it
+	// with the agent's config does, and says how the host follows it
+	// (FollowRun). Its id is the sandbox's first exec's.
+	Run *agent.ExecStart
+
 	r    *Recipe
+	run  *Run
 	host Host
 	eg   *egress.Sandbox
 	undo []func()
 	ctx  context.Context
+}
+
+// FollowRun says that the agent was started with b.Run, and how the host
+// follows it: open returns the command's stream once it runs (as
+// agent.Client.StartExec does), close lets go of it unopened.
+func (b *Build) FollowRun(open func(context.Context, *agent.Client) (*agent.Exec, error), close func()) {
+	b.run = &Run{Start: b.Run, Open: open, Close: close}
 }
 
 // Host names the sandbox's host: a create that fails from here on ends
@@ -175,6 +189,9 @@ func (b *Build) Egress(cfg *agent.Config) error {
 
 // rollback undoes what the create made, newest first.
 func (b *Build) rollback() {
+	if b.run != nil && b.run.Close != nil {
+		b.run.Close()
+	}
 	for i := len(b.undo) - 1; i >= 0; i-- {
 		b.undo[i]()
 	}
@@ -211,6 +228,23 @@ func (r *Recipe) Create(ctx context.Context, spec sandbox.Spec, s Steps) (sandbo
 	}
 	r.SweepOnce(ctx)
 	return r.Make(ctx, spec, s.Start)
+}
+
+// CreateRun is Create of a sandbox whose first command is req, sent with
+// its agent's config where the driver's start step can (Build.Run): the
+// agent starts it as soon as the sandbox is built, and the instance's
+// first Start, which must be req, follows it (docs/decisions.md, 91). A
+// request that fails its checks is refused before anything is made.
+func (r *Recipe) CreateRun(ctx context.Context, spec sandbox.Spec, s Steps, req sandbox.ExecRequest) (sandbox.Instance, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	start := s.Start
+	s.Start = func(ctx context.Context, b *Build) (*agent.Client, []sandbox.Layer, error) {
+		b.Run = ExecStartOf(FirstExecID, req, b.Spec.Limits)
+		return start(ctx, b)
+	}
+	return r.Create(ctx, spec, s)
 }
 
 // SkipSweep takes the sweep as done without running it: a driver made to
@@ -263,7 +297,7 @@ func (r *Recipe) Make(ctx context.Context, spec sandbox.Spec, start StartFunc) (
 	}
 	return New(Config{
 		Spec: b.Spec, Client: client, Layers: layers,
-		Host: b.host, Egress: b.eg, Logger: r.Logger,
+		Host: b.host, Egress: b.eg, Logger: r.Logger, Run: b.run,
 	}), nil
 }
 
@@ -401,10 +435,16 @@ func DecodeState[T any](r *Recipe, id string, raw []byte, spec func(*T) *sandbox
 // Handshake performs the agent's handshake (agent.Dial) over c within d:
 // one that has not finished by then closes c, and its error says so.
 func Handshake(ctx context.Context, c net.Conn, d time.Duration) (*agent.Client, []sandbox.Layer, error) {
+	return HandshakeAttached(ctx, c, d, nil)
+}
+
+// HandshakeAttached is Handshake that sends the attachment a beside it
+// (agent.DialAttached); nil: none.
+func HandshakeAttached(ctx context.Context, c net.Conn, d time.Duration, a *agent.Attaching) (*agent.Client, []sandbox.Layer, error) {
 	dctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	stop := context.AfterFunc(dctx, func() { c.Close() })
-	client, layers, err := agent.Dial(dctx, c)
+	client, layers, err := agent.DialAttached(dctx, c, a)
 	stop()
 	if err != nil && dctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%w (the agent did not answer within %v)", err, d)

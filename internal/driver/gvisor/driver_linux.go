@@ -189,6 +189,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
 }
 
+// CreateRun is Create of a one-shot run's sandbox, its command req sent
+// with the agent's config (sandbox.RunCreator).
+func (d *Driver) CreateRun(ctx context.Context, spec sandbox.Spec, req sandbox.ExecRequest) (sandbox.Instance, error) {
+	return d.rc.CreateRun(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start}, req)
+}
+
 // start is Create's own part: the bundle, the cgroup, `runsc run` and the
 // agent's handshake.
 func (d *Driver) start(ctx context.Context, bd *agentdriver.Build) (*agent.Client, []sandbox.Layer, error) {
@@ -256,6 +262,14 @@ func (d *Driver) start(ctx context.Context, bd *agentdriver.Build) (*agent.Clien
 	}
 	if err := bd.Egress(cfg); err != nil {
 		return nil, nil, err
+	}
+	if bd.Run != nil && !h.persistent {
+		// A one-shot run's command: the agent starts it once the sandbox
+		// is built, and the host attaches to it beside the handshake
+		// (runsc passes the agent no socket of its own).
+		cfg.Run = bd.Run
+		h.run = &agent.Attaching{Attach: &agent.ExecAttach{ID: bd.Run.ID}, KeepInput: bd.Run.Stdin || bd.Run.PTY != nil, PTY: bd.Run.PTY != nil}
+		bd.FollowRun(func(ctx context.Context, _ *agent.Client) (*agent.Exec, error) { return h.run.Open(ctx) }, h.run.Close)
 	}
 	client, agentLayers, err := h.start(ctx, cfg)
 	if err != nil {

@@ -497,3 +497,11 @@ func TestKilledOwner(t *testing.T) {
 	_ = d.Sweep(t.Context())
 	(&leakChecker{}).check(t, id)
 }
+
+// TestRunConfinedAsExec: a one-shot run's command, sent with the agent's
+// config and attached to by the host, is confined as every exec is
+// (docs/decisions.md, 91).
+func TestRunConfinedAsExec(t *testing.T) {
+	requireGVisor(t)
+	drivertest.RunConfinedAsExec(t, newDriver(t))
+}

@@ -39,6 +39,9 @@ type host struct {
 	conn   net.Conn
 	log    agentdriver.LogBuffer // runsc's and the agent's standard error
 	agentdriver.Lifecycle
+	// run attaches to a one-shot run's command beside the handshake;
+	// nil: none.
+	run *agent.Attaching
 
 	closeOnce    sync.Once
 	teardownErr  error
@@ -155,7 +158,7 @@ func (h *host) start(ctx context.Context, cfg *agent.Config) (*agent.Client, []s
 	if err := agent.WriteConfig(stdinW, cfg); err != nil {
 		return nil, nil, h.startError(err)
 	}
-	client, layers, err := agentdriver.Handshake(ctx, h.conn, 30*time.Second)
+	client, layers, err := agentdriver.HandshakeAttached(ctx, h.conn, 30*time.Second, h.run)
 	if err != nil {
 		return nil, nil, h.startError(err)
 	}

@@ -127,6 +127,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instanc
 	return d.rc.Create(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start})
 }
 
+// CreateRun is Create of a one-shot run's sandbox, its command req sent
+// with the agent's config (sandbox.RunCreator).
+func (d *Driver) CreateRun(ctx context.Context, spec sandbox.Spec, req sandbox.ExecRequest) (sandbox.Instance, error) {
+	return d.rc.CreateRun(ctx, spec, agentdriver.Steps{Caps: d.Capabilities(), Start: d.start}, req)
+}
+
 // start is Create's own part: the agent, forked into its namespaces with
 // what it is handed, and its handshake.
 func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Client, _ []sandbox.Layer, err error) {
@@ -246,6 +252,18 @@ func (d *Driver) start(ctx context.Context, b *agentdriver.Build) (_ *agent.Clie
 		// taken after this process is gone.
 		hold = []*os.File{h.lock.File(), h.slot.File()}
 	} else {
+		if b.Run != nil && os.Getenv(agent.EnvExecSockets) != "0" {
+			// A one-shot run's command: its start waits on its exec
+			// socket for the agent, which serves it once the sandbox is
+			// built. (With exec sockets off, it is an exec as any.)
+			rs, f, err := agent.NewRunSocket(b.Run)
+			if err != nil {
+				return nil, nil, err
+			}
+			b.FollowRun(rs.Open, rs.Close)
+			cfg.RunSocket = agent.FDFirst + len(extra)
+			extra = append(extra, f)
+		}
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("make the agent connection: %w", err)

@@ -584,3 +584,11 @@ func running(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
+
+// TestRunConfinedAsExec: a one-shot run's command, sent with the agent's
+// config on an exec socket, is confined as every exec is
+// (docs/decisions.md, 91).
+func TestRunConfinedAsExec(t *testing.T) {
+	requireNative(t)
+	drivertest.RunConfinedAsExec(t, newDriver(t))
+}
