@@ -190,7 +190,7 @@ func (c *Client) startLocked() error {
 	defer null.Close()
 	pidfd := -1
 	pid, err := c.Start(c.Path, []string{"airlock-agent", Arg}, &syscall.ProcAttr{
-		Env:   AgentEnv(),
+		Env:   []string{},
 		Files: []uintptr{null.Fd(), null.Fd(), os.Stderr.Fd(), uintptr(fds[1])},
 		// Its own session: a terminal's signals to the host do not reach
 		// it; it dies with the host's forking thread.

@@ -133,7 +133,7 @@ func serve(msg []byte, flags int, fds []int, ferr error) (reply, int) {
 	for i := range files {
 		files[i] = uintptr(fds[i])
 	}
-	pid, err := Start("/proc/self/exe", req.Argv, &syscall.ProcAttr{Env: AgentEnv(), Files: files, Sys: sys})
+	pid, err := Start("/proc/self/exe", req.Argv, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: sys})
 	if err != nil {
 		return fail(err)
 	}

@@ -181,39 +181,3 @@ func TestForkRefuses(t *testing.T) {
 		t.Fatal("an environment was accepted")
 	}
 }
-
-// TestOneP: the forker and the agents it starts run with GOMAXPROCS=1 in
-// their environment, so that the Go runtime starts with one P
-// (docs/decisions.md, 93).
-func TestOneP(t *testing.T) {
-	c := newClient(t)
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	// The agent waits for its config on the pipe until it closes.
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	fd := null.Fd()
-	pid, pidfd, err := c.Fork([]string{"airlock-agent"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd, r.Fd()}, Sys: &syscall.SysProcAttr{Setsid: true}})
-	if err != nil {
-		w.Close()
-		t.Fatal(err)
-	}
-	defer unix.Close(pidfd)
-	for name, p := range map[string]int{"the forker": c.Pid(), "the agent": pid} {
-		env, err := os.ReadFile("/proc/" + itoa(p) + "/environ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := string(env); got != "GOMAXPROCS=1\x00" {
-			t.Errorf("%s's environment is %q, want GOMAXPROCS=1 alone", name, got)
-		}
-	}
-	w.Close()
-	waitExit(t, pid, pidfd)
-}

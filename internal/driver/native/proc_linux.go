@@ -81,7 +81,7 @@ func startAgent(fk *forker.Client, path string, argv []string, stderr io.Writer,
 		attr.PidFD = nil
 		pid, pidfd, err = fk.Fork(argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
 	} else {
-		pid, err = forkFromForker(path, argv, &syscall.ProcAttr{Env: forker.AgentEnv(), Files: fds, Sys: &attr})
+		pid, err = forkFromForker(path, argv, &syscall.ProcAttr{Env: []string{}, Files: fds, Sys: &attr})
 	}
 	if err != nil {
 		if logR != nil {
