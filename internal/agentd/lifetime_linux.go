@@ -142,7 +142,9 @@ func (s *server) setLifetime(_ context.Context, req *agent.LifetimeRequest) (*ag
 // registerLifetime serves agent.ProcLifetime on mux, and makes every
 // other call count as a use of the sandbox.
 func (s *server) registerLifetime(mux *http.ServeMux) http.Handler {
-	mux.Handle(agent.ProcLifetime, connect.NewUnaryHandlerSimple(agent.ProcLifetime, s.setLifetime, agent.HandlerOptions()...))
+	mux.Handle(agent.ProcLifetime, s.lazily(func() http.Handler {
+		return connect.NewUnaryHandlerSimple(agent.ProcLifetime, s.setLifetime, agent.HandlerOptions()...)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != agent.ProcLifetime {
 			s.life.touch()

@@ -60,9 +60,11 @@ func newSnapState() *snapState { return &snapState{cache: map[fileKey]cached{}} 
 // registerSnapshots adds the snapshot calls to mux.
 func (s *server) registerSnapshots(mux *http.ServeMux) {
 	o := agent.SnapshotHandlerOptions()
-	mux.Handle(agent.ProcScan, connect.NewServerStreamHandlerSimple(agent.ProcScan, s.scan, o...))
-	mux.Handle(agent.ProcReadBlobs, connect.NewServerStreamHandlerSimple(agent.ProcReadBlobs, s.readBlobs, o...))
-	mux.Handle(agent.ProcApply, connect.NewBidiStreamHandler(agent.ProcApply, s.apply, o...))
+	mux.Handle(agent.ProcScan, s.lazily(func() http.Handler { return connect.NewServerStreamHandlerSimple(agent.ProcScan, s.scan, o...) }))
+	mux.Handle(agent.ProcReadBlobs, s.lazily(func() http.Handler {
+		return connect.NewServerStreamHandlerSimple(agent.ProcReadBlobs, s.readBlobs, o...)
+	}))
+	mux.Handle(agent.ProcApply, s.lazily(func() http.Handler { return connect.NewBidiStreamHandler(agent.ProcApply, s.apply, o...) }))
 }
 
 // checkRoots validates the roots of a request.

@@ -74,8 +74,13 @@ func trimIdle() {
 }
 
 // garbageWorthGC is how much garbage makes a first collection worth its
-// cost.
-const garbageWorthGC = 512 << 10
+// cost. A fresh agent holds about 0.5 MiB of objects, most of them the
+// building's garbage, and each exec adds 0.15–0.2 MiB; the first
+// collection frees them but costs 0.4–0.6 MiB of span sets. At 512 KiB a
+// fresh agent was collected or not by a few KiB, and one exec always
+// brought a collection that left it 0.3–0.5 MiB larger than none did
+// (docs/decisions.md, 93).
+const garbageWorthGC = 1 << 20
 
 // heapSamples are the runtime's collections so far, the bytes of heap
 // objects (live or not yet collected) and of live ones at the last
