@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -28,7 +29,7 @@ func TestSessionEndLeavesNextSession(t *testing.T) {
 	}()
 	time.Sleep(10 * time.Millisecond) // the old session's read is under way
 	old.End()
-	if err := <-oldRead; err != io.EOF {
+	if err := <-oldRead; !errors.Is(err, io.EOF) {
 		t.Fatalf("the ended session's read: %v, want EOF", err)
 	}
 	next := NewSession(host, &wmu)
