@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,38 +129,30 @@ func unsupportedCases(rt string) map[string]string {
 // conformanceParallel is how many of the suite's cases run at a time: a
 // case mostly waits on the engine (a container made, started, stopped and
 // removed by dockerd and containerd), two at a time on this project's two
-// cores, of both runtimes together (one sandboxtest.Stream). The cases
-// that measure time run alone, nothing of either runtime beside them.
+// cores. The cases that measure time run alone
+// (sandboxtest.Options.Parallel).
 const conformanceParallel = 2
 
-// TestConformance runs the suite on both runtimes (runc and runsc), side
-// by side on one sandboxtest.Stream: conformanceParallel cases at a time
-// between them, and no wait at the end of each group.
 func TestConformance(t *testing.T) {
-	stream := sandboxtest.NewStream(conformanceParallel)
-	var wg sync.WaitGroup
 	for _, rt := range []string{"runc", "runsc"} {
-		wg.Go(func() {
-			t.Run(rt, func(t *testing.T) {
-				requireRuntime(t, rt)
-				sandboxtest.Run(t, func(t *testing.T) sandbox.Driver { return newDriver(t, rt) }, sandboxtest.Options{
-					Unsupported: unsupportedCases(rt),
-					Leaks:       checkLeaks,
-					Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
-						d, err := New(Options{Image: testImage, Runtime: rt, Instance: testInstance(), Egress: proxy, Persistent: true})
-						if err != nil {
-							t.Fatalf("docker.New: %v", err)
-						}
-						return d
-					},
-					FreezeAgent: freezeSandbox,
-					KillAgent:   killAgent,
-					Stream:      stream,
-				})
+		t.Run(rt, func(t *testing.T) {
+			requireRuntime(t, rt)
+			sandboxtest.Run(t, func(t *testing.T) sandbox.Driver { return newDriver(t, rt) }, sandboxtest.Options{
+				Unsupported: unsupportedCases(rt),
+				Leaks:       checkLeaks,
+				Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
+					d, err := New(Options{Image: testImage, Runtime: rt, Instance: testInstance(), Egress: proxy, Persistent: true})
+					if err != nil {
+						t.Fatalf("docker.New: %v", err)
+					}
+					return d
+				},
+				FreezeAgent: freezeSandbox,
+				KillAgent:   killAgent,
+				Parallel:    conformanceParallel,
 			})
 		})
 	}
-	wg.Wait()
 }
 
 // killAgent kills the container's first process, the agent (SIGKILL from
