@@ -217,14 +217,7 @@ func testStdin(t *testing.T, e *env) {
 // of it may reach the sandbox.
 const canaryEnv = "AIRLOCK_SANDBOXTEST_CANARY"
 
-// canaryMu keeps one env case's canary in the process at a time: on a
-// Stream, two Runs' env cases can run side by side, and each one's
-// t.Setenv (and its restore) is the whole process's.
-var canaryMu sync.Mutex
-
 func envSpec(t *testing.T, s *sandbox.Spec) {
-	canaryMu.Lock()
-	t.Cleanup(canaryMu.Unlock) // after t.Setenv's restore (cleanups run last first)
 	t.Setenv(canaryEnv, "leaked-"+randomToken(""))
 	s.Env = []string{"SPEC_VAR=from-spec"}
 }
