@@ -171,44 +171,32 @@ func unsupportedCases(runtimeClass string) map[string]string {
 // TestImageFromRegistry stays alone: it sets DOCKER_CONFIG for the
 // process, and its failed pull must come well before the start timeout.
 
-// conformanceParallel is how many of the suite's cases run at a time, of
-// both runtimes together (one sandboxtest.Stream): a case mostly waits for
-// its Pod to be scheduled, started and deleted (the kubelet's and the API
-// server's work, not this process's), and a Pod requests a tenth of a CPU
-// of the node. The cases that measure time run alone (nothing of either
-// runtime beside them), their Pods made beforehand, beside the others
-// (settle). Not 8: eight gVisor Pods starting at once took one
+// conformanceParallel is how many of the suite's cases run at a time: a
+// case mostly waits for its Pod to be scheduled, started and deleted (the
+// kubelet's and the API server's work, not this process's), and a Pod
+// requests a tenth of a CPU of the node. The cases that measure time run
+// alone (sandboxtest.Options.Parallel), their Pods made beforehand, beside
+// the others (settle). Not 8: eight gVisor Pods starting at once took one
 // past its agent's 30 s handshake (decision 84).
 const conformanceParallel = 4
 
-// TestConformance runs the suite on both runtimes (runc and gVisor). The
-// two runtimes' suites run side by side on one sandboxtest.Stream:
-// conformanceParallel cases at a time between them, an alone case with
-// nothing of either beside it, and no wait at the end of each group (its
-// last, longest case used to hold the next group's first).
 func TestConformance(t *testing.T) {
-	testRig(t)
-	stream := sandboxtest.NewStream(conformanceParallel)
-	var wg sync.WaitGroup
 	for _, rc := range []string{RuntimeClassNone, kube.RuntimeClassGvisor} {
-		wg.Go(func() {
-			t.Run(rc, func(t *testing.T) {
-				testRig(t)
-				sandboxtest.Run(t, func(t *testing.T) sandbox.Driver { return newDriver(t, rc, nil) }, sandboxtest.Options{
-					Unsupported: unsupportedCases(rc),
-					Leaks:       checkLeaks,
-					Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
-						return newDriver(t, rc, proxy)
-					},
-					FreezeAgent: freezeAgent(rc),
-					KillAgent:   killAgent,
-					Stream:      stream,
-					Settle:      settle,
-				})
+		t.Run(rc, func(t *testing.T) {
+			testRig(t)
+			sandboxtest.Run(t, func(t *testing.T) sandbox.Driver { return newDriver(t, rc, nil) }, sandboxtest.Options{
+				Unsupported: unsupportedCases(rc),
+				Leaks:       checkLeaks,
+				Egress: func(t *testing.T, proxy *egress.Proxy) sandbox.Driver {
+					return newDriver(t, rc, proxy)
+				},
+				FreezeAgent: freezeAgent(rc),
+				KillAgent:   killAgent,
+				Parallel:    conformanceParallel,
+				Settle:      settle,
 			})
 		})
 	}
-	wg.Wait()
 }
 
 // settle is the suite's Options.Settle: an alone case's Pod is made

@@ -96,30 +96,6 @@ type Options struct {
 	// the alone case makes its sandbox inside the quiet, whose create gives
 	// the host that time.
 	Settle func(t *testing.T)
-	// Stream, when set, runs the cases of this Run as part of one stream
-	// shared with other Runs (a driver's runtimes, run side by side by its
-	// test): up to the stream's bound at a time across all of them, one
-	// quiet for all of them (an alone case has nothing of any of them
-	// beside it), and no wait between groups: a group's first cases start
-	// while the group before it ends. Parallel is then the stream's.
-	Stream *Stream
-}
-
-// Stream is the cases of several Runs, and of all their groups, run as
-// one: Options.Stream. Without one, each group of a Run waits for the one
-// before it to end, so that as a group ends (its last, longest cases; an
-// alone case's close) the other places stand empty, and a driver's
-// runtimes, one Run each, run one after the other. In a Stream each Run
-// starts its cases in the suite's order, each once the one before it has
-// started and a place is free; the Runs take the free places in turn.
-type Stream struct {
-	slots chan struct{}
-	q     quiet
-}
-
-// NewStream returns a stream of up to parallel cases at a time (at least 2).
-func NewStream(parallel int) *Stream {
-	return &Stream{slots: make(chan struct{}, max(parallel, 2))}
 }
 
 // need is something a case needs from the driver beyond running a command.
@@ -280,87 +256,17 @@ func Run(t *testing.T, newDriver func(t *testing.T) sandbox.Driver, opts Options
 			t.Errorf("Options.Unsupported names %q, which is not a case of the suite (cases: %s)", name, strings.Join(names, ", "))
 		}
 	}
-	var r *streamRun
-	if opts.Stream != nil {
-		opts.Parallel = cap(opts.Stream.slots)
-		r = opts.Stream.join()
-	}
 	for _, g := range groups() {
-		one := func(t *testing.T, c testCase, q *quiet) {
-			if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
-				t.Skipf("the driver does not support this: %s", why)
-			}
-			e := newEnv(t, c, newDriver, opts)
-			e.quiet = q
-			runCase(t, e, c)
-		}
-		if r != nil {
-			opts.Stream.group(t, r, g, one)
-			continue
-		}
 		t.Run(g.name, func(t *testing.T) {
-			runCases(t, g.cases, opts.Parallel, one)
+			runCases(t, g.cases, opts.Parallel, func(t *testing.T, c testCase, q *quiet) {
+				if why, ok := opts.Unsupported[g.name+"/"+c.name]; ok {
+					t.Skipf("the driver does not support this: %s", why)
+				}
+				e := newEnv(t, c, newDriver, opts)
+				e.quiet = q
+				runCase(t, e, c)
+			})
 		})
-	}
-	if r != nil {
-		r.wg.Wait()
-	}
-}
-
-// streamRun is one Run's part of a stream.
-type streamRun struct {
-	// turn is closed once the Run's cases so far have started (or been
-	// left out by -run).
-	turn chan struct{}
-	wg   sync.WaitGroup
-}
-
-func (s *Stream) join() *streamRun {
-	r := &streamRun{turn: make(chan struct{})}
-	close(r.turn)
-	return r
-}
-
-// group runs g as a subtest of t in a goroutine of its own: its cases
-// start in order, each once the Run's case before it (of this group or
-// the groups before) has started and a place in the stream is free.
-// A case or group that -run leaves out passes the turn on at once.
-func (s *Stream) group(t *testing.T, r *streamRun, g group, one func(t *testing.T, c testCase, q *quiet)) {
-	prev := r.turn
-	done := make(chan struct{})
-	r.turn = done
-	r.wg.Go(func() {
-		defer closeOnce(done)
-		t.Run(g.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			for _, c := range g.cases {
-				<-prev
-				s.slots <- struct{}{}
-				started := make(chan struct{})
-				prev = started
-				wg.Go(func() {
-					defer func() { <-s.slots }()
-					defer closeOnce(started)
-					t.Run(c.name, func(t *testing.T) {
-						closeOnce(started)
-						s.q.enter(t)
-						one(t, c, &s.q)
-					})
-				})
-			}
-			<-prev
-			closeOnce(done)
-		})
-	})
-}
-
-// closeOnce closes c unless it is closed (by this goroutine's earlier call).
-func closeOnce(c chan struct{}) {
-	select {
-	case <-c:
-	default:
-		close(c)
 	}
 }
 
