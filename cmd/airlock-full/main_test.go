@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +31,34 @@ func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
+// faultParallel is how many of the fault tests' drivers run at a time
+// (-test.parallel, unless given). The fault tests TestServeRestart,
+// TestServeHolderKilled, TestServeRestartEgress, TestServeRestartSnapshots
+// and TestServeTTLWithoutDaemon are the package's only parallel tests:
+// they run together after its other tests, each driver's half on its own
+// daemon and state directory, and what they wait for is a daemon killed
+// and started again, a TTL or the agent's timer, not this machine's CPU;
+// they assert no duration but waits of 5-20 s for the daemon to act. At
+// go test's default (GOMAXPROCS: 2 on the project's machine)
+// TestServeRestart's two halves (about 60 s) held both places while the
+// others waited; at 4 the others run beside them. TestServeRestartTTL
+// stays out (its two halves side by side, among the package's other
+// tests): its daemon must be back within about a second of the end of
+// its 5 s away, before the agent's own idle timer (4 s and
+// agent.LifetimeGrace after the last exec) ends the idle sandbox, and
+// beside the others its native half missed that twice in two runs.
+const faultParallel = 4
+
 func testMain(m *testing.M) int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(faultParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	dir, err := os.MkdirTemp("", "airlock-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

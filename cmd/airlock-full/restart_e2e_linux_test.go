@@ -202,6 +202,7 @@ sys.stderr.write(str(err)); sys.exit(1)`
 // sweep off the other's, and nothing here asserts a duration beyond a
 // 20 s wait.
 func TestServeRestart(t *testing.T) {
+	t.Parallel() // beside the other fault tests, after the package's other tests (faultParallel)
 	faultDrivers(t, func(t *testing.T, driver string) {
 		t.Parallel()
 		f := newFault(t, driver, "")
@@ -401,6 +402,7 @@ func holderPids(t *testing.T, driver, id string) []int {
 // daemon), ends the sandbox with reason error and a message; nothing of it
 // is left, and the audit log has its end.
 func TestServeHolderKilled(t *testing.T) {
+	t.Parallel() // beside the other fault tests, after the package's other tests (faultParallel)
 	faultDrivers(t, func(t *testing.T, driver string) {
 		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		f := newFault(t, driver, "")
@@ -450,6 +452,7 @@ func TestServeHolderKilled(t *testing.T) {
 // destination after a restart; a tunnel open at the kill is closed, not
 // left hanging.
 func TestServeRestartEgress(t *testing.T) {
+	t.Parallel() // beside the other fault tests, after the package's other tests (faultParallel)
 	faultDrivers(t, func(t *testing.T, driver string) {
 		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		held := make(chan struct{}, 1)

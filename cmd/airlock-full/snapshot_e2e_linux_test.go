@@ -175,6 +175,7 @@ func TestSnapshotDaemonKill9DuringRestore(t *testing.T) {
 // transactional exec the killed daemon was running is rolled back by the
 // next one when it fails, its result saying so, its snapshot gone after.
 func TestServeRestartSnapshots(t *testing.T) {
+	t.Parallel() // beside the other fault tests, after the package's other tests (faultParallel)
 	faultDrivers(t, func(t *testing.T, driver string) {
 		t.Parallel() // its two drivers side by side, as TestServeRestart's
 		f := newFault(t, driver, "")

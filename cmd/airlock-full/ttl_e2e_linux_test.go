@@ -23,6 +23,7 @@ import (
 // The drivers run side by side: each waits out its TTL (the agent's own
 // timer, or the engine's), on its own daemon and state directory.
 func TestServeTTLWithoutDaemon(t *testing.T) {
+	t.Parallel() // beside the other fault tests, after the package's other tests (faultParallel)
 	upgradeDrivers(t, func(t *testing.T, u upgradeCase) {
 		t.Parallel()
 		f := u.f

@@ -160,7 +160,13 @@ type SessionConn struct {
 	stopped bool
 	ended   chan struct{}
 	endOnce sync.Once
-	wmu     *sync.Mutex
+	// stopOnce makes Stop touch the connection once: a later Stop or
+	// Close (the session's HTTP/2 connection closes it again when its
+	// read returns end of file, at whatever time that goroutine runs)
+	// comes when the next session may be reading the connection, and
+	// setting its read deadline then broke that session's read.
+	stopOnce sync.Once
+	wmu      *sync.Mutex
 }
 
 // NewSession returns a session over c; wmu, shared by the sessions of
@@ -208,21 +214,26 @@ func (s *SessionConn) Write(p []byte) (int, error) {
 // read is dropped), later ones wait for End. Writes go on. It returns once
 // no read of the session is on the connection, which is then the
 // caller's to read.
+// A second Stop (or End, or Close) waits for the first and does nothing
+// more: once the first has returned, the connection is no longer the
+// session's, and the next session may be reading it.
 func (s *SessionConn) Stop() {
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	for {
-		_ = s.Conn.SetReadDeadline(time.Now())
+	s.stopOnce.Do(func() {
 		s.mu.Lock()
-		n := s.reading
+		s.stopped = true
 		s.mu.Unlock()
-		if n == 0 {
-			break
+		for {
+			_ = s.Conn.SetReadDeadline(time.Now())
+			s.mu.Lock()
+			n := s.reading
+			s.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	_ = s.Conn.SetReadDeadline(time.Time{})
+		_ = s.Conn.SetReadDeadline(time.Time{})
+	})
 }
 
 // End ends the session: its reads return end of file, its writes fail.

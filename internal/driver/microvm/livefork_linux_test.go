@@ -252,6 +252,7 @@ func envInt(name string, def int) int {
 // the driver no longer holds (released, or a conversion that failed)
 // loads the whole image, saved without x-ignore-shared, and runs on.
 func TestLiveForkWholeImage(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	d := newDriver(t, Options{})
 	ctx := t.Context()
 	in, secret := pausedSandbox(t, d, pauseLimits)

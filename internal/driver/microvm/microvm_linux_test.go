@@ -26,6 +26,22 @@ import (
 
 func TestMain(m *testing.M) { agenttest.Main(m) }
 
+// parallelTests: TestPauseResumeMemory, TestBootHang, TestPauseResume,
+// TestPauseDiskFull, TestResumeMovedShared and TestLiveForkWholeImage run
+// side by side (t.Parallel: two at a time on two cores, after the
+// package's other tests, the conformance suite among them). Each makes
+// its own driver and machines; a machine under TCG keeps one core busy,
+// and the package's tests one after another left the other core idle.
+// They assert no duration but bounds far above a machine's time beside
+// another (a boot that hangs fails within 20 s for two attempts of 4 s;
+// commands within 30 s to 5 minutes); their pause and resume times are
+// only logged. Left one after another: the conformance suite (its
+// timing cases; two cases at a time ran 3 s commands past their timeout,
+// docs/tests.md), TestLiveForkShares (it sets shareForks, the package's
+// switch, and compares the clones' host memory) and TestLiveFork (its
+// one unexplained failure, "write envelope: EOF", is not to be made
+// likelier).
+
 // smallLimits are the conformance suite's limits: a 256 MiB guest.
 var smallLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Timeout: 10 * time.Second, Lifetime: 2 * time.Minute,
 	DiskBytes: 32 << 20, TmpBytes: 16 << 20}
@@ -294,6 +310,7 @@ func TestSnapshotPruned(t *testing.T) {
 // waits forever) is tried again, then fails with an error that says so
 // and shows the console, and leaves nothing behind.
 func TestBootHang(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	d := newDriver(t, Options{Cold: true, KernelArgs: []string{"panic=0", "rdinit=/no-such-init"}, BootTimeout: 4 * time.Second, BootAttempts: 2})
 	id := "hang-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	start := time.Now()

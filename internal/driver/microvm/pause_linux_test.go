@@ -82,6 +82,7 @@ var pauseLimits = sandbox.Limits{MemoryBytes: 128 << 20, CPUs: 1, Pids: 64, Time
 // random secret: no QEMU of it runs while paused; resumed, the same
 // server answers the same secret, and the guest's clock is the host's.
 func TestPauseResume(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	d := newDriver(t, Options{})
 	ctx := t.Context()
 	in, secret := pausedSandbox(t, d, pauseLimits)
@@ -184,6 +185,7 @@ func TestResumeRefusesCutImage(t *testing.T) {
 // holding 64 MiB, and (without -short) 1 GiB holding 512 MiB. The
 // server answers a digest of what it holds, the same after the resume.
 func TestPauseResumeMemory(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	for _, c := range []struct {
 		name    string
 		limit   int64 // the workload's: the guest has 128 MiB more
@@ -316,6 +318,7 @@ func TestLiveFork(t *testing.T) {
 // TestPauseDiskFull: a pause whose image does not fit (a 4 MiB file
 // system) fails with the reason, and the sandbox runs on where it was.
 func TestPauseDiskFull(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	d := newDriver(t, Options{})
 	ctx := t.Context()
 	dir := t.TempDir()
@@ -406,6 +409,7 @@ func TestSupervisorRefusesTamperedImage(t *testing.T) {
 // paused on the first is resumed on the second from the bucket, and its
 // background server answers the secret it held in memory (decision 85).
 func TestResumeMovedShared(t *testing.T) {
+	t.Parallel() // beside the other machine tests marked so, after the rest (parallelTests in microvm_linux_test.go)
 	testcap.Require(t, "s3")
 	ctx := context.Background()
 	srv := testrig.StartS3(t)
