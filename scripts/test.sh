@@ -44,7 +44,7 @@ rigs_stop() {
     [[ -e $f && ! -e ${f%.pid}.status ]] && kill -TERM -- "-$(<"$f")" 2>/dev/null
   done
 }
-trap 'rigs_stop; rm -rf "$log" "$log.phases" "$log.fuzz" "$rigdir"' EXIT
+trap 'rigs_stop; rm -rf "$log" "$log.phases" "$log.fuzz" "$log".beside.* "$rigdir"' EXIT
 export AIRLOCK_AGENT=${AIRLOCK_AGENT:-$PWD/internal/agentbin/bin/airlock-agent}
 # What tests keep (t.ArtifactDir: the console test's screenshots) goes to
 # bin/test-output/_artifacts, or under $AIRLOCK_TEST_OUTPUT.
@@ -144,6 +144,47 @@ rig_wait() {
 # after phase 2.
 fuzz_beside=$module/internal/driver/kubernetes
 fuzz_pid=
+# The packages that run beside fuzz_beside's too, at nice 19, when it is in
+# the run: the Debian package's test (a minute, most of it one core's
+# dpkg-deb and systemd, its deadlines 10 s and more for steps of a second or
+# two) takes what the Pods' waits and the fuzzing leave, instead of a minute
+# of its own with a core idle. Their output is printed after the package's.
+pkgs_beside=("$module/packaging")
+beside_pids=()
+beside_start() {
+  local q
+  for q in "${beside[@]}"; do
+    if [[ -n $dry ]]; then
+      echo "(dry run) nice -n 19 go test ${q#"$module"/} beside ${1#"$module"/}" >"$log.beside.${q//\//_}"
+      continue
+    fi
+    nice -n 19 scripts/timed.sh "test ${q#"$module"/} (nice 19, beside test ${1#"$module"/})" \
+      "${gotest[@]}" -count=1 -timeout 20m -v -artifacts -outputdir "$out" "$q" >"$log.beside.${q//\//_}" 2>&1 &
+    beside_pids+=($!)
+  done
+}
+beside_wait() {
+  local status=0 pid q
+  for pid in "${beside_pids[@]}"; do
+    wait "$pid" || status=1
+  done
+  for q in "${beside[@]}"; do
+    cat "$log.beside.${q//\//_}"
+  done
+  beside_pids=() beside=()
+  return $status
+}
+# The packages run beside fuzz_beside's when both are in the run,
+# leave phase 2's sequence.
+beside=()
+if printf '%s\n' "${ser[@]}" | grep -qxF "$fuzz_beside"; then
+  for q in "${pkgs_beside[@]}"; do
+    if printf '%s\n' "${ser[@]}" | grep -qxF "$q"; then
+      beside+=("$q")
+      mapfile -t ser < <(printf '%s\n' "${ser[@]}" | grep -vxF "$q")
+    fi
+  done
+fi
 fuzz_start() {
   if [[ -n $dry ]]; then
     echo "(dry run) FUZZTIME=$AIRLOCK_TEST_FUZZ nice -n 19 scripts/fuzz.sh beside ${1#"$module"/}" >"$log.fuzz"
@@ -201,8 +242,12 @@ run() {
       name+=" (but ${skip[*]}: its rig is building)"
     fi
     [[ -n ${AIRLOCK_TEST_FUZZ:-} && $p == "$fuzz_beside" ]] && fuzz_start "$p"
+    [[ $p == "$fuzz_beside" ]] && beside_start "$p"
     scripts/timed.sh "$name" \
       "${gotest[@]}" -count=1 -timeout 20m -v -artifacts -outputdir "$out" "${args[@]}" "$p" || status=1
+    if [[ $p == "$fuzz_beside" ]]; then
+      beside_wait || status=1
+    fi
     if [[ -n $fuzz_pid ]]; then
       fuzz_wait || status=1
       fuzz_pid= fuzzed=1
