@@ -264,6 +264,7 @@ type result struct {
 	proto, body string
 	echo        string
 	resp        *http.Response
+	readErr     error // how reading the body ended, if not at its end
 }
 
 func do(t *testing.T, c *http.Client, method, u string, hdr map[string]string) result {
@@ -277,8 +278,8 @@ func do(t *testing.T, c *http.Client, method, u string, hdr map[string]string) r
 		t.Fatalf("%s %s: %v", method, u, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return result{status: resp.StatusCode, proto: resp.Proto, body: string(b), echo: resp.Header.Get("X-Echo"), resp: resp}
+	b, err := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, proto: resp.Proto, body: string(b), echo: resp.Header.Get("X-Echo"), resp: resp, readErr: err}
 }
 
 func TestInterceptSecretsAndRules(t *testing.T) {
@@ -647,7 +648,7 @@ func TestInterceptLargeBody(t *testing.T) {
 				for range 3 {
 					r := do(t, c, "GET", fmt.Sprintf("https://api.test:%d/repos/bigecho", f.srv.port), map[string]string{"Authorization": "Bearer " + ph})
 					if r.status != 200 || r.body != string(want) {
-						t.Fatalf("status %d, %d bytes, equal %v, holds the secret %v", r.status, len(r.body), r.body == string(want), strings.Contains(r.body, realSecret))
+						t.Fatalf("status %d, %d bytes of %d, equal %v, holds the secret %v, the body's read ended with %v", r.status, len(r.body), len(want), r.body == string(want), strings.Contains(r.body, realSecret), r.readErr)
 					}
 				}
 			})
